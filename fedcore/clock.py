@@ -1,0 +1,52 @@
+"""The injected clock: the only place fedcore reads time or waits for it.
+
+Heartbeats, TTLs, leases, timeouts and round timings all go through a :class:`Clock`,
+so tests swap in ``fedcore.testing.FakeClock`` and a 12-hour TTL expires in a
+millisecond. Timeouts are cancel scopes from :meth:`Clock.move_on_after` rather than
+``anyio.move_on_after``, because anyio's deadlines follow the event loop's clock,
+which a fake clock cannot move.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
+
+import anyio
+
+
+class Clock(ABC):
+    """Wall time, sleeping and deadlines."""
+
+    @abstractmethod
+    def now(self) -> float:
+        """Seconds since the Unix epoch (comparable across processes and machines)."""
+
+    @abstractmethod
+    async def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` of this clock's time (at least one scheduling point)."""
+
+    @abstractmethod
+    def move_on_after(self, seconds: float | None) -> AbstractContextManager[anyio.CancelScope]:
+        """A cancel scope that cancels its body after ``seconds`` (never when ``None``).
+
+        As with ``anyio.move_on_after``, the scope's ``cancelled_caught`` tells whether
+        the deadline ended the body.
+        """
+
+
+class SystemClock(Clock):
+    """The real clock: ``time.time()`` and the event loop's timers."""
+
+    def now(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await anyio.sleep(max(seconds, 0.0))
+
+    def move_on_after(self, seconds: float | None) -> AbstractContextManager[anyio.CancelScope]:
+        if seconds is None or math.isinf(seconds):
+            return anyio.CancelScope()
+        return anyio.move_on_after(max(seconds, 0.0))

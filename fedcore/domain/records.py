@@ -1,0 +1,287 @@
+"""Records: the typed payloads a Message carries.
+
+Three record kinds, each a mutable mapping from ``str`` keys to checked values:
+
+- :class:`ArrayRecord` — numpy arrays (model parameters, gradients);
+- :class:`MetricRecord` — numbers to aggregate: ``int | float | list[int | float]``;
+- :class:`ConfigRecord` — settings: ``bool | int | float | str | bytes`` or a list of one of them;
+
+and :class:`RecordDict`, which maps names to records. Values are checked when they are
+stored, so a wrong type raises ``TypeError`` where the mistake is made rather than as
+a decoding error on some other machine. Numpy scalars are accepted and stored as the
+Python value they hold, which keeps the wire format free of numpy types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from typing import Any, TypeAlias, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+NDArray: TypeAlias = npt.NDArray[Any]
+MetricValue: TypeAlias = int | float | list[int] | list[float] | list[int | float]
+ConfigScalar: TypeAlias = bool | int | float | str | bytes
+ConfigValue: TypeAlias = ConfigScalar | list[ConfigScalar]
+
+# dtype kinds that have a plain, portable byte representation: bool, signed and
+# unsigned integers, floats and complex numbers. Object, string, void (structured)
+# and datetime arrays are refused: they cannot travel without pickle.
+ARRAY_KINDS = frozenset("biufc")
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
+
+_T = TypeVar("_T")
+
+
+def _check_key(record: str, key: object) -> str:
+    if type(key) is not str:
+        raise TypeError(f"{record} keys must be str, got {type(key).__name__}: {key!r}")
+    return key
+
+
+def check_array(key: str, value: object) -> NDArray:
+    """Return ``value`` if it is an array an :class:`ArrayRecord` can hold, else raise."""
+    if not isinstance(value, np.ndarray):
+        raise TypeError(
+            f"ArrayRecord[{key!r}] must be a numpy.ndarray, got {type(value).__name__}"
+        )
+    if value.dtype.kind not in ARRAY_KINDS or value.dtype.fields is not None:
+        raise TypeError(
+            f"ArrayRecord[{key!r}] has dtype {value.dtype}; only bool, integer, float and "
+            "complex arrays can be sent"
+        )
+    return value
+
+
+class _Record(MutableMapping[str, _T]):
+    """A dict with a value check on every write."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self) -> None:
+        self._data: dict[str, _T] = {}
+
+    def _check(self, key: str, value: object) -> _T:
+        raise NotImplementedError
+
+    def __setitem__(self, key: str, value: _T) -> None:
+        self._data[_check_key(type(self).__name__, key)] = self._check(key, value)
+
+    def __getitem__(self, key: str) -> _T:
+        return self._data[key]
+
+    def __delitem__(self, key: str) -> None:
+        del self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._data!r})"
+
+
+class ArrayRecord(_Record[NDArray]):
+    """Named numpy arrays.
+
+    Built from a mapping (``{"w": w, "b": b}``) or from a list of arrays, whose keys
+    become ``"0"``, ``"1"``, … in order. Arrays are stored as given, not copied.
+    Arrays that arrive in a message are read-only views (of shared or received
+    memory): copy one (``arr.copy()``) before updating it in place.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, arrays: Mapping[str, NDArray] | Iterable[NDArray] | None = None) -> None:
+        super().__init__()
+        if arrays is None:
+            return
+        if isinstance(arrays, ArrayRecord | Mapping):
+            for key, value in arrays.items():
+                self[key] = value
+        elif isinstance(arrays, np.ndarray | str | bytes):
+            raise TypeError(
+                "ArrayRecord takes a mapping of names to arrays or a list of arrays, "
+                f"not a single {type(arrays).__name__}"
+            )
+        else:
+            for index, value in enumerate(arrays):
+                self[str(index)] = value
+
+    def _check(self, key: str, value: object) -> NDArray:
+        return check_array(key, value)
+
+    def to_numpy_ndarrays(self) -> list[NDArray]:
+        """The arrays, in insertion order."""
+        return list(self._data.values())
+
+    @property
+    def nbytes(self) -> int:
+        """Total size of the array data in bytes."""
+        return sum(a.nbytes for a in self._data.values())
+
+    def __eq__(self, other: object) -> bool:
+        """Exact equality: same keys in the same order, dtypes, shapes and bytes."""
+        if not isinstance(other, ArrayRecord):
+            return NotImplemented
+        return list(self._data) == list(other._data) and all(
+            a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+            for a, b in zip(self._data.values(), other._data.values(), strict=True)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k!r}: {a.dtype}{list(a.shape)}" for k, a in self._data.items())
+        return f"ArrayRecord({{{inner}}})"
+
+
+def _number(context: str, value: object) -> int | float:
+    if isinstance(value, bool | np.bool_):
+        raise TypeError(f"{context} must be int or float, got bool")
+    if isinstance(value, int | np.integer):
+        return _check_int(context, int(value))
+    if isinstance(value, float | np.floating):
+        return float(value)
+    raise TypeError(f"{context} must be int or float, got {type(value).__name__}")
+
+
+def _check_int(context: str, value: int) -> int:
+    if not _INT_MIN <= value <= _INT_MAX:
+        raise TypeError(f"{context} = {value} does not fit in 64 bits")
+    return value
+
+
+class MetricRecord(_Record[MetricValue]):
+    """Named numbers to aggregate: ``int``, ``float``, or a list of them."""
+
+    __slots__ = ()
+
+    def __init__(self, metrics: Mapping[str, MetricValue] | None = None) -> None:
+        super().__init__()
+        for key, value in (metrics or {}).items():
+            self[key] = value
+
+    def _check(self, key: str, value: object) -> MetricValue:
+        context = f"MetricRecord[{key!r}]"
+        if isinstance(value, list | tuple):
+            return [_number(f"an item of {context}", v) for v in value]
+        return _number(context, value)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MetricRecord):
+            return NotImplemented
+        return _same_values(self._data, other._data)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _config_scalar(context: str, value: object) -> ConfigScalar:
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, int | np.integer):
+        return _check_int(context, int(value))
+    if isinstance(value, float | np.floating):
+        return float(value)
+    if isinstance(value, str | bytes):
+        return value
+    raise TypeError(
+        f"{context} must be bool, int, float, str or bytes, got {type(value).__name__}"
+    )
+
+
+class ConfigRecord(_Record[ConfigValue]):
+    """Named settings: ``bool | int | float | str | bytes`` or a list of one of those types."""
+
+    __slots__ = ()
+
+    def __init__(self, config: Mapping[str, ConfigValue] | None = None) -> None:
+        super().__init__()
+        for key, value in (config or {}).items():
+            self[key] = value
+
+    def _check(self, key: str, value: object) -> ConfigValue:
+        context = f"ConfigRecord[{key!r}]"
+        if not isinstance(value, list | tuple):
+            return _config_scalar(context, value)
+        items = [_config_scalar(f"an item of {context}", v) for v in value]
+        kinds = {_config_kind(v) for v in items}
+        if len(kinds) > 1:
+            raise TypeError(f"{context} mixes {', '.join(sorted(kinds))}; a list holds one type")
+        return items
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ConfigRecord):
+            return NotImplemented
+        return _same_values(self._data, other._data)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _config_kind(value: ConfigScalar) -> str:
+    # int and float mix freely in a list of numbers; bool, str and bytes do not.
+    return "number" if type(value) in (int, float) else type(value).__name__
+
+
+def _same_values(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Equality that tells 1 from 1.0 and True from 1, and treats NaN as equal to NaN."""
+    return list(a) == list(b) and all(_same(x, b[k]) for k, x in a.items())
+
+
+def _same(x: Any, y: Any) -> bool:
+    if isinstance(x, list):
+        return isinstance(y, list) and len(x) == len(y) and all(map(_same, x, y))
+    if type(x) is not type(y):
+        return False
+    if isinstance(x, float):
+        return x == y or (x != x and y != y)
+    return bool(x == y)
+
+
+Record: TypeAlias = ArrayRecord | MetricRecord | ConfigRecord
+
+
+class RecordDict(_Record[Record]):
+    """Named records: what a Message carries and what ``Context.state`` keeps."""
+
+    __slots__ = ()
+
+    def __init__(self, records: Mapping[str, Record] | None = None) -> None:
+        super().__init__()
+        for key, value in (records or {}).items():
+            self[key] = value
+
+    def _check(self, key: str, value: object) -> Record:
+        if not isinstance(value, ArrayRecord | MetricRecord | ConfigRecord):
+            raise TypeError(
+                f"RecordDict[{key!r}] must be an ArrayRecord, MetricRecord or ConfigRecord, "
+                f"got {type(value).__name__}"
+            )
+        return value
+
+    @property
+    def array_records(self) -> dict[str, ArrayRecord]:
+        """The ArrayRecords, by name."""
+        return {k: v for k, v in self._data.items() if isinstance(v, ArrayRecord)}
+
+    @property
+    def metric_records(self) -> dict[str, MetricRecord]:
+        """The MetricRecords, by name."""
+        return {k: v for k, v in self._data.items() if isinstance(v, MetricRecord)}
+
+    @property
+    def config_records(self) -> dict[str, ConfigRecord]:
+        """The ConfigRecords, by name."""
+        return {k: v for k, v in self._data.items() if isinstance(v, ConfigRecord)}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RecordDict):
+            return NotImplemented
+        return list(self._data) == list(other._data) and all(
+            v == other._data[k] for k, v in self._data.items()
+        )
+
+    __hash__ = None  # type: ignore[assignment]

@@ -1,0 +1,23 @@
+"""Run: one execution of an app on a federation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from fedcore.domain.lifecycle import RunStatus
+
+
+@dataclass
+class Run:
+    """A run's identity, configuration and status.
+
+    ``seed`` makes node sampling reproducible: the simulation's ``--seed`` when one
+    was given, else the run config's ``seed`` key, else ``None`` (unseeded).
+    """
+
+    run_id: int
+    run_config: dict[str, Any] = field(default_factory=dict)
+    status: RunStatus = RunStatus.PENDING
+    reason: str = ""
+    seed: int | None = None

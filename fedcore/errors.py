@@ -1,0 +1,84 @@
+"""The one exception tree of fedcore.
+
+Everything fedcore raises on purpose derives from :class:`FedcoreError`; errors from
+grpclib, aiohttp, msgpack or sqlite are translated at the boundary and never escape.
+Programming mistakes in author code (a record value of the wrong type, a malformed
+``Message``) raise the builtin ``TypeError`` / ``ValueError`` at the call that made
+them, as Python code is expected to.
+
+::
+
+    FedcoreError
+    ├── UsageError (ValueError)     bad input from a person: a flag, a target, a config
+    │   ├── AppLoadError            an app target that cannot be imported or is not an app
+    │   └── RunConfigError          a run-config key or value the app does not accept
+    ├── DecodeError (ValueError)    bytes that are not a valid payload
+    ├── StateError                  a LinkState refused an operation
+    │   ├── NotFoundError (LookupError)
+    │   │   ├── RunNotFoundError
+    │   │   ├── NodeNotFoundError
+    │   │   └── MessageNotFoundError
+    │   ├── ConflictError           same id, different content
+    │   ├── ReplyRejectedError      a reply to an expired, finished or foreign message
+    │   └── InvalidTransitionError  a lifecycle move the transition table forbids
+    └── NotEnoughNodesError (TimeoutError)
+                                    waited for nodes past the timeout
+"""
+
+from __future__ import annotations
+
+
+class FedcoreError(Exception):
+    """Base of every error fedcore raises on purpose."""
+
+
+class UsageError(FedcoreError, ValueError):
+    """Bad input from a person: the message is meant to be shown as is, in one line."""
+
+
+class AppLoadError(UsageError):
+    """An app target (``module:attr`` or an app directory) could not be loaded."""
+
+
+class RunConfigError(UsageError):
+    """A run-config override names an undeclared key or has the wrong type."""
+
+
+class DecodeError(FedcoreError, ValueError):
+    """Bytes that do not decode to a valid payload under the configured limits."""
+
+
+class StateError(FedcoreError):
+    """A LinkState refused an operation."""
+
+
+class NotFoundError(StateError, LookupError):
+    """The thing asked for does not exist (or is not visible to the caller)."""
+
+
+class RunNotFoundError(NotFoundError):
+    """No run with this id."""
+
+
+class NodeNotFoundError(NotFoundError):
+    """No node with this id."""
+
+
+class MessageNotFoundError(NotFoundError):
+    """No message with this id."""
+
+
+class ConflictError(StateError):
+    """An item with the same id but different content is already stored."""
+
+
+class ReplyRejectedError(StateError):
+    """A reply that cannot be accepted: its message expired, was answered, or is not the sender's."""
+
+
+class InvalidTransitionError(StateError):
+    """A lifecycle move that the transition table does not allow."""
+
+
+class NotEnoughNodesError(FedcoreError, TimeoutError):
+    """Waiting for a minimum number of nodes ran past its timeout."""
