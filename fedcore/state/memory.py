@@ -1,0 +1,407 @@
+"""The in-memory LinkState: simulation's state, and the reference for the others.
+
+Everything lives in dicts on the event loop thread, so each method runs without an
+await in between and is atomic by construction. Time-driven events — a TTL passing,
+a lease running out, a node missing its heartbeats — are timers on one heap, fired
+by a reaper task (started by ``async with``) that sleeps on the injected clock until
+the earliest deadline, and also checked at the top of every call so that a state
+used without its reaper never serves stale facts.
+
+Ids come from a ``random.Random`` that a simulation seeds, so the same seed gives
+the same node ids — and therefore the same sampled cohorts — run after run.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import random
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self
+
+import anyio
+from anyio.abc import TaskGroup
+
+from fedcore.clock import Clock, SystemClock
+from fedcore.domain import (
+    SERVER_NODE_ID,
+    Error,
+    ErrorCode,
+    Message,
+    MessageStatus,
+    Metadata,
+    Run,
+    RunStatus,
+    transition,
+)
+from fedcore.domain.message import assemble_message
+from fedcore.errors import (
+    ConflictError,
+    MessageNotFoundError,
+    NodeNotFoundError,
+    ReplyRejectedError,
+    RunNotFoundError,
+)
+from fedcore.state.base import DEFAULT_HEARTBEAT_PATIENCE, LinkState
+from fedcore.state.notify import Subscription, Topic
+
+
+@dataclass(slots=True)
+class _Node:
+    heartbeat_interval: float
+    online_until: float
+
+
+@dataclass(slots=True)
+class _Entry:
+    message: Message
+    status: MessageStatus = MessageStatus.PENDING
+    lease: int = 0
+    reply: Message | None = None
+    generated: bool = False
+
+
+@dataclass(slots=True)
+class _RunRow:
+    run: Run
+    message_ids: set[str] = field(default_factory=set)
+
+
+_EXPIRE, _LEASE, _NODE = "expire", "lease", "node"
+
+
+class InMemoryLinkState(LinkState):
+    """A :class:`~fedcore.state.base.LinkState` in dictionaries."""
+
+    def __init__(
+        self,
+        clock: Clock | None = None,
+        *,
+        seed: int | None = None,
+        heartbeat_patience: float = DEFAULT_HEARTBEAT_PATIENCE,
+    ) -> None:
+        self._clock = clock or SystemClock()
+        self._ids = random.Random(seed)
+        self._patience = heartbeat_patience
+        self._nodes: dict[int, _Node] = {}
+        self._runs: dict[int, _RunRow] = {}
+        self._messages: dict[str, _Entry] = {}
+        self._open: dict[int, dict[str, None]] = {}
+        self._timers: list[tuple[float, int, str, Any]] = []
+        self._sequence = itertools.count()
+        self._wakeup: anyio.Event | None = None
+        self._task_group: TaskGroup | None = None
+        self._message_topic: Topic[int, int] = Topic()
+        self._reply_topic: Topic[int, str] = Topic()
+        self._node_topic: Topic[int, int] = Topic()
+
+    async def __aenter__(self) -> Self:
+        self._task_group = anyio.create_task_group()
+        await self._task_group.__aenter__()
+        self._task_group.start_soon(self._reap, name="linkstate-reaper")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._task_group is not None
+        self._task_group.cancel_scope.cancel()
+        # The body's exception is not the reaper's: let it propagate as it is, rather
+        # than wrapped in an ExceptionGroup by the reaper's task group.
+        await self._task_group.__aexit__(None, None, None)
+        self._task_group = None
+
+    # Timers ----------------------------------------------------------------------
+
+    def _schedule(self, deadline: float, kind: str, key: Any) -> None:
+        if math.isinf(deadline):
+            return
+        heapq.heappush(self._timers, (deadline, next(self._sequence), kind, key))
+        if self._timers[0][0] == deadline and self._wakeup is not None:
+            self._wakeup.set()
+
+    def _fire_due(self) -> None:
+        now = self._clock.now()
+        while self._timers and self._timers[0][0] <= now:
+            _, _, kind, key = heapq.heappop(self._timers)
+            if kind == _EXPIRE:
+                self._expire_message(key, now)
+            elif kind == _LEASE:
+                self._end_lease(*key)
+            else:
+                self._check_node(key, now)
+
+    async def _reap(self) -> None:
+        while True:
+            self._fire_due()
+            delay = self._timers[0][0] - self._clock.now() if self._timers else None
+            self._wakeup = anyio.Event()
+            with self._clock.move_on_after(delay):
+                await self._wakeup.wait()
+
+    def _expire_message(self, message_id: str, now: float) -> None:
+        entry = self._messages.get(message_id)
+        if entry is None or entry.status not in (MessageStatus.PENDING, MessageStatus.LEASED):
+            return
+        if now < entry.message.metadata.expires_at:
+            return
+        self._answer_with_error(
+            entry,
+            ErrorCode.MESSAGE_UNAVAILABLE,
+            f"message expired: no reply within its TTL of {entry.message.metadata.ttl:g} s",
+        )
+
+    def _end_lease(self, message_id: str, lease: int) -> None:
+        entry = self._messages.get(message_id)
+        if entry is None or entry.status is not MessageStatus.LEASED or entry.lease != lease:
+            return
+        entry.status = transition(entry.status, MessageStatus.PENDING)
+        node_id = entry.message.metadata.dst_node_id
+        self._message_topic.publish(node_id, node_id)
+
+    def _check_node(self, node_id: int, now: float) -> None:
+        node = self._nodes.get(node_id)
+        if node is None or node.online_until > now:
+            return
+        self._fail_open_messages(node_id, "node went offline: no heartbeat in time")
+        self._node_topic.publish(node_id, node_id)
+
+    # Nodes -------------------------------------------------------------------------
+
+    def _online(self, node_id: int) -> bool:
+        node = self._nodes.get(node_id)
+        return node is not None and node.online_until > self._clock.now()
+
+    def _new_id(self, taken: Callable[[int], bool]) -> int:
+        while True:
+            candidate = self._ids.getrandbits(63)
+            if candidate > SERVER_NODE_ID and not taken(candidate):
+                return candidate
+
+    async def create_nodes(self, count: int, *, heartbeat_interval: float) -> list[int]:
+        if count < 0:
+            raise ValueError(f"cannot create {count} nodes")
+        if not heartbeat_interval > 0:
+            raise ValueError(f"heartbeat_interval must be positive, got {heartbeat_interval}")
+        self._fire_due()
+        online_until = self._clock.now() + self._patience * heartbeat_interval
+        created = []
+        for _ in range(count):
+            node_id = self._new_id(self._nodes.__contains__)
+            self._nodes[node_id] = _Node(heartbeat_interval, online_until)
+            self._schedule(online_until, _NODE, node_id)
+            created.append(node_id)
+            self._node_topic.publish(node_id, node_id)
+        return created
+
+    async def delete_node(self, node_id: int) -> None:
+        self._fire_due()
+        if self._nodes.pop(node_id, None) is None:
+            raise NodeNotFoundError(f"no node {node_id}")
+        self._fail_open_messages(node_id, "node was deleted")
+        self._open.pop(node_id, None)
+        self._node_topic.publish(node_id, node_id)
+
+    async def heartbeat(self, node_id: int, *, heartbeat_interval: float) -> None:
+        self._fire_due()
+        node = self._nodes.get(node_id)
+        if node is None:
+            raise NodeNotFoundError(f"no node {node_id}")
+        was_online = node.online_until > self._clock.now()
+        node.heartbeat_interval = heartbeat_interval
+        node.online_until = self._clock.now() + self._patience * heartbeat_interval
+        self._schedule(node.online_until, _NODE, node_id)
+        if not was_online:
+            self._node_topic.publish(node_id, node_id)
+
+    async def get_node_ids(self) -> list[int]:
+        self._fire_due()
+        now = self._clock.now()
+        return [node_id for node_id, node in self._nodes.items() if node.online_until > now]
+
+    # Runs --------------------------------------------------------------------------
+
+    def _run_row(self, run_id: int) -> _RunRow:
+        row = self._runs.get(run_id)
+        if row is None:
+            raise RunNotFoundError(f"no run {run_id}")
+        return row
+
+    async def create_run(self, run_config: dict[str, Any], *, seed: int | None = None) -> Run:
+        run_id = self._new_id(self._runs.__contains__)
+        run = Run(run_id=run_id, run_config=dict(run_config), seed=seed)
+        self._runs[run_id] = _RunRow(run)
+        return Run(run.run_id, dict(run.run_config), run.status, run.reason, run.seed)
+
+    async def get_run(self, run_id: int) -> Run:
+        run = self._run_row(run_id).run
+        return Run(run.run_id, dict(run.run_config), run.status, run.reason, run.seed)
+
+    async def update_run_status(self, run_id: int, status: RunStatus, reason: str = "") -> Run:
+        row = self._run_row(run_id)
+        row.run.status = transition(row.run.status, status)
+        row.run.reason = reason
+        if status.finished:
+            for message_id in row.message_ids:
+                entry = self._messages.pop(message_id)
+                self._open.get(entry.message.metadata.dst_node_id, {}).pop(message_id, None)
+            row.message_ids.clear()
+        return await self.get_run(run_id)
+
+    # The ServerApp's side ------------------------------------------------------------
+
+    async def push_messages(self, run_id: int, messages: Sequence[Message]) -> list[str]:
+        self._fire_due()
+        row = self._run_row(run_id)
+        if row.run.status.finished:
+            raise ReplyRejectedError(f"run {run_id} is {row.run.status}; it takes no messages")
+        now = self._clock.now()
+        ids = []
+        for message in messages:
+            meta = message.metadata
+            meta.run_id, meta.src_node_id, meta.created_at = run_id, SERVER_NODE_ID, now
+            meta.message_id = self._new_message_id()
+            entry = _Entry(message)
+            self._messages[meta.message_id] = entry
+            row.message_ids.add(meta.message_id)
+            ids.append(meta.message_id)
+            if not self._online(meta.dst_node_id):
+                self._answer_with_error(
+                    entry, ErrorCode.NODE_UNAVAILABLE, f"node {meta.dst_node_id} is not online"
+                )
+                continue
+            self._open.setdefault(meta.dst_node_id, {})[meta.message_id] = None
+            self._schedule(meta.expires_at, _EXPIRE, meta.message_id)
+            self._message_topic.publish(meta.dst_node_id, meta.dst_node_id)
+        return ids
+
+    def _new_message_id(self) -> str:
+        while (message_id := f"{self._ids.getrandbits(128):032x}") in self._messages:
+            continue
+        return message_id
+
+    async def get_replies(self, run_id: int, message_ids: Iterable[str]) -> list[Message]:
+        self._fire_due()
+        self._run_row(run_id)
+        replies = []
+        for message_id in message_ids:
+            entry = self._messages.get(message_id)
+            if entry is None or entry.message.metadata.run_id != run_id:
+                replies.append(_unknown_message_reply(run_id, message_id))
+            elif entry.reply is not None:
+                replies.append(entry.reply)
+        return replies
+
+    async def ack_replies(self, run_id: int, message_ids: Iterable[str]) -> None:
+        row = self._run_row(run_id)
+        for message_id in message_ids:
+            entry = self._messages.get(message_id)
+            if entry is None or entry.message.metadata.run_id != run_id:
+                continue
+            transition(entry.status, MessageStatus.ACKNOWLEDGED)
+            del self._messages[message_id]
+            row.message_ids.discard(message_id)
+
+    # The node's side -----------------------------------------------------------------
+
+    async def pull_messages(
+        self, node_id: int, *, limit: int | None = None, lease: float | None = None
+    ) -> list[Message]:
+        self._fire_due()
+        if node_id not in self._nodes:
+            raise NodeNotFoundError(f"no node {node_id}")
+        pulled = []
+        for message_id in self._open.get(node_id, ()):
+            if limit is not None and len(pulled) >= limit:
+                break
+            entry = self._messages[message_id]
+            if entry.status is not MessageStatus.PENDING:
+                continue
+            entry.status = transition(entry.status, MessageStatus.LEASED)
+            entry.lease += 1
+            if lease is not None:
+                self._schedule(self._clock.now() + lease, _LEASE, (message_id, entry.lease))
+            pulled.append(entry.message)
+        return pulled
+
+    async def push_reply(self, node_id: int, reply: Message) -> str:
+        self._fire_due()
+        reply_to = reply.metadata.reply_to_message_id
+        entry = self._messages.get(reply_to)
+        if entry is None or entry.message.metadata.dst_node_id != node_id:
+            raise MessageNotFoundError(f"node {node_id} has no message {reply_to!r} to reply to")
+        original = entry.message.metadata
+        if reply.metadata.message_type != original.message_type:
+            raise ReplyRejectedError(
+                f"reply type {reply.metadata.message_type!r} does not match "
+                f"message type {original.message_type!r}"
+            )
+        if entry.reply is not None:
+            return self._repeat_reply(entry, reply)
+        meta = reply.metadata
+        meta.run_id, meta.src_node_id, meta.dst_node_id = original.run_id, node_id, SERVER_NODE_ID
+        meta.group_id, meta.created_at = original.group_id, self._clock.now()
+        meta.message_id = self._new_message_id()
+        self._store_reply(entry, reply, generated=False)
+        return meta.message_id
+
+    def _repeat_reply(self, entry: _Entry, reply: Message) -> str:
+        stored = entry.reply
+        assert stored is not None
+        if entry.generated:
+            raise ReplyRejectedError(f"message already answered by fedcore: {stored.error.reason}")
+        same = (
+            stored.has_error() == reply.has_error()
+            and (stored.error == reply.error if stored.has_error() else stored.content == reply.content)
+        )
+        if not same:
+            raise ConflictError(
+                f"message {entry.message.metadata.message_id!r} already has a different reply"
+            )
+        return stored.metadata.message_id
+
+    def _store_reply(self, entry: _Entry, reply: Message, *, generated: bool) -> None:
+        entry.status = transition(entry.status, MessageStatus.REPLIED)
+        entry.reply, entry.generated = reply, generated
+        meta = entry.message.metadata
+        self._open.get(meta.dst_node_id, {}).pop(meta.message_id, None)
+        self._reply_topic.publish(meta.run_id, meta.message_id)
+
+    def _answer_with_error(self, entry: _Entry, code: ErrorCode, reason: str) -> None:
+        reply = Message(error=Error(int(code), reason), reply_to=entry.message)
+        reply.metadata.message_id = self._new_message_id()
+        reply.metadata.created_at = self._clock.now()
+        self._store_reply(entry, reply, generated=True)
+
+    def _fail_open_messages(self, node_id: int, reason: str) -> None:
+        for message_id in list(self._open.get(node_id, ())):
+            self._answer_with_error(
+                self._messages[message_id], ErrorCode.NODE_UNAVAILABLE, f"{reason} ({node_id})"
+            )
+
+    # Notifications ---------------------------------------------------------------
+
+    def watch_messages(
+        self, callback: Callable[[int], None], node_id: int | None = None
+    ) -> Subscription:
+        return self._message_topic.subscribe(callback, node_id)
+
+    def watch_replies(self, run_id: int, callback: Callable[[str], None]) -> Subscription:
+        return self._reply_topic.subscribe(callback, run_id)
+
+    def watch_nodes(self, callback: Callable[[int], None]) -> Subscription:
+        return self._node_topic.subscribe(callback)
+
+
+def _unknown_message_reply(run_id: int, message_id: str) -> Message:
+    metadata = Metadata(
+        run_id=run_id, dst_node_id=SERVER_NODE_ID, reply_to_message_id=message_id
+    )
+    reason = f"run {run_id} has no message {message_id!r} (never pushed, or already acknowledged)"
+    return assemble_message(metadata, error=Error(int(ErrorCode.MESSAGE_UNAVAILABLE), reason))
