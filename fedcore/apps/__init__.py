@@ -1,0 +1,9 @@
+"""Apps: ServerApp, ClientApp, App, the Grid they talk through, and app loading."""
+
+from fedcore.apps.app import App
+from fedcore.apps.client_app import ClientApp
+from fedcore.apps.grid import Grid, SyncGrid
+from fedcore.apps.loading import LoadedApp, load_app
+from fedcore.apps.server_app import ServerApp
+
+__all__ = ["App", "ClientApp", "Grid", "LoadedApp", "ServerApp", "SyncGrid", "load_app"]

@@ -1,0 +1,149 @@
+"""ClientApp: the code that runs on a node, one handler per message type.
+
+A ClientApp is a routing table from message types (``train``, ``evaluate``,
+``query``, or ``train.<action>``) to handlers ``(msg, context) -> Message``.
+Handlers may be ``def`` or ``async def``. :meth:`ClientApp.handle` is the single
+entry point every backend calls: it never raises for the app's own failures — a
+missing handler, an exception, a wrong return value — but answers with an error
+reply, so a broken ClientApp costs one failed reply, never a hung round.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeAlias, TypeVar
+
+import anyio.to_thread
+
+from fedcore.domain import Context, Error, ErrorCode, Message
+from fedcore.domain.message import check_message_type
+
+Handler: TypeAlias = Callable[[Message, Context], Message | Awaitable[Message]]
+H = TypeVar("H", bound=Handler)
+
+log = logging.getLogger(__name__)
+
+
+class ClientApp:
+    """Handlers for the messages a node receives.
+
+    ::
+
+        client = ClientApp()
+
+        @client.train()
+        def train(msg: Message, context: Context) -> Message: ...
+
+        @client.evaluate()
+        async def evaluate(msg: Message, context: Context) -> Message: ...
+
+        @client.train("fast")             # answers message type "train.fast"
+        def train_fast(msg, context): ...
+    """
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, Handler] = {}
+        self._warned = False
+
+    def train(self, action: str | None = None) -> Callable[[H], H]:
+        """Register the handler for ``train`` (or ``train.<action>``) messages."""
+        return self._register("train", action)
+
+    def evaluate(self, action: str | None = None) -> Callable[[H], H]:
+        """Register the handler for ``evaluate`` (or ``evaluate.<action>``) messages."""
+        return self._register("evaluate", action)
+
+    def query(self, action: str | None = None) -> Callable[[H], H]:
+        """Register the handler for ``query`` (or ``query.<action>``) messages."""
+        return self._register("query", action)
+
+    @property
+    def message_types(self) -> list[str]:
+        """The message types this app answers, in registration order."""
+        return list(self._handlers)
+
+    def _register(self, kind: str, action: str | None) -> Callable[[H], H]:
+        if callable(action):
+            raise TypeError(f"use @client.{kind}() with parentheses")
+        message_type = check_message_type(kind if action is None else f"{kind}.{action}")
+
+        def decorator(handler: H) -> H:
+            if not callable(handler):
+                raise TypeError(f"a {message_type} handler must be callable")
+            try:
+                inspect.signature(handler).bind(None, None)
+            except TypeError:
+                raise TypeError(
+                    f"a {message_type} handler takes (msg, context); "
+                    f"{getattr(handler, '__name__', handler)!r} does not"
+                ) from None
+            except ValueError:
+                pass  # a builtin without a signature: trust it
+            if message_type in self._handlers:
+                raise ValueError(f"a {message_type} handler is already registered")
+            self._handlers[message_type] = handler
+            return handler
+
+        return decorator
+
+    async def handle(self, message: Message, context: Context, *, in_thread: bool) -> Message:
+        """Run the handler for ``message`` and return its reply, or an error reply.
+
+        ``in_thread`` runs a plain ``def`` handler in a worker thread, so that it
+        does not stall an event loop shared with other work; ``async def``
+        handlers always run on the calling loop.
+        """
+        message_type = message.metadata.message_type
+        handler = self._handlers.get(message_type)
+        if handler is None:
+            known = ", ".join(self._handlers) or "none"
+            return _error_reply(
+                message, f"this ClientApp has no handler for {message_type!r} (it handles: {known})"
+            )
+        try:
+            if inspect.iscoroutinefunction(handler):
+                reply = await handler(message, context)
+            elif in_thread:
+                reply = await anyio.to_thread.run_sync(handler, message, context)
+            else:
+                reply = handler(message, context)
+                if inspect.isawaitable(reply):
+                    reply = await reply
+        except Exception as exc:
+            self._log_failure(message, exc)
+            return _error_reply(message, f"{type(exc).__name__}: {exc}")
+        return _check_reply(message, reply)
+
+    def _log_failure(self, message: Message, exc: Exception) -> None:
+        meta = message.metadata
+        if self._warned:
+            log.debug("%s handler raised on node %d", meta.message_type, meta.dst_node_id, exc_info=exc)
+            return
+        self._warned = True
+        log.warning(
+            "%s handler raised on node %d (later failures are counted per round)",
+            meta.message_type,
+            meta.dst_node_id,
+            exc_info=exc,
+        )
+
+
+def _check_reply(message: Message, reply: object) -> Message:
+    kind = message.metadata.message_type
+    if not isinstance(reply, Message):
+        return _error_reply(
+            message,
+            f"the {kind} handler returned {type(reply).__name__}; it must return "
+            "Message(content, reply_to=msg)",
+        )
+    if reply.metadata.reply_to_message_id != message.metadata.message_id:
+        return _error_reply(
+            message, f"the {kind} handler returned a Message that is not a reply to its message"
+        )
+    return reply
+
+
+def _error_reply(message: Message, reason: str) -> Message:
+    return Message(error=Error(int(ErrorCode.CLIENT_APP_RAISED_EXCEPTION), reason), reply_to=message)

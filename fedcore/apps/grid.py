@@ -1,0 +1,126 @@
+"""Grid: what a ServerApp talks to — the nodes of a run and the messages to them.
+
+:class:`Grid` is the async interface; simulation and deployment each provide one
+(an in-process grid over a LinkState, an HTTP client of the link's runtime API).
+Replies are delivered by events: :meth:`Grid.receive` wakes when a reply is stored,
+never on a timer. :class:`SyncGrid` is the same API for a plain ``def main``, which
+runs in a worker thread and blocks on each call while the event loop does the work.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from typing import TypeVar
+
+import anyio.from_thread
+
+from fedcore.clock import Clock
+from fedcore.domain import Message, Run
+
+T = TypeVar("T")
+
+
+class Grid(ABC):
+    """The ServerApp's view of the federation, for one run."""
+
+    @property
+    @abstractmethod
+    def run(self) -> Run:
+        """The run this grid serves (its id, config and seed)."""
+
+    @property
+    @abstractmethod
+    def clock(self) -> Clock:
+        """The clock the run's timeouts and timings follow."""
+
+    @abstractmethod
+    async def get_node_ids(self) -> list[int]:
+        """The ids of the nodes online now."""
+
+    @abstractmethod
+    async def wait_for_nodes(self, count: int, *, timeout: float | None = None) -> list[int]:
+        """Wait until at least ``count`` nodes are online and return their ids.
+
+        Raises :class:`~fedcore.errors.NotEnoughNodesError` after ``timeout`` seconds.
+        """
+
+    @abstractmethod
+    async def push_messages(self, messages: Iterable[Message]) -> list[str]:
+        """Send messages to their nodes; return their ids (also written into each message)."""
+
+    @abstractmethod
+    async def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
+        """The replies available now among ``message_ids``; each is handed out once."""
+
+    @abstractmethod
+    def receive(
+        self, message_ids: Iterable[str], *, timeout: float | None = None
+    ) -> AsyncIterator[Message]:
+        """Replies to ``message_ids`` in arrival order, until all arrived or ``timeout`` passed.
+
+        Every message gets exactly one reply — content, or an error when its node
+        failed or it expired — so the iteration ends by itself; ``timeout`` bounds
+        how long it may take.
+        """
+
+    async def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> list[Message]:
+        """Push ``messages`` and collect their replies (those in time, if ``timeout`` is set)."""
+        ids = await self.push_messages(messages)
+        return [reply async for reply in self.receive(ids, timeout=timeout)]
+
+
+class SyncGrid:
+    """A blocking :class:`Grid` for a plain ``def main`` running in a worker thread.
+
+    Each call runs the async method on the event loop and waits for it.
+    ``strategy.start(grid=...)`` accepts a SyncGrid too.
+    """
+
+    def __init__(self, grid: Grid) -> None:
+        self.async_grid = grid
+
+    @property
+    def run(self) -> Run:
+        return self.async_grid.run
+
+    def _call(self, function: Callable[[], Awaitable[T]]) -> T:
+        async def call() -> T:
+            return await function()
+
+        return anyio.from_thread.run(call)
+
+    def get_node_ids(self) -> list[int]:
+        return self._call(self.async_grid.get_node_ids)
+
+    def wait_for_nodes(self, count: int, *, timeout: float | None = None) -> list[int]:
+        return self._call(lambda: self.async_grid.wait_for_nodes(count, timeout=timeout))
+
+    def push_messages(self, messages: Iterable[Message]) -> list[str]:
+        batch = list(messages)
+        return self._call(lambda: self.async_grid.push_messages(batch))
+
+    def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
+        ids = list(message_ids)
+        return self._call(lambda: self.async_grid.pull_messages(ids))
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> list[Message]:
+        batch = list(messages)
+        return self._call(lambda: self.async_grid.send_and_receive(batch, timeout=timeout))
+
+    def receive(self, message_ids: Iterable[str], *, timeout: float | None = None) -> Iterator[Message]:
+        replies = self.async_grid.receive(list(message_ids), timeout=timeout)
+        try:
+            while True:
+                try:
+                    yield self._call(replies.__anext__)
+                except StopAsyncIteration:
+                    return
+        finally:
+            aclose = getattr(replies, "aclose", None)
+            if aclose is not None:
+                self._call(aclose)

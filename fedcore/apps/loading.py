@@ -1,0 +1,134 @@
+"""Loading an app from what a user typed: ``module:attr`` or an app directory.
+
+``module:attr`` imports ``module`` (the current directory is importable) and takes
+``attr``, which must be an :class:`~fedcore.apps.app.App`. An app directory has a
+``pyproject.toml`` naming the two halves and the run-config defaults::
+
+    [tool.fedcore.app]
+    server = "quickstart.app:server"
+    client = "quickstart.app:client"
+    [tool.fedcore.app.config]
+    num-server-rounds = 3
+
+Every failure is an :class:`~fedcore.errors.AppLoadError` with a one-line message
+that names the target and, for an import that raised, where in the user's code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import tomllib
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedcore.apps.app import App
+from fedcore.apps.client_app import ClientApp
+from fedcore.apps.run_config import RunConfig, flatten
+from fedcore.apps.server_app import ServerApp
+from fedcore.errors import AppLoadError, RunConfigError
+
+
+@dataclass(frozen=True)
+class LoadedApp:
+    """An app and what its target declared about it.
+
+    ``config`` holds the declared run-config defaults; ``None`` means the target
+    declares none (``module:attr``) and accepts any key. ``path`` is the app
+    directory, or ``None``.
+    """
+
+    app: App
+    config: RunConfig | None = None
+    path: Path | None = None
+
+
+def load_app(target: str | Path | App, *, cwd: Path | None = None) -> LoadedApp:
+    """Load an :class:`App` from an ``App``, a ``module:attr`` string or an app directory."""
+    if isinstance(target, App):
+        return LoadedApp(target)
+    base = Path.cwd() if cwd is None else cwd
+    candidate = base / target
+    if candidate.is_dir():
+        return _load_app_dir(candidate.resolve())
+    text = str(target)
+    if ":" not in text:
+        raise AppLoadError(
+            f"{text!r} is neither an app directory nor a module:attr reference "
+            "(e.g. examples/quickstart-numpy or my_app:app)"
+        )
+    app = load_object(text, base, App, "App")
+    assert isinstance(app, App)
+    return LoadedApp(app)
+
+
+def _load_app_dir(path: Path) -> LoadedApp:
+    pyproject = path / "pyproject.toml"
+    try:
+        with pyproject.open("rb") as file:
+            document = tomllib.load(file)
+    except FileNotFoundError:
+        raise AppLoadError(f"{path} has no pyproject.toml; an app directory needs one") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise AppLoadError(f"{pyproject} is not valid TOML: {exc}") from None
+    table = document.get("tool", {}).get("fedcore", {}).get("app")
+    if not isinstance(table, dict):
+        raise AppLoadError(f"{pyproject} has no [tool.fedcore.app] table")
+    refs = {}
+    for half in ("server", "client"):
+        ref = table.get(half)
+        if not isinstance(ref, str):
+            raise AppLoadError(
+                f'[tool.fedcore.app] in {pyproject} needs {half} = "module:attr"'
+            )
+        refs[half] = ref
+    try:
+        config = flatten(table.get("config", {}))
+    except RunConfigError as exc:
+        raise AppLoadError(f"{pyproject}: {exc}") from None
+    server = load_object(refs["server"], path, ServerApp, "ServerApp")
+    client = load_object(refs["client"], path, ClientApp, "ClientApp")
+    assert isinstance(server, ServerApp) and isinstance(client, ClientApp)
+    return LoadedApp(App(server=server, client=client), config, path)
+
+
+def load_object(ref: str, search_path: Path, kind: type, kind_name: str) -> Any:
+    """Import ``module:attr`` with ``search_path`` importable and check it is a ``kind``."""
+    module_name, _, attr = ref.partition(":")
+    if not module_name or not attr:
+        raise AppLoadError(f"{ref!r} is not a module:attr reference")
+    directory = str(search_path)
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise AppLoadError(f"cannot load {kind_name} {ref!r}: {_describe(exc, search_path)}") from exc
+    found: Any = module
+    for part in attr.split("."):
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            raise AppLoadError(f"cannot load {kind_name} {ref!r}: {module_name} has no {attr!r}") from None
+    if not isinstance(found, kind):
+        raise AppLoadError(
+            f"{ref!r} is a {type(found).__name__}, not a {kind_name}"
+        )
+    return found
+
+
+def _describe(exc: Exception, search_path: Path) -> str:
+    """``Type: message``, plus the last line of the user's code that the error passed through."""
+    text = f"{type(exc).__name__}: {exc}"
+    root = search_path.resolve()
+    installed = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        path = Path(frame.filename)
+        if not path.is_file():
+            continue
+        path = path.resolve()
+        if path.is_relative_to(root) and not any(path.is_relative_to(p) for p in installed):
+            return f"{text} ({path.relative_to(root)}:{frame.lineno})"
+    return text

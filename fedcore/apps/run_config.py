@@ -1,0 +1,106 @@
+"""Run configuration: the app's declared defaults, and the overrides a user asks for.
+
+An app directory declares its keys and their defaults under
+``[tool.fedcore.app.config]``; overrides (``--run-config "k=v k2=v2"`` or a dict)
+may only change declared keys, and keep each key's type: an ``int`` default takes
+``3`` but not ``0.5``. An app given as ``module:attr`` declares nothing and
+accepts any key. Nested TOML tables become dotted keys (``[...config.model]`` →
+``model.depth``), as in Flower.
+"""
+
+from __future__ import annotations
+
+import shlex
+import tomllib
+from collections.abc import Mapping
+from typing import Any
+
+from fedcore.errors import RunConfigError
+
+RunConfig = dict[str, Any]
+_SCALARS = (bool, int, float, str)
+
+
+def flatten(table: Mapping[str, Any], prefix: str = "") -> RunConfig:
+    """Nested tables to dotted keys, checking every value is a bool, int, float or str."""
+    flat: RunConfig = {}
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{name}."))
+        elif isinstance(value, _SCALARS):
+            flat[name] = value
+        else:
+            raise RunConfigError(
+                f"run-config key {name!r} has a {type(value).__name__}; "
+                "values must be bool, int, float or str"
+            )
+    return flat
+
+
+def parse_run_config(text: str) -> dict[str, str]:
+    """Split ``'k=v k2="two words"'`` into raw text values, keyed by name."""
+    try:
+        words = shlex.split(text, posix=False)
+    except ValueError as exc:
+        raise RunConfigError(f"cannot parse run-config {text!r}: {exc}") from None
+    pairs: dict[str, str] = {}
+    for word in words:
+        key, sep, value = word.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise RunConfigError(f"run-config items look like key=value; got {word!r}")
+        pairs[key] = value
+    return pairs
+
+
+def _from_text(key: str, text: str) -> Any:
+    """A raw value read as TOML (``3``, ``0.1``, ``true``, ``"s"``), or else as a plain string."""
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+    if not isinstance(value, _SCALARS):
+        raise RunConfigError(f"run-config {key}={text} is not a bool, int, float or str")
+    return value
+
+
+def _coerce(key: str, value: Any, default: Any) -> Any:
+    if isinstance(value, str) and not isinstance(default, str):
+        value = _from_text(key, value)
+    elif isinstance(value, str) and isinstance(default, str):
+        parsed = _from_text(key, value)
+        value = parsed if isinstance(parsed, str) else value
+    expected = type(default)
+    if type(value) is expected or (expected is float and type(value) is int):
+        return expected(value)
+    raise RunConfigError(
+        f"run-config {key} expects {expected.__name__} (default {default!r}), got {value!r}"
+    )
+
+
+def resolve_run_config(
+    defaults: Mapping[str, Any] | None, overrides: Mapping[str, Any] | None
+) -> RunConfig:
+    """The run config: ``defaults`` with ``overrides`` applied.
+
+    Text values (from the command line) are parsed to the default's type; with no
+    declared defaults, as TOML values, falling back to the plain string.
+    """
+    overrides = overrides or {}
+    if defaults is None:
+        resolved: RunConfig = {}
+        for key, value in overrides.items():
+            resolved[key] = _from_text(key, value) if isinstance(value, str) else value
+        return flatten(resolved)
+    config = dict(defaults)
+    unknown = sorted(set(overrides) - set(config))
+    if unknown:
+        declared = ", ".join(sorted(config)) or "no keys"
+        raise RunConfigError(
+            f"unknown run-config key {', '.join(map(repr, unknown))}; "
+            f"the app declares {declared} in [tool.fedcore.app.config]"
+        )
+    for key, value in overrides.items():
+        config[key] = _coerce(key, value, config[key])
+    return config

@@ -1,0 +1,1 @@
+"""In-process transport: simulation, where the ServerApp and the LinkState share a loop."""

@@ -1,0 +1,123 @@
+"""The in-process Grid: a ServerApp in the same process as its LinkState (simulation).
+
+Waiting is event-driven: :meth:`InProcGrid.receive` subscribes to the state's reply
+notifications *before* it looks at what has arrived, so no reply can slip between
+the look and the wait, and then sleeps until a notification or its deadline. Replies
+are acknowledged as soon as they are handed to the ServerApp, which lives in this
+process and cannot lose them in transit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterable
+from typing import Generic, TypeVar
+
+import anyio
+
+from fedcore.apps.grid import Grid
+from fedcore.clock import Clock
+from fedcore.domain import Message, Run
+from fedcore.errors import NotEnoughNodesError
+from fedcore.state.base import LinkState
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class _Inbox(Generic[T]):
+    """Items handed over by a synchronous callback, taken in batches by one waiter."""
+
+    def __init__(self) -> None:
+        self._items: list[T] = []
+        self._ready = anyio.Event()
+
+    def put(self, item: T) -> None:
+        self._items.append(item)
+        self._ready.set()
+
+    async def take(self) -> list[T]:
+        await self._ready.wait()
+        items, self._items = self._items, []
+        self._ready = anyio.Event()
+        return items
+
+
+class InProcGrid(Grid):
+    """A :class:`~fedcore.apps.grid.Grid` that calls a LinkState directly."""
+
+    def __init__(self, state: LinkState, run: Run, clock: Clock) -> None:
+        self._state = state
+        self._run = run
+        self._clock = clock
+
+    @property
+    def run(self) -> Run:
+        return self._run
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    async def get_node_ids(self) -> list[int]:
+        return await self._state.get_node_ids()
+
+    async def wait_for_nodes(self, count: int, *, timeout: float | None = None) -> list[int]:
+        inbox: _Inbox[int] = _Inbox()
+        deadline = None if timeout is None else self._clock.now() + timeout
+        with self._state.watch_nodes(inbox.put):
+            while len(node_ids := await self._state.get_node_ids()) < count:
+                remaining = None if deadline is None else deadline - self._clock.now()
+                limit = "" if remaining is None else f", giving up in {remaining:.0f} s"
+                log.info("waiting for nodes: %d of %d online%s", len(node_ids), count, limit)
+                with self._clock.move_on_after(remaining) as scope:
+                    await inbox.take()
+                if scope.cancelled_caught:
+                    raise NotEnoughNodesError(
+                        f"waited {timeout:g} s for {count} nodes; only {len(node_ids)} came online"
+                    )
+        return node_ids
+
+    async def push_messages(self, messages: Iterable[Message]) -> list[str]:
+        batch = list(messages)
+        for message in batch:
+            if not isinstance(message, Message):
+                raise TypeError(f"push_messages takes Messages, got {type(message).__name__}")
+            if message.is_reply or not message.has_content():
+                raise ValueError("a ServerApp pushes messages with content, not replies")
+            if message.metadata.message_id:
+                raise ValueError(
+                    f"message {message.metadata.message_id} was pushed already; build a new Message"
+                )
+        return await self._state.push_messages(self._run.run_id, batch)
+
+    async def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
+        return await self._take(list(message_ids))
+
+    async def _take(self, message_ids: list[str]) -> list[Message]:
+        replies = await self._state.get_replies(self._run.run_id, message_ids)
+        await self._state.ack_replies(
+            self._run.run_id, [reply.metadata.reply_to_message_id for reply in replies]
+        )
+        return replies
+
+    async def receive(
+        self, message_ids: Iterable[str], *, timeout: float | None = None
+    ) -> AsyncIterator[Message]:
+        pending = dict.fromkeys(message_ids)
+        deadline = None if timeout is None else self._clock.now() + timeout
+        inbox: _Inbox[str] = _Inbox()
+        with self._state.watch_replies(self._run.run_id, inbox.put):
+            ready = list(pending)
+            while pending:
+                for reply in await self._take([i for i in ready if i in pending]):
+                    del pending[reply.metadata.reply_to_message_id]
+                    yield reply
+                if not pending:
+                    return
+                remaining = None if deadline is None else deadline - self._clock.now()
+                with self._clock.move_on_after(remaining) as scope:
+                    ready = await inbox.take()
+                if scope.cancelled_caught:
+                    log.info("receive timed out after %g s; %d replies missing", timeout, len(pending))
+                    return
