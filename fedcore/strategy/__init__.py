@@ -1,0 +1,7 @@
+"""Strategies: pure configure/aggregate methods plus one round driver (``start``)."""
+
+from fedcore.strategy.base import Strategy
+from fedcore.strategy.fedavg import FedAvg
+from fedcore.strategy.result import Result, RoundReport
+
+__all__ = ["FedAvg", "Result", "RoundReport", "Strategy"]

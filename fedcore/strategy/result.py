@@ -1,0 +1,76 @@
+"""What a strategy run produces: the final model and the metrics of every round."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Literal, TypeAlias
+
+from fedcore.domain import ArrayRecord, MetricRecord
+
+Phase: TypeAlias = Literal["train", "evaluate"]
+EvaluateFn: TypeAlias = Callable[
+    [int, ArrayRecord], MetricRecord | None | Awaitable[MetricRecord | None]
+]
+
+
+@dataclass
+class Result:
+    """The outcome of :meth:`Strategy.start`, with metrics keyed by round (0 = before training)."""
+
+    arrays: ArrayRecord = field(default_factory=ArrayRecord)
+    train_metrics_clientapp: dict[int, MetricRecord] = field(default_factory=dict)
+    evaluate_metrics_clientapp: dict[int, MetricRecord] = field(default_factory=dict)
+    evaluate_metrics_serverapp: dict[int, MetricRecord] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RoundReport:
+    """One finished round, as the round driver logs it (and progress displays read it).
+
+    Each log record of a finished round carries its report as the attribute
+    ``fedcore_round``, so a handler can render progress or write metrics without
+    parsing text.
+    """
+
+    server_round: int
+    num_rounds: int
+    replies: int
+    failures: int
+    elapsed: float
+    train_metrics: dict[str, float | list[float]] = field(default_factory=dict)
+    evaluate_metrics: dict[str, float | list[float]] = field(default_factory=dict)
+    server_metrics: dict[str, float | list[float]] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """One line: ``round 3/30: 20 replies, 0 failures, 0.41 s, accuracy=0.8123``."""
+        parts = [
+            f"round {self.server_round}/{self.num_rounds}: {self.replies} replies, "
+            f"{self.failures} failures, {self.elapsed:.2f} s"
+        ]
+        for scope, metrics in (
+            ("train", self.train_metrics),
+            ("evaluate", self.evaluate_metrics),
+            ("server", self.server_metrics),
+        ):
+            parts.extend(f"{scope} {key}={_short(value)}" for key, value in metrics.items())
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class ReplyProgress:
+    """A reply arrived mid-round; carried by DEBUG records as ``fedcore_reply``."""
+
+    server_round: int
+    num_rounds: int
+    phase: str
+    received: int
+    expected: int
+    failures: int
+    started: float
+
+
+def _short(value: float | list[float]) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(f"{v:.4g}" for v in value[:4]) + (", …]" if len(value) > 4 else "]")
+    return f"{value:.4g}"
