@@ -1,0 +1,54 @@
+"""The inline backend: ClientApps in this process — async handlers on the event loop,
+plain ``def`` handlers in worker threads.
+
+Deterministic and cheap to start, for tests, tiny models and debugging with
+breakpoints; heavy numerical work belongs on the process backend. Arrays reach
+the handler as read-only views of the ServerApp's arrays (no copy), as they would
+arrive read-only from shared memory or the network; configs and metrics are
+copied, so a handler cannot change what other nodes receive.
+"""
+
+from __future__ import annotations
+
+from fedcore.apps.client_app import ClientApp
+from fedcore.domain import (
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Message,
+    MetricRecord,
+    Record,
+    RecordDict,
+)
+from fedcore.simulation.backends.base import Backend
+
+
+def read_only_view(content: RecordDict) -> RecordDict:
+    """``content`` with every array a read-only view and every other record a copy."""
+    view = RecordDict()
+    for name, record in content.items():
+        copied: Record
+        if isinstance(record, ArrayRecord):
+            copied = ArrayRecord()
+            for key, array in record.items():
+                readonly = array.view()
+                readonly.flags.writeable = False
+                copied[key] = readonly
+        elif isinstance(record, MetricRecord):
+            copied = MetricRecord(record)
+        else:
+            copied = ConfigRecord(record)
+        view[name] = copied
+    return view
+
+
+class InlineBackend(Backend):
+    """Runs a :class:`ClientApp` object on this process's event loop and threads."""
+
+    def __init__(self, client: ClientApp) -> None:
+        self._client = client
+
+    async def run(self, message: Message, context: Context) -> tuple[Message, Context]:
+        delivered = message.with_content(read_only_view(message.content))
+        reply = await self._client.handle(delivered, context, in_thread=True)
+        return reply, context
