@@ -1,0 +1,1 @@
+"""fedcore quickstart: multinomial logistic regression on scikit-learn's digits."""

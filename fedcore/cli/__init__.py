@@ -1,0 +1,47 @@
+"""The ``fedcore`` command: parse flags, call the runtime, print outcomes. No logic lives here.
+
+Errors a person can fix (a bad flag, a target that does not load, an undeclared
+run-config key) end the command with one line and exit status 2; an exception
+raised by the app's own code is shown with its traceback, since that is the
+app author's to read.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from fedcore import __version__
+from fedcore.cli.simulate import simulate
+from fedcore.errors import FedcoreError, UsageError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="fedcore")
+def cli() -> None:
+    """fedcore: federated learning, simulated on one machine or deployed across many."""
+
+
+cli.add_command(simulate)
+
+
+def main() -> None:
+    """The console script's entry point."""
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except UsageError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except FedcoreError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        click.echo("\ninterrupted", err=True)
+        sys.exit(130)

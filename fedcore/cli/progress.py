@@ -1,0 +1,157 @@
+"""What ``fedcore simulate`` shows while a run goes: log lines, a live line, a summary.
+
+The round driver logs each finished round with a ``RoundReport`` attached and each
+reply with a ``ReplyProgress``; :class:`ProgressDisplay` is a logging handler that
+turns those into output. On a terminal, a live line at the bottom shows the
+current round (replies, failures, elapsed) and log lines scroll above it; anywhere
+else, it writes plain log lines only. It also appends one JSON line per round to
+``--metrics-out`` as each round ends, so a crash loses nothing already done, and
+keeps the reports for the closing summary.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict
+from typing import IO, Any
+
+from fedcore.strategy.result import ReplyProgress, RoundReport
+
+_CLEAR = "\r\x1b[K"
+_REDRAW_EVERY = 0.1
+
+
+class ProgressDisplay(logging.Handler):
+    """A logging handler that renders fedcore's run progress."""
+
+    def __init__(
+        self, stream: IO[str], *, show: int, live: bool, metrics_out: IO[str] | None = None
+    ) -> None:
+        super().__init__(logging.DEBUG)
+        self.stream = stream
+        self.show = show
+        self.live = live
+        self.metrics_out = metrics_out
+        self.reports: list[RoundReport] = []
+        self._live_line = ""
+        self._last_redraw = 0.0
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            progress: ReplyProgress | None = getattr(record, "fedcore_reply", None)
+            report: RoundReport | None = getattr(record, "fedcore_round", None)
+            if progress is not None:
+                self._show_progress(progress, record.created)
+                return
+            if report is not None:
+                self._record(report)
+            if record.levelno >= self.show:
+                self._print(self.format(record))
+        except Exception:
+            self.handleError(record)
+
+    def _record(self, report: RoundReport) -> None:
+        self.reports.append(report)
+        if self.metrics_out is not None:
+            self.metrics_out.write(json.dumps(_as_json(report)) + "\n")
+            self.metrics_out.flush()
+        if self.live:
+            self._live_line = ""
+
+    def _show_progress(self, progress: ReplyProgress, now: float) -> None:
+        if not self.live:
+            return
+        done = progress.received == progress.expected
+        if not done and now - self._last_redraw < _REDRAW_EVERY:
+            return
+        self._last_redraw = now
+        self._live_line = (
+            f"▸ round {progress.server_round}/{progress.num_rounds} · {progress.phase} "
+            f"{progress.received}/{progress.expected} replies · {progress.failures} failures · "
+            f"{max(now - progress.started, 0.0):.1f} s"
+        )
+        self.stream.write(_CLEAR + self._live_line)
+        self.stream.flush()
+
+    def _print(self, line: str) -> None:
+        if self.live:
+            self.stream.write(_CLEAR + line + "\n" + self._live_line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close_live_line(self) -> None:
+        """Erase the live line, before the summary is printed."""
+        if self.live and self._live_line:
+            self.stream.write(_CLEAR)
+            self.stream.flush()
+            self._live_line = ""
+
+
+def _as_json(report: RoundReport) -> dict[str, Any]:
+    row = asdict(report)
+    return {
+        "round": row.pop("server_round"),
+        **{key: row[key] for key in ("num_rounds", "replies", "failures", "elapsed")},
+        "train": row["train_metrics"],
+        "evaluate": row["evaluate_metrics"],
+        "server": row["server_metrics"],
+    }
+
+
+def summary(reports: list[RoundReport], wall_time: float, seed: int, max_rows: int = 12) -> str:
+    """The closing table: a sample of rounds with their metrics, then the totals."""
+    if not reports:
+        return f"no rounds reported · {wall_time:.1f} s · seed {seed}"
+    columns = _metric_columns(reports)
+    header = ["round", "replies", "failures", "time"] + [name for name, _, _ in columns]
+    rows = [
+        [
+            str(report.server_round),
+            str(report.replies),
+            str(report.failures),
+            f"{report.elapsed:.2f}s",
+            *(_cell(getattr(report, field).get(key)) for _, field, key in columns),
+        ]
+        for report in _sample(reports, max_rows)
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)) for row in [header, *rows]]
+    replies = sum(report.replies for report in reports)
+    failures = sum(report.failures for report in reports)
+    lines.append(
+        f"{len(reports)} rounds · {replies} replies · {failures} failures · "
+        f"{wall_time:.1f} s · seed {seed}"
+    )
+    return "\n".join(lines)
+
+
+_SCOPES = (("server_metrics", "server"), ("evaluate_metrics", "eval"), ("train_metrics", "train"))
+
+
+def _metric_columns(reports: list[RoundReport]) -> list[tuple[str, str, str]]:
+    """Up to six (title, report field, metric key) columns, server metrics first."""
+    seen: dict[tuple[str, str, str], None] = {}
+    for report in reports:
+        for field, scope in _SCOPES:
+            for key in getattr(report, field):
+                seen[(f"{scope} {key}", field, key)] = None
+    return list(seen)[:6]
+
+
+def _sample(reports: list[RoundReport], max_rows: int) -> list[RoundReport]:
+    if len(reports) <= max_rows:
+        return reports
+    step = (len(reports) - 1) / (max_rows - 1)
+    picks = sorted({round(i * step) for i in range(max_rows)})
+    return [reports[i] for i in picks]
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return f"[{len(value)} values]"
+    return f"{value:.4g}"
