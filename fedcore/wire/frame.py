@@ -1,0 +1,177 @@
+"""The frame around every payload: a fixed prefix, a msgpack header, then raw array data.
+
+Why not put array bytes inside the msgpack document as ``bin`` values? Because msgpack's
+unpacker returns every ``bin`` as a new ``bytes`` object, so each array would be copied
+on decode; and its packer copies each array into a growing buffer and then again into
+the result. A one-gigabyte model would need several gigabytes to cross the wire. With
+the data out of band, the encoder copies each array exactly once (one ``bytes.join``)
+and the decoder hands out ``np.frombuffer`` views over the received bytes, copying
+nothing. Those views keep the whole received buffer alive while any of them lives.
+
+Layout, offsets from the start of the payload::
+
+    0   b"FC"           magic
+    2   kind            b"R" a RecordDict, b"M" a Message
+    3   version         FORMAT_VERSION; any other version is refused
+    4   header length   uint32, big-endian
+    8   header          msgpack: all structure and values, and each array's dtype,
+                        shape and byte count
+    ... array data      the arrays' bytes in header order, each starting at a multiple
+                        of ALIGNMENT (zero padding before it); nothing after the last
+
+The alignment makes each array aligned for its dtype when the payload itself starts
+16-byte aligned, as CPython ``bytes`` do. Encoding is deterministic, and decoding is
+strict (zero padding, no trailing bytes), so equal content always has equal bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import msgpack
+
+from fedcore.errors import DecodeError
+
+FORMAT_VERSION = 1
+ALIGNMENT = 16
+MAGIC = b"FC"
+RECORDDICT = b"R"
+MESSAGE = b"M"
+_KIND_NAMES = {RECORDDICT: "a RecordDict", MESSAGE: "a Message"}
+_PREFIX_LEN = 8
+_MAX_HEADER = 2**32 - 1
+_MAX_PROBLEM = 300
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeLimits:
+    """Bounds on what a decoder accepts, so hostile input cannot exhaust memory.
+
+    ``max_bytes`` is checked before anything is parsed. The others bound the msgpack
+    header: ``max_str_len`` the length of any str or bytes value (keys included),
+    ``max_items`` the length of any list, ``max_ndim`` the dimensions of an array.
+    """
+
+    max_bytes: int = 2**31 - 1
+    max_str_len: int = 1 << 20
+    max_items: int = 1_000_000
+    max_ndim: int = 32
+
+    def __post_init__(self) -> None:
+        for name in ("max_bytes", "max_str_len", "max_items", "max_ndim"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 0:
+                raise ValueError(f"DecodeLimits.{name} must be a non-negative int, got {value!r}")
+
+
+DEFAULT_LIMITS = DecodeLimits()
+
+
+def fail(problem: str, cause: BaseException | None = None) -> NoReturn:
+    """Raise the one error every malformed payload gives, in at most a few hundred chars.
+
+    Problems quote values from the payload, which may be long; they are cut short.
+    """
+    if len(problem) > _MAX_PROBLEM:
+        problem = problem[: _MAX_PROBLEM - 3] + "..."
+    raise DecodeError(f"invalid payload: {problem}") from cause
+
+
+def encode(kind: bytes, header: object, blobs: Sequence[memoryview]) -> bytes:
+    """Frame a header and the array data it describes, copying each blob once."""
+    packed = msgpack.packb(header, use_bin_type=True)
+    if len(packed) > _MAX_HEADER:
+        raise ValueError(f"payload header of {len(packed)} bytes is too large to frame")
+    parts: list[bytes | memoryview] = [
+        MAGIC + kind + bytes([FORMAT_VERSION]) + len(packed).to_bytes(4, "big"),
+        packed,
+    ]
+    position = _PREFIX_LEN + len(packed)
+    for blob in blobs:
+        pad = -position % ALIGNMENT
+        if pad:
+            parts.append(bytes(pad))
+        parts.append(blob)
+        position += pad + blob.nbytes
+    return b"".join(parts)
+
+
+class BlobReader:
+    """Hands out the array data after the header, in order, checking bounds and padding."""
+
+    __slots__ = ("_position", "_view")
+
+    def __init__(self, view: memoryview, start: int) -> None:
+        self._view = view
+        self._position = start
+
+    def take(self, nbytes: int, what: str) -> memoryview:
+        start = self._position + (-self._position % ALIGNMENT)
+        end = start + nbytes
+        if end > len(self._view):
+            fail(f"{what} ends at byte {end}, past the end of the payload ({len(self._view)})")
+        if any(self._view[self._position : start]):
+            fail(f"nonzero padding before {what}")
+        self._position = end
+        return self._view[start:end]
+
+    def finish(self) -> None:
+        extra = len(self._view) - self._position
+        if extra:
+            fail(f"{extra} unexpected bytes after the last array")
+
+
+def _refuse_ext(code: int, data: bytes) -> NoReturn:
+    raise ValueError(f"msgpack extension type {code} is not allowed")
+
+
+def decode(
+    data: bytes | bytearray | memoryview, kind: bytes, limits: DecodeLimits
+) -> tuple[Any, BlobReader]:
+    """Check the prefix and return the header and a reader of the array data.
+
+    Any fault raises DecodeError. The format has no msgpack maps and no extension
+    types, so the header may contain neither.
+
+    Arrays built over a ``bytearray`` or writable memoryview share its memory: the
+    decoder marks them read-only, but the caller should not reuse the buffer.
+    """
+    view = memoryview(data)
+    if not view.c_contiguous:
+        raise TypeError("data must be a contiguous bytes-like object")
+    if view.ndim != 1 or view.itemsize != 1:
+        view = view.cast("B")
+    size = len(view)
+    if size > limits.max_bytes:
+        fail(f"{size} bytes is more than the limit of {limits.max_bytes}")
+    if size < _PREFIX_LEN or view[:2] != MAGIC:
+        fail("not a fedcore payload (bad magic bytes)")
+    found = bytes(view[2:3])
+    if found != kind:
+        name = _KIND_NAMES.get(found)
+        if name is None:
+            fail(f"unknown payload kind {found!r}")
+        fail(f"this is {name} payload, expected {_KIND_NAMES[kind]}")
+    if view[3] != FORMAT_VERSION:
+        fail(f"unsupported format version {view[3]} (this fedcore reads {FORMAT_VERSION})")
+    end = _PREFIX_LEN + int.from_bytes(view[4:8], "big")
+    if end > size:
+        fail(f"header runs to byte {end}, but the payload has {size}")
+    try:
+        header = msgpack.unpackb(
+            view[_PREFIX_LEN:end],
+            raw=False,
+            use_list=True,
+            strict_map_key=True,
+            ext_hook=_refuse_ext,
+            max_str_len=limits.max_str_len,
+            max_bin_len=limits.max_str_len,
+            max_array_len=limits.max_items,
+            max_map_len=0,
+            max_ext_len=0,
+        )
+    except (ValueError, TypeError, OverflowError, RecursionError, msgpack.UnpackException) as exc:
+        fail(f"bad msgpack header: {str(exc) or type(exc).__name__}", exc)
+    return header, BlobReader(view, end)

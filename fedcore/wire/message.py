@@ -1,0 +1,117 @@
+"""Encoding of a Message: its metadata, then its content or its error.
+
+The header is ``[metadata, content, error]``. ``metadata`` lists the nine
+:class:`~fedcore.domain.message.Metadata` fields in the fixed order of
+:data:`METADATA_FIELDS`, which is part of the format and does not follow the
+dataclass. Exactly one of ``content`` (a RecordDict header, see
+:mod:`fedcore.wire.records`) and ``error`` (``[code, reason]``) is nil.
+
+A decoded Message is assembled field by field rather than through ``Message(...)``,
+whose arguments describe how a message is *made* (a reply copies its routing from the
+original), not what a stored one holds. Every field is checked instead, with the
+rules the constructor enforces: ints for ids, str for names, a known message type,
+a finite creation time and a positive finite ttl. The encoder applies the same checks
+and raises ``TypeError``/``ValueError``, so a bad message fails at the sender.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from fedcore.domain.message import Error, Message, Metadata, check_message_type
+from fedcore.wire import frame
+from fedcore.wire.frame import DEFAULT_LIMITS, DecodeLimits, fail
+from fedcore.wire.records import decode_recorddict, encode_recorddict
+
+METADATA_FIELDS: tuple[tuple[str, type], ...] = (
+    ("run_id", int),
+    ("message_id", str),
+    ("src_node_id", int),
+    ("dst_node_id", int),
+    ("reply_to_message_id", str),
+    ("group_id", str),
+    ("created_at", float),
+    ("ttl", float),
+    ("message_type", str),
+)
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
+
+
+def pack_message(msg: Message) -> bytes:
+    """Encode a Message; its arrays are copied once, straight into the result."""
+    meta = msg.metadata
+    fields = [_encoded(name, kind, getattr(meta, name)) for name, kind in METADATA_FIELDS]
+    blobs: list[memoryview] = []
+    if msg.has_content():
+        header = [fields, encode_recorddict(msg.content, blobs), None]
+    else:
+        code, reason = msg.error.code, msg.error.reason
+        error = [_encoded("error code", int, code), _encoded("error reason", str, reason)]
+        header = [fields, None, error]
+    return frame.encode(frame.MESSAGE, header, blobs)
+
+
+def unpack_message(
+    data: bytes | bytearray | memoryview, limits: DecodeLimits = DEFAULT_LIMITS
+) -> Message:
+    """Decode :func:`pack_message` output; arrays are read-only views into ``data``."""
+    header, reader = frame.decode(data, frame.MESSAGE, limits)
+    if not isinstance(header, list) or len(header) != 3:
+        fail("a message header must be a list of 3 fields")
+    fields, content, error = header
+    if not isinstance(fields, list) or len(fields) != len(METADATA_FIELDS):
+        fail(f"message metadata must be a list of {len(METADATA_FIELDS)} fields")
+    if (content is None) == (error is None):
+        fail("a message carries either content or an error, exactly one")
+    values = {
+        name: _decoded(name, kind, value)
+        for (name, kind), value in zip(METADATA_FIELDS, fields, strict=True)
+    }
+    msg = Message.__new__(Message)
+    msg.metadata = Metadata(**values)
+    msg._content = msg._error = None
+    if error is not None:
+        if not isinstance(error, list) or len(error) != 2:
+            fail("a message error must be a list of 2 fields")
+        code = _decoded("error code", int, error[0])
+        msg._error = Error(code, _decoded("error reason", str, error[1]))
+    else:
+        msg._content = decode_recorddict(content, reader, limits)
+    reader.finish()
+    return msg
+
+
+def _encoded(name: str, kind: type, value: Any) -> Any:
+    """``value`` as exactly ``kind``: an ``ErrorCode`` becomes its int, an int time a float."""
+    if kind is float and type(value) is int:
+        value = float(value)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise TypeError(f"message {name} must be {kind.__name__}, got {type(value).__name__}")
+    if kind is not str:
+        value = kind(value)
+    _check(name, value)
+    return value
+
+
+def _decoded(name: str, kind: type, value: object) -> Any:
+    if type(value) is not kind:
+        fail(f"message {name} must be {kind.__name__}, got {type(value).__name__}")
+    try:
+        _check(name, value)
+    except ValueError as exc:
+        fail(str(exc), exc)
+    return value
+
+
+def _check(name: str, value: object) -> None:
+    """The rules beyond the type: 64-bit ids, sane times, a known message type."""
+    if isinstance(value, int) and not _INT_MIN <= value <= _INT_MAX:
+        raise ValueError(f"message {name} = {value} does not fit in 64 bits")
+    if isinstance(value, float):
+        if name == "created_at" and not math.isfinite(value):
+            raise ValueError(f"message created_at must be finite, got {value!r}")
+        if name == "ttl" and not 0 < value < math.inf:
+            raise ValueError(f"message ttl must be a positive finite number, got {value!r}")
+    if name == "message_type":
+        check_message_type(value)
