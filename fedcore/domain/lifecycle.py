@@ -23,13 +23,13 @@ Messages (ServerApp → node), inside a LinkState::
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import TypeVar
 
 from fedcore.errors import InvalidTransitionError
 
 
-class RunStatus(str, Enum):
+class RunStatus(StrEnum):
     """Where a run is in its life. ``finished:*`` statuses are final."""
 
     PENDING = "pending"
@@ -43,9 +43,6 @@ class RunStatus(str, Enum):
     def finished(self) -> bool:
         return self.value.startswith("finished:")
 
-    def __str__(self) -> str:
-        return self.value
-
 
 RUN_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     RunStatus.PENDING: frozenset({RunStatus.STARTING, RunStatus.FAILED, RunStatus.STOPPED}),
@@ -57,16 +54,13 @@ RUN_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
 }
 
 
-class MessageStatus(str, Enum):
+class MessageStatus(StrEnum):
     """Where a ServerApp's message is on its way to a reply."""
 
     PENDING = "pending"
     LEASED = "leased"
     REPLIED = "replied"
     ACKNOWLEDGED = "acknowledged"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 MESSAGE_TRANSITIONS: dict[MessageStatus, frozenset[MessageStatus]] = {
@@ -82,7 +76,7 @@ _S = TypeVar("_S", RunStatus, MessageStatus)
 def transition(current: _S, new: _S) -> _S:
     """Return ``new`` if the table allows ``current -> new``, else raise."""
     table: dict[_S, frozenset[_S]] = (
-        RUN_TRANSITIONS if isinstance(current, RunStatus) else MESSAGE_TRANSITIONS  # type: ignore[assignment]
+        RUN_TRANSITIONS if isinstance(current, RunStatus) else MESSAGE_TRANSITIONS
     )
     if new not in table[current]:
         kind = "run" if isinstance(current, RunStatus) else "message"

@@ -23,7 +23,7 @@ SERVER_NODE_ID = 1
 """The sender id of every message a ServerApp pushes (Flower's SuperLink node id)."""
 
 MESSAGE_KINDS = ("train", "evaluate", "query", "system")
-_MESSAGE_TYPE = re.compile(r"^(train|evaluate|query|system)(\.[A-Za-z0-9_][A-Za-z0-9_-]*)?$")
+_MESSAGE_TYPE = re.compile(r"(train|evaluate|query|system)(\.[A-Za-z0-9_][A-Za-z0-9_-]*)?")
 
 
 class ErrorCode(IntEnum):
@@ -77,7 +77,7 @@ class Metadata:
 
 def check_message_type(message_type: object) -> str:
     """Return ``message_type`` if it names a known kind with an optional action, else raise."""
-    if not isinstance(message_type, str) or not _MESSAGE_TYPE.match(message_type):
+    if not isinstance(message_type, str) or not _MESSAGE_TYPE.fullmatch(message_type):
         raise ValueError(
             f"message_type must be 'train', 'evaluate' or 'query', optionally with an "
             f"action as in 'train.fast'; got {message_type!r}"
@@ -163,6 +163,8 @@ class Message:
 
     @error.setter
     def error(self, value: Error) -> None:
+        if not self.is_reply:
+            raise ValueError("only a reply can carry an error")
         if not isinstance(value, Error):
             raise TypeError(f"Message error must be an Error, got {type(value).__name__}")
         self._content, self._error = None, value

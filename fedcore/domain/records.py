@@ -41,17 +41,23 @@ def _check_key(record: str, key: object) -> str:
 
 
 def check_array(key: str, value: object) -> NDArray:
-    """Return ``value`` if it is an array an :class:`ArrayRecord` can hold, else raise."""
+    """Return ``value`` as a plain ndarray if an :class:`ArrayRecord` can hold it, else raise.
+
+    Subclasses (``np.memmap``, ``np.matrix``) are stored as plain-ndarray views of the
+    same memory; masked arrays are refused, since their mask could not travel.
+    Extended-precision floats are refused too: their bytes differ between platforms.
+    """
     if not isinstance(value, np.ndarray):
+        raise TypeError(f"ArrayRecord[{key!r}] must be a numpy.ndarray, got {type(value).__name__}")
+    if isinstance(value, np.ma.MaskedArray):
+        raise TypeError(f"ArrayRecord[{key!r}] is a masked array; send .filled() and the mask")
+    dtype = value.dtype
+    if dtype.kind not in ARRAY_KINDS or dtype.fields is not None or dtype.char in "gG":
         raise TypeError(
-            f"ArrayRecord[{key!r}] must be a numpy.ndarray, got {type(value).__name__}"
+            f"ArrayRecord[{key!r}] has dtype {dtype}; only bool, integer, float (up to 64 bits) "
+            "and complex (up to 128 bits) arrays can be sent"
         )
-    if value.dtype.kind not in ARRAY_KINDS or value.dtype.fields is not None:
-        raise TypeError(
-            f"ArrayRecord[{key!r}] has dtype {value.dtype}; only bool, integer, float and "
-            "complex arrays can be sent"
-        )
-    return value
+    return value if type(value) is np.ndarray else value.view(np.ndarray)
 
 
 class _Record(MutableMapping[str, _T]):
@@ -186,11 +192,11 @@ def _config_scalar(context: str, value: object) -> ConfigScalar:
         return _check_int(context, int(value))
     if isinstance(value, float | np.floating):
         return float(value)
-    if isinstance(value, str | bytes):
-        return value
-    raise TypeError(
-        f"{context} must be bool, int, float, str or bytes, got {type(value).__name__}"
-    )
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, bytes):
+        return bytes(value)
+    raise TypeError(f"{context} must be bool, int, float, str or bytes, got {type(value).__name__}")
 
 
 class ConfigRecord(_Record[ConfigValue]):

@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedcore import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+
+
+def test_array_record_from_mapping_keeps_arrays_without_copy() -> None:
+    w = np.ones((2, 3), dtype=np.float32)
+    record = ArrayRecord({"w": w})
+    assert record["w"] is w
+
+
+def test_array_record_from_list_gets_numbered_keys() -> None:
+    arrays = [np.zeros(2), np.ones(3), np.arange(4)]
+    record = ArrayRecord(arrays)
+    assert list(record) == ["0", "1", "2"]
+    assert all(a is b for a, b in zip(record.to_numpy_ndarrays(), arrays, strict=True))
+
+
+def test_array_record_nbytes() -> None:
+    assert ArrayRecord({"a": np.zeros(10, np.float32), "b": np.zeros(2)}).nbytes == 56
+
+
+@pytest.mark.parametrize("value", [[1.0, 2.0], 3.0, "w", None, np.array(["a"]), np.array([None])])
+def test_array_record_rejects_non_arrays(value: object) -> None:
+    with pytest.raises(TypeError, match="ArrayRecord"):
+        ArrayRecord({"w": value})  # type: ignore[dict-item]
+
+
+def test_array_record_rejects_structured_and_bad_keys() -> None:
+    with pytest.raises(TypeError, match="dtype"):
+        ArrayRecord({"w": np.zeros(2, dtype=[("a", "i4")])})
+    with pytest.raises(TypeError, match="keys must be str"):
+        ArrayRecord({1: np.zeros(1)})  # type: ignore[dict-item]
+    with pytest.raises(TypeError, match="single ndarray"):
+        ArrayRecord(np.zeros(3))
+    record = ArrayRecord()
+    with pytest.raises(TypeError):
+        record["x"] = [1, 2]  # type: ignore[assignment]
+
+
+def test_array_record_equality_is_exact() -> None:
+    a = ArrayRecord({"w": np.array([1.0, np.nan])})
+    assert a == ArrayRecord({"w": np.array([1.0, np.nan])})
+    assert a != ArrayRecord({"w": np.array([1.0, np.nan], dtype=np.float32)})
+    assert a != ArrayRecord({"v": np.array([1.0, np.nan])})
+    assert ArrayRecord({"w": np.array([0.0])}) != ArrayRecord({"w": np.array([-0.0])})
+
+
+def test_metric_record_types() -> None:
+    record = MetricRecord({"n": 3, "loss": 0.5, "hist": [1, 2.5], "np": np.float32(0.25)})
+    assert record["np"] == 0.25
+    assert type(record["np"]) is float
+    assert type(MetricRecord({"i": np.int64(4)})["i"]) is int
+    for bad in (True, "x", None, [1, "a"], {"a": 1}, 2**64):
+        with pytest.raises(TypeError):
+            MetricRecord({"m": bad})  # type: ignore[dict-item]
+
+
+def test_config_record_types() -> None:
+    record = ConfigRecord({"lr": 0.1, "name": "x", "on": True, "raw": b"\x00", "ids": [1, 2]})
+    assert record["on"] is True
+    assert ConfigRecord({"flags": (True, np.bool_(False))})["flags"] == [True, False]
+    for bad in (None, {"a": 1}, [1, "a"], [True, 1], object(), -(2**63) - 1):
+        with pytest.raises(TypeError):
+            ConfigRecord({"c": bad})  # type: ignore[dict-item]
+
+
+def test_records_tell_int_from_float_and_bool() -> None:
+    assert ConfigRecord({"x": 1}) != ConfigRecord({"x": 1.0})
+    assert ConfigRecord({"x": True}) != ConfigRecord({"x": 1})
+    assert MetricRecord({"x": float("nan")}) == MetricRecord({"x": float("nan")})
+
+
+def test_record_dict_holds_records_only() -> None:
+    arrays, metrics, config = ArrayRecord(), MetricRecord({"a": 1}), ConfigRecord({"b": "c"})
+    content = RecordDict({"arrays": arrays, "metrics": metrics, "config": config})
+    assert content.array_records == {"arrays": arrays}
+    assert content.metric_records == {"metrics": metrics}
+    assert content.config_records == {"config": config}
+    with pytest.raises(TypeError, match="RecordDict"):
+        RecordDict({"x": {"a": 1}})  # type: ignore[dict-item]
+    with pytest.raises(TypeError):
+        content["x"] = np.zeros(1)  # type: ignore[assignment]
+
+
+def test_records_are_unhashable_mappings() -> None:
+    with pytest.raises(TypeError):
+        hash(MetricRecord())
+    record = ConfigRecord({"a": 1})
+    record.update({"b": 2})
+    del record["a"]
+    assert dict(record) == {"b": 2}
+    assert "ConfigRecord" in repr(record)
+    assert (
+        repr(ArrayRecord({"w": np.zeros((2, 3), np.float32)}))
+        == "ArrayRecord({'w': float32[2, 3]})"
+    )
+
+
+def test_array_subclasses_are_stored_as_plain_views(tmp_path: Path) -> None:
+    mapped = np.memmap(tmp_path / "w.bin", dtype=np.float32, mode="w+", shape=(3,))
+    stored = ArrayRecord({"m": mapped})["m"]
+    assert type(stored) is np.ndarray
+    assert np.shares_memory(stored, mapped)
+    del stored, mapped
+    with pytest.raises(TypeError, match="masked"):
+        ArrayRecord({"m": np.ma.masked_array([1, 2], mask=[0, 1])})
+    with pytest.raises(TypeError, match="dtype"):
+        ArrayRecord({"x": np.zeros(2, dtype=np.longdouble)})
+
+
+def test_config_strings_are_stored_as_exact_str_and_bytes() -> None:
+    class Name(str):
+        pass
+
+    class Raw(bytes):
+        pass
+
+    record = ConfigRecord({"n": Name("x"), "b": Raw(b"y")})
+    assert type(record["n"]) is str
+    assert type(record["b"]) is bytes
