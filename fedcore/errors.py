@@ -73,7 +73,7 @@ class ConflictError(StateError):
 
 
 class ReplyRejectedError(StateError):
-    """A reply that cannot be accepted: its message expired, was answered, or is not the sender's."""
+    """A reply that cannot be accepted: its message expired or was answered by fedcore."""
 
 
 class InvalidTransitionError(StateError):

@@ -128,5 +128,8 @@ class SimulationEngine:
             log.warning("reply from node %d dropped: %s", node_id, exc)
 
     def _new_context(self, run: Run, node_id: int) -> Context:
-        node_config = {"partition-id": self._partitions[node_id], "num-partitions": len(self._partitions)}
+        node_config = {
+            "partition-id": self._partitions[node_id],
+            "num-partitions": len(self._partitions),
+        }
         return Context(run.run_id, node_id, node_config, RecordDict(), dict(run.run_config))

@@ -20,7 +20,11 @@ class Resources:
     def __post_init__(self) -> None:
         for name in ("num_cpus", "num_gpus"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+            ):
                 raise ValueError(f"Resources({name}=...) must be a finite number, got {value!r}")
         if self.num_cpus <= 0:
             raise ValueError(f"Resources(num_cpus=...) must be positive, got {self.num_cpus}")

@@ -31,7 +31,9 @@ def _cast_back(total: NDArray, dtype: np.dtype[Any]) -> NDArray:
     return total.astype(dtype)
 
 
-def weighted_average_arrays(records: Sequence[ArrayRecord], weights: Sequence[float]) -> ArrayRecord:
+def weighted_average_arrays(
+    records: Sequence[ArrayRecord], weights: Sequence[float]
+) -> ArrayRecord:
     """The weighted mean of ``records``, key by key; every record has the same keys and shapes.
 
     Raises ``ValueError`` when there is nothing to average, the weights do not sum

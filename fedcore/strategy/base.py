@@ -22,7 +22,6 @@ from fedcore.strategy.result import EvaluateFn, Phase, Result
 from fedcore.strategy.rounds import run_rounds
 
 
-
 class Strategy(ABC):
     """The base of every strategy."""
 
@@ -97,7 +96,9 @@ class Strategy(ABC):
         evaluates on the server after every round (and once before the first).
         """
         if not isinstance(initial_arrays, ArrayRecord):
-            raise TypeError(f"initial_arrays must be an ArrayRecord, got {type(initial_arrays).__name__}")
+            raise TypeError(
+                f"initial_arrays must be an ArrayRecord, got {type(initial_arrays).__name__}"
+            )
         if isinstance(num_rounds, bool) or not isinstance(num_rounds, int) or num_rounds < 0:
             raise ValueError(f"num_rounds must be a non-negative int, got {num_rounds!r}")
         if not timeout > 0:

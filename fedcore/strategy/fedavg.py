@@ -69,7 +69,8 @@ class FedAvg(Strategy):
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(fraction_train={self.fraction_train}, "
-            f"fraction_evaluate={self.fraction_evaluate}, min_available_nodes={self.min_available_nodes})"
+            f"fraction_evaluate={self.fraction_evaluate}, "
+            f"min_available_nodes={self.min_available_nodes})"
         )
 
     def min_nodes(self, phase: Phase) -> int:
@@ -124,18 +125,24 @@ class FedAvg(Strategy):
         contents = [reply.content for reply in valid]
         weights = [self._weight(content) for content in contents]
         if sum(weights) <= 0:
-            log.warning("round %d train: all replies weigh 0 examples; model unchanged", server_round)
+            log.warning(
+                "round %d train: all replies weigh 0 examples; model unchanged", server_round
+            )
             return None, self.train_metrics_aggr_fn(contents, self.weighted_by_key)
         arrays = weighted_average_arrays(
             [next(iter(content.array_records.values())) for content in contents], weights
         )
         return arrays, self.train_metrics_aggr_fn(contents, self.weighted_by_key)
 
-    def aggregate_evaluate(self, server_round: int, replies: Sequence[Message]) -> MetricRecord | None:
+    def aggregate_evaluate(
+        self, server_round: int, replies: Sequence[Message]
+    ) -> MetricRecord | None:
         valid = self._valid_replies(server_round, "evaluate", replies)
         if not valid:
             return None
-        return self.evaluate_metrics_aggr_fn([reply.content for reply in valid], self.weighted_by_key)
+        return self.evaluate_metrics_aggr_fn(
+            [reply.content for reply in valid], self.weighted_by_key
+        )
 
     def _weight(self, content: RecordDict) -> float:
         metrics = next(iter(content.metric_records.values()))

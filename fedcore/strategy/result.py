@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
 from fedcore.domain import ArrayRecord, MetricRecord
+from fedcore.domain.records import MetricValue
 
 Phase: TypeAlias = Literal["train", "evaluate"]
 EvaluateFn: TypeAlias = Callable[
-    [int, ArrayRecord], MetricRecord | None | Awaitable[MetricRecord | None]
+    [int, ArrayRecord], Awaitable[MetricRecord | None] | MetricRecord | None
 ]
 
 
@@ -38,9 +39,9 @@ class RoundReport:
     replies: int
     failures: int
     elapsed: float
-    train_metrics: dict[str, float | list[float]] = field(default_factory=dict)
-    evaluate_metrics: dict[str, float | list[float]] = field(default_factory=dict)
-    server_metrics: dict[str, float | list[float]] = field(default_factory=dict)
+    train_metrics: dict[str, MetricValue] = field(default_factory=dict)
+    evaluate_metrics: dict[str, MetricValue] = field(default_factory=dict)
+    server_metrics: dict[str, MetricValue] = field(default_factory=dict)
 
     def describe(self) -> str:
         """One line: ``round 3/30: 20 replies, 0 failures, 0.41 s, accuracy=0.8123``."""
@@ -70,7 +71,7 @@ class ReplyProgress:
     started: float
 
 
-def _short(value: float | list[float]) -> str:
+def _short(value: MetricValue) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(f"{v:.4g}" for v in value[:4]) + (", …]" if len(value) > 4 else "]")
     return f"{value:.4g}"

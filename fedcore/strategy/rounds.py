@@ -45,7 +45,9 @@ def sampling_seed(run: Run) -> int | None:
     return seed if isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0 else None
 
 
-def shuffled(node_ids: Iterable[int], seed: int | None, server_round: int, phase: Phase) -> list[int]:
+def shuffled(
+    node_ids: Iterable[int], seed: int | None, server_round: int, phase: Phase
+) -> list[int]:
     """``node_ids`` in an order fixed by (seed, round, phase); random when ``seed`` is None."""
     ordered = sorted(node_ids)
     entropy = None if seed is None else [seed, server_round, _PHASES.index(phase)]
@@ -124,7 +126,12 @@ async def run_rounds(
 
 
 async def _candidates(
-    grid: Grid, strategy: Strategy, phase: Phase, server_round: int, seed: int | None, timeout: float
+    grid: Grid,
+    strategy: Strategy,
+    phase: Phase,
+    server_round: int,
+    seed: int | None,
+    timeout: float,
 ) -> list[int]:
     needed = strategy.min_nodes(phase)
     if needed <= 0:
@@ -155,7 +162,9 @@ async def _exchange(
             progress = ReplyProgress(
                 server_round, num_rounds, phase, len(replies), len(ids), len(errors), started
             )
-            log.debug("%s reply %d/%d", phase, len(replies), len(ids), extra={"fedcore_reply": progress})
+            log.debug(
+                "%s reply %d/%d", phase, len(replies), len(ids), extra={"fedcore_reply": progress}
+            )
     missing = len(ids) - len(replies)
     if errors or missing:
         _log_failures(server_round, phase, errors, missing, timeout)
@@ -192,7 +201,9 @@ async def _evaluate_on_server(
         if inspect.isawaitable(outcome):
             outcome = await outcome
     if outcome is not None and not isinstance(outcome, MetricRecord):
-        raise TypeError(f"evaluate_fn must return a MetricRecord or None, got {type(outcome).__name__}")
+        raise TypeError(
+            f"evaluate_fn must return a MetricRecord or None, got {type(outcome).__name__}"
+        )
     return outcome
 
 

@@ -23,7 +23,9 @@ def _data(context: fc.Context) -> tuple[np.ndarray, np.ndarray]:
 def train(msg: fc.Message, context: fc.Context) -> fc.Message:
     x, y = _data(context)
     config = msg.content["config"]
-    rng = np.random.default_rng([context.run_config["seed"], context.node_config["partition-id"], config["server-round"]])
+    rng = np.random.default_rng(
+        [context.run_config["seed"], context.node_config["partition-id"], config["server-round"]]
+    )
     model, loss = task.train(
         dict(msg.content["arrays"]),
         x,
@@ -34,7 +36,9 @@ def train(msg: fc.Message, context: fc.Context) -> fc.Message:
         rng=rng,
     )
     metrics = fc.MetricRecord({"num-examples": len(x), "loss": loss})
-    return fc.Message(fc.RecordDict({"arrays": fc.ArrayRecord(model), "metrics": metrics}), reply_to=msg)
+    return fc.Message(
+        fc.RecordDict({"arrays": fc.ArrayRecord(model), "metrics": metrics}), reply_to=msg
+    )
 
 
 @client.evaluate()

@@ -18,7 +18,9 @@ def evaluate_on_server(server_round: int, arrays: fc.ArrayRecord) -> fc.MetricRe
 @server.main()
 async def main(grid: fc.Grid, context: fc.Context) -> fc.ArrayRecord:
     config = context.run_config
-    strategy = FedAvg(fraction_train=config["fraction-train"], fraction_evaluate=config["fraction-evaluate"])
+    strategy = FedAvg(
+        fraction_train=config["fraction-train"], fraction_evaluate=config["fraction-evaluate"]
+    )
     result = await strategy.start(
         grid=grid,
         initial_arrays=fc.ArrayRecord(task.initial_model()),

@@ -37,7 +37,9 @@ def _partitions(num_partitions: int, alpha: float, seed: int) -> list[np.ndarray
     return DirichletPartitioner(num_partitions, alpha=alpha, seed=seed).split(y_train)
 
 
-def local_data(partition_id: int, num_partitions: int, alpha: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def local_data(
+    partition_id: int, num_partitions: int, alpha: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     """The training samples of one node."""
     x_train, y_train, _, _ = dataset()
     indices = _partitions(num_partitions, alpha, seed)[partition_id]
@@ -56,7 +58,14 @@ def _probabilities(model: Arrays, x: np.ndarray) -> np.ndarray:
 
 
 def train(
-    model: Arrays, x: np.ndarray, y: np.ndarray, *, epochs: int, batch_size: int, lr: float, rng: np.random.Generator
+    model: Arrays,
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    rng: np.random.Generator,
 ) -> tuple[Arrays, float]:
     """SGD on the cross-entropy; returns the new model and the mean training loss."""
     w, b = model["w"].copy(), model["b"].copy()

@@ -119,5 +119,7 @@ class InProcGrid(Grid):
                 with self._clock.move_on_after(remaining) as scope:
                     ready = await inbox.take()
                 if scope.cancelled_caught:
-                    log.info("receive timed out after %g s; %d replies missing", timeout, len(pending))
+                    log.info(
+                        "receive timed out after %g s; %d replies missing", timeout, len(pending)
+                    )
                     return

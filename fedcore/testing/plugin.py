@@ -1,0 +1,64 @@
+"""A pytest plugin: anyio on asyncio in debug mode, a fake clock, and a blocked-loop check.
+
+Enable it with ``-p fedcore.testing.plugin`` (fedcore's own suite does so in
+pyproject.toml). Async tests run on asyncio with debug mode on, and a test fails if
+the event loop reports a callback that held it for longer than
+``BLOCKING_THRESHOLD`` seconds: code that blocks the loop stalls every node and
+reply in a simulation, so it is a bug even when the test's assertions pass.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from fedcore.testing.clock import FakeClock
+
+BLOCKING_THRESHOLD = 0.5
+
+
+@pytest.fixture
+def anyio_backend() -> tuple[str, dict[str, Any]]:
+    return "asyncio", {"debug": True}
+
+
+@pytest.fixture
+def fake_clock() -> FakeClock:
+    return FakeClock()
+
+
+class _SlowCallbacks(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.reports: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if not message.startswith("Executing "):
+            return
+        seconds = float(message.rsplit(" took ", 1)[-1].removesuffix(" seconds"))
+        if seconds >= BLOCKING_THRESHOLD:
+            self.reports.append(message)
+
+
+@pytest.fixture(autouse=True)
+def _event_loop_never_blocks(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test during which something held the event loop too long."""
+    handler = _SlowCallbacks()
+    logger = logging.getLogger("asyncio")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+    if handler.reports and request.node.get_closest_marker("blocks_loop") is None:
+        pytest.fail("the event loop was blocked:\n" + "\n".join(handler.reports), pytrace=False)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "blocks_loop: the test knowingly blocks the event loop (skips the check)"
+    )

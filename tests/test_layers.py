@@ -1,0 +1,103 @@
+"""Imports point downward (DESIGN.md §2), and each third-party library stays behind its door.
+
+Each fedcore package may import only the packages listed for it below; a new package
+must be added here, on purpose, before it can import anything.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import fedcore
+
+ROOT = Path(fedcore.__file__).parent
+
+BASE = {"errors", "clock"}
+ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "clock": set(),
+    "domain": {"errors"},
+    "wire": {"errors", "domain"},
+    "data": set(),
+    "apps": BASE | {"domain"},
+    "state": BASE | {"domain", "wire"},
+    "strategy": BASE | {"domain", "apps"},
+    "transport": BASE | {"domain", "wire", "state", "apps"},
+    "roles": BASE | {"domain", "wire", "state", "transport", "apps"},
+    "simulation": BASE | {"domain", "wire", "state", "transport", "apps"},
+    "runtime": BASE | {"domain", "wire", "state", "transport", "apps", "roles", "simulation"},
+    "cli": BASE
+    | {"domain", "wire", "state", "transport", "apps", "roles", "simulation", "runtime"}
+    | {"strategy", "__init__"},
+    "testing": BASE | {"domain", "wire", "state", "transport", "apps", "simulation", "strategy"},
+    "__init__": {"apps", "domain", "simulation"},
+}
+
+# Third-party modules that only some packages may import.
+GUARDED: dict[str, set[str]] = {
+    "msgpack": {"wire"},
+    "betterproto": {"wire"},
+    "grpclib": {"transport"},
+    "aiohttp": {"transport"},
+    "pytest": {"testing"},
+    "anyio": set(ALLOWED) - {"domain", "wire", "data", "errors"},
+}
+
+
+def modules() -> Iterator[tuple[str, Path]]:
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if "_pb" in parts:
+            continue
+        yield parts[0], path
+
+
+def imports(path: Path) -> Iterator[str]:
+    package = ".".join(("fedcore", *path.relative_to(ROOT).parent.parts))
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                yield f"{base}.{node.module}" if node.module else base
+            elif node.module:
+                yield node.module
+
+
+def violations(layer: str, names: list[str]) -> list[str]:
+    """The imported names that ``layer`` may not import."""
+    bad = []
+    for name in names:
+        top, _, rest = name.partition(".")
+        if top == "fedcore":
+            target = rest.split(".")[0] or "__init__"
+            if target != layer and target not in ALLOWED[layer]:
+                bad.append(name)
+        elif top in GUARDED and layer not in GUARDED[top]:
+            bad.append(name)
+    return bad
+
+
+@pytest.mark.parametrize(("layer", "path"), list(modules()), ids=lambda v: str(v))
+def test_imports_point_downward(layer: str, path: Path) -> None:
+    assert layer in ALLOWED, f"package {layer!r} has no entry in ALLOWED"
+    assert violations(layer, list(imports(path))) == []
+
+
+def test_the_checker_catches_upward_and_guarded_imports() -> None:
+    assert violations("domain", ["fedcore.state.memory", "msgpack", "numpy", "fedcore.errors"]) == [
+        "fedcore.state.memory",
+        "msgpack",
+    ]
+    assert violations("apps", ["fedcore", "anyio"]) == ["fedcore"]
+    assert violations("domain", ["anyio.abc"]) == ["anyio.abc"]
+
+
+def test_imports_are_read_from_source() -> None:
+    names = list(imports(ROOT / "domain" / "records.py"))
+    assert "numpy" in names
