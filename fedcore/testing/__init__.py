@@ -7,5 +7,6 @@ fixtures (enable it with ``-p fedcore.testing.plugin``).
 """
 
 from fedcore.testing.clock import FakeClock
+from fedcore.testing.reports import round_reports
 
-__all__ = ["FakeClock"]
+__all__ = ["FakeClock", "round_reports"]
