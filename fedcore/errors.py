@@ -19,7 +19,8 @@ them, as Python code is expected to.
     │   │   ├── NodeNotFoundError
     │   │   └── MessageNotFoundError
     │   ├── ConflictError           same id, different content
-    │   ├── ReplyRejectedError      a reply to an expired, finished or foreign message
+    │   ├── ReplyRejectedError      a reply to a message that expired or was answered by fedcore
+    │   ├── RunFinishedError        messages pushed to a run that has finished
     │   └── InvalidTransitionError  a lifecycle move the transition table forbids
     └── NotEnoughNodesError (TimeoutError)
                                     waited for nodes past the timeout
@@ -74,6 +75,10 @@ class ConflictError(StateError):
 
 class ReplyRejectedError(StateError):
     """A reply that cannot be accepted: its message expired or was answered by fedcore."""
+
+
+class RunFinishedError(StateError):
+    """The run has finished; it takes no more messages."""
 
 
 class InvalidTransitionError(StateError):

@@ -55,7 +55,8 @@ class LinkState(ABC):
         """Register ``count`` nodes, online now, and return their new ids.
 
         ``heartbeat_interval`` is how often each node promises to heartbeat;
-        ``math.inf`` registers nodes that never go offline (simulation).
+        ``math.inf`` registers nodes that never go offline (simulation). A negative
+        ``count`` or an interval that is not positive raises ``ValueError``.
         """
 
     async def create_node(self, *, heartbeat_interval: float) -> int:
@@ -69,7 +70,11 @@ class LinkState(ABC):
 
     @abstractmethod
     async def heartbeat(self, node_id: int, *, heartbeat_interval: float) -> None:
-        """Mark a node alive for another ``patience × heartbeat_interval`` seconds."""
+        """Mark a node alive for another ``patience × heartbeat_interval`` seconds.
+
+        Revives a node that went offline (its messages stay answered). An unknown or
+        deleted node raises ``NodeNotFoundError``; a bad interval, ``ValueError``.
+        """
 
     @abstractmethod
     async def get_node_ids(self) -> list[int]:
@@ -99,7 +104,8 @@ class LinkState(ABC):
         """Store messages for their nodes; stamp and return their ids.
 
         Each message gets ``run_id``, a fresh ``message_id``, ``src_node_id`` (the
-        server) and ``created_at`` written into its metadata.
+        server) and ``created_at`` written into its metadata. A finished run raises
+        ``RunFinishedError``.
         """
 
     @abstractmethod
@@ -112,7 +118,12 @@ class LinkState(ABC):
 
     @abstractmethod
     async def ack_replies(self, run_id: int, message_ids: Iterable[str]) -> None:
-        """The ServerApp has these replies: delete them and their messages."""
+        """The ServerApp has these replies: delete them and their messages.
+
+        Ids the run does not know (never pushed, another run's, already acknowledged)
+        are ignored, so acknowledging twice is harmless. A message without its reply
+        yet raises ``InvalidTransitionError``, and then nothing is deleted.
+        """
 
     # The node's side -----------------------------------------------------------------
 
@@ -128,7 +139,12 @@ class LinkState(ABC):
 
     @abstractmethod
     async def push_reply(self, node_id: int, reply: Message) -> str:
-        """Store a reply from ``node_id`` (the authenticated sender) and return its id."""
+        """Store a reply from ``node_id`` (the authenticated sender) and return its id.
+
+        The state stamps the reply from the message it answers (run, sender,
+        destination, group, ``created_at``, a fresh id) and bounds its ``ttl`` by what
+        remains of the message's, so a reply never outlives its message.
+        """
 
     # Notifications ---------------------------------------------------------------
 
@@ -144,4 +160,7 @@ class LinkState(ABC):
 
     @abstractmethod
     def watch_nodes(self, callback: Callable[[int], None]) -> Subscription:
-        """Call ``callback(node_id)`` when a node comes online, goes offline or is deleted."""
+        """Call ``callback(node_id)`` when a node comes online, goes offline or is deleted.
+
+        Once per change: a node that stays offline is not announced again.
+        """

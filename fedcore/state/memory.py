@@ -43,6 +43,7 @@ from fedcore.errors import (
     MessageNotFoundError,
     NodeNotFoundError,
     ReplyRejectedError,
+    RunFinishedError,
     RunNotFoundError,
 )
 from fedcore.state.base import DEFAULT_HEARTBEAT_PATIENCE, LinkState
@@ -53,6 +54,7 @@ from fedcore.state.notify import Subscription, Topic
 class _Node:
     heartbeat_interval: float
     online_until: float
+    online: bool = True  # false once the reaper has declared it offline
 
 
 @dataclass(slots=True)
@@ -166,9 +168,11 @@ class InMemoryLinkState(LinkState):
         self._message_topic.publish(node_id, node_id)
 
     def _check_node(self, node_id: int, now: float) -> None:
+        # A node has one timer per heartbeat; only the first that finds it silent acts.
         node = self._nodes.get(node_id)
-        if node is None or node.online_until > now:
+        if node is None or not node.online or node.online_until > now:
             return
+        node.online = False
         self._fail_open_messages(node_id, "node went offline: no heartbeat in time")
         self._node_topic.publish(node_id, node_id)
 
@@ -187,8 +191,7 @@ class InMemoryLinkState(LinkState):
     async def create_nodes(self, count: int, *, heartbeat_interval: float) -> list[int]:
         if count < 0:
             raise ValueError(f"cannot create {count} nodes")
-        if not heartbeat_interval > 0:
-            raise ValueError(f"heartbeat_interval must be positive, got {heartbeat_interval}")
+        _check_interval(heartbeat_interval)
         self._fire_due()
         online_until = self._clock.now() + self._patience * heartbeat_interval
         created = []
@@ -209,11 +212,13 @@ class InMemoryLinkState(LinkState):
         self._node_topic.publish(node_id, node_id)
 
     async def heartbeat(self, node_id: int, *, heartbeat_interval: float) -> None:
+        _check_interval(heartbeat_interval)
         self._fire_due()
         node = self._nodes.get(node_id)
         if node is None:
             raise NodeNotFoundError(f"no node {node_id}")
-        was_online = node.online_until > self._clock.now()
+        # _fire_due() has just declared the node offline if its deadline passed.
+        was_online, node.online = node.online, True
         node.heartbeat_interval = heartbeat_interval
         node.online_until = self._clock.now() + self._patience * heartbeat_interval
         self._schedule(node.online_until, _NODE, node_id)
@@ -260,7 +265,7 @@ class InMemoryLinkState(LinkState):
         self._fire_due()
         row = self._run_row(run_id)
         if row.run.status.finished:
-            raise ReplyRejectedError(f"run {run_id} is {row.run.status}; it takes no messages")
+            raise RunFinishedError(f"run {run_id} is {row.run.status}; it takes no messages")
         now = self._clock.now()
         ids = []
         for message in messages:
@@ -299,12 +304,17 @@ class InMemoryLinkState(LinkState):
         return replies
 
     async def ack_replies(self, run_id: int, message_ids: Iterable[str]) -> None:
+        self._fire_due()
         row = self._run_row(run_id)
+        known: dict[str, _Entry] = {}
         for message_id in message_ids:
             entry = self._messages.get(message_id)
             if entry is None or entry.message.metadata.run_id != run_id:
                 continue
+            # Check them all before deleting any: a refused ack changes nothing.
             transition(entry.status, MessageStatus.ACKNOWLEDGED)
+            known[message_id] = entry
+        for message_id in known:
             del self._messages[message_id]
             row.message_ids.discard(message_id)
 
@@ -316,7 +326,7 @@ class InMemoryLinkState(LinkState):
         self._fire_due()
         if node_id not in self._nodes:
             raise NodeNotFoundError(f"no node {node_id}")
-        pulled = []
+        pulled: list[Message] = []
         for message_id in self._open.get(node_id, ()):
             if limit is not None and len(pulled) >= limit:
                 break
@@ -347,6 +357,7 @@ class InMemoryLinkState(LinkState):
         meta = reply.metadata
         meta.run_id, meta.src_node_id, meta.dst_node_id = original.run_id, node_id, SERVER_NODE_ID
         meta.group_id, meta.created_at = original.group_id, self._clock.now()
+        meta.ttl = min(meta.ttl, original.expires_at - meta.created_at)
         meta.message_id = self._new_message_id()
         self._store_reply(entry, reply, generated=False)
         return meta.message_id
@@ -356,9 +367,8 @@ class InMemoryLinkState(LinkState):
         assert stored is not None
         if entry.generated:
             raise ReplyRejectedError(f"message already answered by fedcore: {stored.error.reason}")
-        same = (
-            stored.has_error() == reply.has_error()
-            and (stored.error == reply.error if stored.has_error() else stored.content == reply.content)
+        same = stored.has_error() == reply.has_error() and (
+            stored.error == reply.error if stored.has_error() else stored.content == reply.content
         )
         if not same:
             raise ConflictError(
@@ -399,9 +409,12 @@ class InMemoryLinkState(LinkState):
         return self._node_topic.subscribe(callback)
 
 
+def _check_interval(heartbeat_interval: float) -> None:
+    if not heartbeat_interval > 0:
+        raise ValueError(f"heartbeat_interval must be positive, got {heartbeat_interval}")
+
+
 def _unknown_message_reply(run_id: int, message_id: str) -> Message:
-    metadata = Metadata(
-        run_id=run_id, dst_node_id=SERVER_NODE_ID, reply_to_message_id=message_id
-    )
+    metadata = Metadata(run_id=run_id, dst_node_id=SERVER_NODE_ID, reply_to_message_id=message_id)
     reason = f"run {run_id} has no message {message_id!r} (never pushed, or already acknowledged)"
     return assemble_message(metadata, error=Error(int(ErrorCode.MESSAGE_UNAVAILABLE), reason))
