@@ -17,6 +17,10 @@ class App:
 
     def __post_init__(self) -> None:
         if not isinstance(self.server, ServerApp):
-            raise TypeError(f"App(server=...) must be a ServerApp, got {type(self.server).__name__}")
+            raise TypeError(
+                f"App(server=...) must be a ServerApp, got {type(self.server).__name__}"
+            )
         if not isinstance(self.client, ClientApp):
-            raise TypeError(f"App(client=...) must be a ClientApp, got {type(self.client).__name__}")
+            raise TypeError(
+                f"App(client=...) must be a ClientApp, got {type(self.client).__name__}"
+            )

@@ -103,23 +103,26 @@ class ClientApp:
                 message, f"this ClientApp has no handler for {message_type!r} (it handles: {known})"
             )
         try:
-            if inspect.iscoroutinefunction(handler):
-                reply = await handler(message, context)
-            elif in_thread:
+            if in_thread and not _is_async(handler):
                 reply = await anyio.to_thread.run_sync(handler, message, context)
             else:
                 reply = handler(message, context)
-                if inspect.isawaitable(reply):
-                    reply = await reply
+            if inspect.isawaitable(reply):  # async handlers, and plain ones returning a coroutine
+                reply = await reply
         except Exception as exc:
             self._log_failure(message, exc)
-            return _error_reply(message, f"{type(exc).__name__}: {exc}")
+            text = str(exc)
+            return _error_reply(
+                message, f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+            )
         return _check_reply(message, reply)
 
     def _log_failure(self, message: Message, exc: Exception) -> None:
         meta = message.metadata
         if self._warned:
-            log.debug("%s handler raised on node %d", meta.message_type, meta.dst_node_id, exc_info=exc)
+            log.debug(
+                "%s handler raised on node %d", meta.message_type, meta.dst_node_id, exc_info=exc
+            )
             return
         self._warned = True
         log.warning(
@@ -128,6 +131,14 @@ class ClientApp:
             meta.dst_node_id,
             exc_info=exc,
         )
+
+
+def _is_async(handler: Handler) -> bool:
+    """Whether calling ``handler`` returns a coroutine: an ``async def``, or an object
+    whose ``__call__`` is one."""
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        type(handler).__call__
+    )
 
 
 def _check_reply(message: Message, reply: object) -> Message:
@@ -146,4 +157,6 @@ def _check_reply(message: Message, reply: object) -> Message:
 
 
 def _error_reply(message: Message, reason: str) -> Message:
-    return Message(error=Error(int(ErrorCode.CLIENT_APP_RAISED_EXCEPTION), reason), reply_to=message)
+    return Message(
+        error=Error(int(ErrorCode.CLIENT_APP_RAISED_EXCEPTION), reason), reply_to=message
+    )

@@ -112,7 +112,9 @@ class SyncGrid:
         batch = list(messages)
         return self._call(lambda: self.async_grid.send_and_receive(batch, timeout=timeout))
 
-    def receive(self, message_ids: Iterable[str], *, timeout: float | None = None) -> Iterator[Message]:
+    def receive(
+        self, message_ids: Iterable[str], *, timeout: float | None = None
+    ) -> Iterator[Message]:
         replies = self.async_grid.receive(list(message_ids), timeout=timeout)
         try:
             while True:

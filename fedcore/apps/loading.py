@@ -30,6 +30,8 @@ from fedcore.apps.run_config import RunConfig, flatten
 from fedcore.apps.server_app import ServerApp
 from fedcore.errors import AppLoadError, RunConfigError
 
+_FEDCORE_DIR = Path(__file__).resolve().parent.parent
+
 
 @dataclass(frozen=True)
 class LoadedApp:
@@ -73,24 +75,28 @@ def _load_app_dir(path: Path) -> LoadedApp:
         raise AppLoadError(f"{path} has no pyproject.toml; an app directory needs one") from None
     except tomllib.TOMLDecodeError as exc:
         raise AppLoadError(f"{pyproject} is not valid TOML: {exc}") from None
-    table = document.get("tool", {}).get("fedcore", {}).get("app")
+    table: Any = document
+    for name in ("tool", "fedcore", "app"):
+        table = table.get(name) if isinstance(table, dict) else None
     if not isinstance(table, dict):
         raise AppLoadError(f"{pyproject} has no [tool.fedcore.app] table")
     refs = {}
     for half in ("server", "client"):
         ref = table.get(half)
         if not isinstance(ref, str):
-            raise AppLoadError(
-                f'[tool.fedcore.app] in {pyproject} needs {half} = "module:attr"'
-            )
+            raise AppLoadError(f'[tool.fedcore.app] in {pyproject} needs {half} = "module:attr"')
         refs[half] = ref
+    declared = table.get("config", {})
+    if not isinstance(declared, dict):
+        raise AppLoadError(f"{pyproject}: [tool.fedcore.app.config] must be a table")
     try:
-        config = flatten(table.get("config", {}))
+        config = flatten(declared)
     except RunConfigError as exc:
         raise AppLoadError(f"{pyproject}: {exc}") from None
     server = load_object(refs["server"], path, ServerApp, "ServerApp")
     client = load_object(refs["client"], path, ClientApp, "ClientApp")
-    assert isinstance(server, ServerApp) and isinstance(client, ClientApp)
+    assert isinstance(server, ServerApp)
+    assert isinstance(client, ClientApp)
     return LoadedApp(App(server=server, client=client), config, path)
 
 
@@ -105,30 +111,44 @@ def load_object(ref: str, search_path: Path, kind: type, kind_name: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
-        raise AppLoadError(f"cannot load {kind_name} {ref!r}: {_describe(exc, search_path)}") from exc
+        raise AppLoadError(
+            f"cannot load {kind_name} {ref!r}: {_describe(exc, search_path)}"
+        ) from exc
     found: Any = module
     for part in attr.split("."):
         try:
             found = getattr(found, part)
         except AttributeError:
-            raise AppLoadError(f"cannot load {kind_name} {ref!r}: {module_name} has no {attr!r}") from None
+            raise AppLoadError(
+                f"cannot load {kind_name} {ref!r}: {module_name} has no {attr!r}"
+            ) from None
     if not isinstance(found, kind):
         raise AppLoadError(
-            f"{ref!r} is a {type(found).__name__}, not a {kind_name}"
+            f"{ref!r} is {_a(type(found).__name__)}, not {_a(kind_name)}"
+            if found is not None
+            else f"{ref!r} is None, not {_a(kind_name)}"
         )
     return found
+
+
+def _a(name: str) -> str:
+    """``name`` with its indefinite article: "an App", "a ServerApp", "an int"."""
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
 def _describe(exc: Exception, search_path: Path) -> str:
     """``Type: message``, plus the last line of the user's code that the error passed through."""
     text = f"{type(exc).__name__}: {exc}"
     root = search_path.resolve()
-    installed = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    # Not the user's code: installed packages, and fedcore itself (which may live
+    # under the search path, as in an editable install run from its checkout).
+    foreign = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    foreign.add(_FEDCORE_DIR)
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
         path = Path(frame.filename)
         if not path.is_file():
             continue
         path = path.resolve()
-        if path.is_relative_to(root) and not any(path.is_relative_to(p) for p in installed):
+        if path.is_relative_to(root) and not any(path.is_relative_to(p) for p in foreign):
             return f"{text} ({path.relative_to(root)}:{frame.lineno})"
     return text

@@ -10,7 +10,6 @@ accepts any key. Nested TOML tables become dotted keys (``[...config.model]`` â†
 
 from __future__ import annotations
 
-import shlex
 import tomllib
 from collections.abc import Mapping
 from typing import Any
@@ -39,11 +38,13 @@ def flatten(table: Mapping[str, Any], prefix: str = "") -> RunConfig:
 
 
 def parse_run_config(text: str) -> dict[str, str]:
-    """Split ``'k=v k2="two words"'`` into raw text values, keyed by name."""
-    try:
-        words = shlex.split(text, posix=False)
-    except ValueError as exc:
-        raise RunConfigError(f"cannot parse run-config {text!r}: {exc}") from None
+    """Split ``'k=v k2="two words"'`` into raw text values, keyed by name.
+
+    Items are separated by whitespace outside quotes; quotes stay in the value
+    (``k2`` maps to ``'"two words"'``), so that a quoted value reads as a TOML
+    string later: ``k="3"`` is the text ``3``, ``k=3`` the number.
+    """
+    words = _split_words(text)
     pairs: dict[str, str] = {}
     for word in words:
         key, sep, value = word.partition("=")
@@ -54,8 +55,41 @@ def parse_run_config(text: str) -> dict[str, str]:
     return pairs
 
 
+def _split_words(text: str) -> list[str]:
+    """Whitespace-separated words; a quoted part (``"..."`` with backslash escapes, or
+    ``'...'``) keeps its quotes and its spaces."""
+    words: list[str] = []
+    word: list[str] = []
+    quote = ""
+    escaped = False
+    for char in text:
+        if quote:
+            word.append(char)
+            if escaped:
+                escaped = False
+            elif quote == '"' and char == "\\":
+                escaped = True
+            elif char == quote:
+                quote = ""
+        elif char.isspace():
+            if word:
+                words.append("".join(word))
+                word = []
+        else:
+            word.append(char)
+            if char in "\"'":
+                quote = char
+    if quote:
+        raise RunConfigError(f"cannot parse run-config {text!r}: no closing {quote}")
+    if word:
+        words.append("".join(word))
+    return words
+
+
 def _from_text(key: str, text: str) -> Any:
     """A raw value read as TOML (``3``, ``0.1``, ``true``, ``"s"``), or else as a plain string."""
+    if "\n" in text or "\r" in text:
+        return text  # one TOML value never spans lines; do not read "1\nx = 2" as 1
     try:
         value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
@@ -69,7 +103,10 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
     if isinstance(value, str) and not isinstance(default, str):
         value = _from_text(key, value)
     elif isinstance(value, str) and isinstance(default, str):
-        parsed = _from_text(key, value)
+        try:
+            parsed = _from_text(key, value)
+        except RunConfigError:  # TOML, but a date or list: still text for a str key
+            parsed = value
         value = parsed if isinstance(parsed, str) else value
     expected = type(default)
     if type(value) is expected or (expected is float and type(value) is int):

@@ -25,16 +25,28 @@ def cli() -> None:
 
 cli.add_command(simulate)
 
+# click >= 8.2 raises this usage error to show a group's help when it gets no arguments.
+_NO_ARGS_IS_HELP: type[click.UsageError] | tuple[()] = getattr(
+    click.exceptions, "NoArgsIsHelpError", ()
+)
+
 
 def main() -> None:
     """The console script's entry point."""
     try:
-        cli.main(standalone_mode=False)
+        cli.main(prog_name="fedcore", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("interrupted", err=True)
         sys.exit(130)
-    except click.ClickException as exc:
+    except _NO_ARGS_IS_HELP as exc:  # `fedcore` alone: the help text, as is
         exc.show()
+        sys.exit(exc.exit_code)
+    except click.UsageError as exc:
+        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+        click.echo(f"error: {exc.format_message()}{hint}", err=True)
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        click.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code)
     except UsageError as exc:
         click.echo(f"error: {exc}", err=True)

@@ -118,7 +118,10 @@ def summary(reports: list[RoundReport], wall_time: float, seed: int, max_rows: i
         for report in _sample(reports, max_rows)
     ]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)) for row in [header, *rows]]
+    lines = [
+        "  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True))
+        for row in [header, *rows]
+    ]
     replies = sum(report.replies for report in reports)
     failures = sum(report.failures for report in reports)
     lines.append(

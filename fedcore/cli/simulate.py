@@ -38,7 +38,11 @@ from fedcore.simulation.backends import BACKENDS
     help="Override run-config keys the app declares; values are TOML "
     '(3, 0.1, true, "text"). May be repeated.',
 )
-@click.option("--seed", type=click.IntRange(min=0), help="Seed for node ids and sampling (default: random, printed).")
+@click.option(
+    "--seed",
+    type=click.IntRange(min=0),
+    help="Seed for node ids and sampling (default: random, printed).",
+)
 @click.option(
     "--metrics-out",
     type=click.Path(dir_okay=False, writable=True, path_type=Path),
@@ -79,7 +83,13 @@ def simulate(
     with contextlib.ExitStack() as stack:
         out: IO[str] | None = None
         if metrics_out is not None:
-            out = stack.enter_context(metrics_out.open("a", encoding="utf-8"))
+            try:
+                out = stack.enter_context(metrics_out.open("a", encoding="utf-8"))
+            except OSError as exc:
+                raise click.BadParameter(
+                    f"cannot open {str(metrics_out)!r}: {exc.strerror or exc}",
+                    param_hint="--metrics-out",
+                ) from None
         show = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
         display = ProgressDisplay(
             sys.stderr, show=show, live=sys.stderr.isatty() and not quiet, metrics_out=out

@@ -1,0 +1,300 @@
+"""ServerApp (async or sync main, its result) and App (a checked ServerApp + ClientApp pair)."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+import pytest
+
+import fedcore as fc
+from fedcore.apps.app import App
+from fedcore.apps.client_app import ClientApp
+from fedcore.apps.grid import Grid, SyncGrid
+from fedcore.apps.server_app import ServerApp
+from fedcore.clock import Clock
+from fedcore.domain import SERVER_NODE_ID, Context, Message, MetricRecord, RecordDict, Run
+from fedcore.testing.clock import FakeClock
+
+
+class EchoGrid(Grid):
+    """A Grid over three nodes that each answer a message with its own content."""
+
+    def __init__(self) -> None:
+        self._run = Run(run_id=5, run_config={"rounds": 1})
+        self._clock = FakeClock()
+        self._replies: dict[str, Message] = {}
+        self.pushed: list[Message] = []
+
+    @property
+    def run(self) -> Run:
+        return self._run
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    async def get_node_ids(self) -> list[int]:
+        return [11, 12, 13]
+
+    async def wait_for_nodes(self, count: int, *, timeout: float | None = None) -> list[int]:
+        return (await self.get_node_ids())[:count]
+
+    async def push_messages(self, messages: Iterable[Message]) -> list[str]:
+        ids = []
+        for message in messages:
+            message.metadata.message_id = f"msg-{len(self.pushed)}"
+            message.metadata.src_node_id = SERVER_NODE_ID
+            self.pushed.append(message)
+            self._replies[message.metadata.message_id] = Message(message.content, reply_to=message)
+            ids.append(message.metadata.message_id)
+        return ids
+
+    async def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
+        return [self._replies.pop(i) for i in message_ids if i in self._replies]
+
+    async def receive(
+        self, message_ids: Iterable[str], *, timeout: float | None = None
+    ) -> AsyncIterator[Message]:
+        for reply in await self.pull_messages(message_ids):
+            yield reply
+
+
+def query(node_id: int, value: int) -> Message:
+    return Message(RecordDict({"m": MetricRecord({"v": value})}), node_id, "query")
+
+
+@pytest.fixture
+def server() -> ServerApp:
+    return ServerApp()
+
+
+@pytest.fixture
+def grid() -> EchoGrid:
+    return EchoGrid()
+
+
+@pytest.fixture
+def context() -> Context:
+    return Context(run_id=5, node_id=SERVER_NODE_ID, run_config={"rounds": 1})
+
+
+# ------------------------------------------------------------------ ServerApp
+
+
+@pytest.mark.anyio
+async def test_an_async_main_gets_the_grid_itself_on_the_loop_thread(
+    server: ServerApp, grid: EchoGrid, context: Context
+) -> None:
+    seen: list[tuple[object, object, int]] = []
+
+    @server.main()
+    async def main(grid: Grid, context: Context) -> None:
+        seen.append((grid, context, threading.get_ident()))
+
+    await server.run(grid, context)
+
+    assert seen == [(grid, context, threading.get_ident())]
+
+
+@pytest.mark.anyio
+async def test_an_async_main_can_exchange_messages(
+    server: ServerApp, grid: EchoGrid, context: Context
+) -> None:
+    @server.main()
+    async def main(grid: Grid, context: Context) -> list[Any]:
+        nodes = await grid.get_node_ids()
+        replies = await grid.send_and_receive([query(n, n) for n in nodes])
+        return [reply.content["m"]["v"] for reply in replies]
+
+    assert await server.run(grid, context) == [11, 12, 13]
+
+
+@pytest.mark.anyio
+async def test_a_sync_main_gets_a_sync_grid_in_a_worker_thread(
+    server: ServerApp, grid: EchoGrid, context: Context
+) -> None:
+    seen: list[tuple[object, object, int]] = []
+
+    @server.main()
+    def main(grid: SyncGrid, context: Context) -> None:
+        seen.append((grid, context, threading.get_ident()))
+
+    await server.run(grid, context)
+
+    [(given, given_context, thread)] = seen
+    assert isinstance(given, SyncGrid)
+    assert given.async_grid is grid
+    assert given.run is grid.run
+    assert given_context is context
+    assert thread != threading.get_ident()
+
+
+@pytest.mark.anyio
+async def test_a_sync_main_calls_the_grid_by_blocking(
+    server: ServerApp, grid: EchoGrid, context: Context
+) -> None:
+    @server.main()
+    def main(grid: SyncGrid, context: Context) -> dict[str, Any]:
+        nodes = grid.get_node_ids()
+        replies = grid.send_and_receive([query(n, n * 2) for n in nodes])
+        ids = grid.push_messages([query(11, 1), query(12, 2)])
+        streamed = [reply.content["m"]["v"] for reply in grid.receive(ids)]
+        return {
+            "nodes": nodes,
+            "waited": grid.wait_for_nodes(2),
+            "replies": [reply.content["m"]["v"] for reply in replies],
+            "streamed": streamed,
+            "pulled_again": grid.pull_messages(ids),
+        }
+
+    assert await server.run(grid, context) == {
+        "nodes": [11, 12, 13],
+        "waited": [11, 12],
+        "replies": [22, 24, 26],
+        "streamed": [1, 2],
+        "pulled_again": [],
+    }
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("is_async", [True, False], ids=["async", "sync"])
+async def test_mains_return_value_is_returned(
+    server: ServerApp, grid: EchoGrid, context: Context, is_async: bool
+) -> None:
+    result = object()
+    if is_async:
+
+        async def main(grid: Grid, context: Context) -> object:
+            return result
+
+        server.main()(main)
+    else:
+        server.main()(lambda grid, context: result)
+
+    assert await server.run(grid, context) is result
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("is_async", [True, False], ids=["async", "sync"])
+async def test_an_exception_in_main_propagates(
+    server: ServerApp, grid: EchoGrid, context: Context, is_async: bool
+) -> None:
+    def fail() -> None:
+        raise RuntimeError("aggregation went wrong")
+
+    if is_async:
+
+        async def main(grid: Grid, context: Context) -> None:
+            fail()
+
+        server.main()(main)
+    else:
+        server.main()(lambda grid, context: fail())
+
+    with pytest.raises(RuntimeError, match="aggregation went wrong"):
+        await server.run(grid, context)
+
+
+@pytest.mark.anyio
+async def test_a_sync_main_can_change_the_servers_context(
+    server: ServerApp, grid: EchoGrid, context: Context
+) -> None:
+    @server.main()
+    def main(grid: SyncGrid, context: Context) -> None:
+        context.state["final"] = MetricRecord({"accuracy": 0.9})
+
+    await server.run(grid, context)
+
+    assert context.state["final"] == MetricRecord({"accuracy": 0.9})
+
+
+@pytest.mark.anyio
+async def test_running_without_a_main_is_a_type_error(
+    server: ServerApp, grid: EchoGrid, context: Context
+) -> None:
+    with pytest.raises(TypeError, match=r"has no main: decorate one with @server\.main\(\)"):
+        await server.run(grid, context)
+
+
+def test_a_second_main_is_refused(server: ServerApp) -> None:
+    server.main()(lambda grid, context: None)
+
+    with pytest.raises(ValueError, match="already has a main"):
+        server.main()(lambda grid, context: 1)
+
+
+def test_a_non_callable_main_is_refused(server: ServerApp) -> None:
+    with pytest.raises(TypeError, match="main must be callable"):
+        server.main()("main")  # type: ignore[type-var]
+
+
+def test_the_decorator_returns_main_unchanged(server: ServerApp) -> None:
+    def main(grid: SyncGrid, context: Context) -> None:
+        return None
+
+    assert server.main()(main) is main
+
+
+@pytest.mark.anyio
+async def test_a_sync_main_drives_a_real_simulation() -> None:
+    server, client = ServerApp(), ClientApp()
+
+    @client.query()
+    async def answer(msg: Message, context: Context) -> Message:
+        partition = context.node_config["partition-id"]
+        return Message(RecordDict({"m": MetricRecord({"p": partition})}), reply_to=msg)
+
+    @server.main()
+    def main(grid: SyncGrid, context: Context) -> list[Any]:
+        nodes = grid.wait_for_nodes(3, timeout=10)
+        replies = grid.send_and_receive([query(n, 0) for n in nodes], timeout=10)
+        return sorted(reply.content["m"]["p"] for reply in replies)
+
+    result = await fc.simulate(App(server=server, client=client), nodes=3, seed=0)
+
+    assert result.value == [0, 1, 2]
+    assert result.seed == 0
+
+
+# ------------------------------------------------------------------ App
+
+
+def test_an_app_holds_its_two_halves() -> None:
+    server, client = ServerApp(), ClientApp()
+
+    app = App(server=server, client=client)
+
+    assert app.server is server
+    assert app.client is client
+
+
+def test_an_app_is_immutable() -> None:
+    app = App(server=ServerApp(), client=ClientApp())
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        app.server = ServerApp()  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("server", "client", "message"),
+    [
+        (ClientApp(), ClientApp(), r"App\(server=\.\.\.\) must be a ServerApp, got ClientApp"),
+        (ServerApp(), ServerApp(), r"App\(client=\.\.\.\) must be a ClientApp, got ServerApp"),
+        (None, ClientApp(), r"App\(server=\.\.\.\) must be a ServerApp, got NoneType"),
+        (ServerApp(), "client:app", r"App\(client=\.\.\.\) must be a ClientApp, got str"),
+    ],
+    ids=["client-as-server", "server-as-client", "none-server", "string-client"],
+)
+def test_an_app_checks_the_types_of_its_halves(server: Any, client: Any, message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        App(server=server, client=client)
+
+
+def test_the_public_api_exports_the_app_classes() -> None:
+    assert fc.App is App
+    assert fc.ServerApp is ServerApp
+    assert fc.ClientApp is ClientApp
+    assert fc.Grid is Grid
