@@ -109,7 +109,7 @@ class ClientApp:
                 reply = handler(message, context)
             if inspect.isawaitable(reply):  # async handlers, and plain ones returning a coroutine
                 reply = await reply
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # sys.exit() in a handler fails its reply only
             self._log_failure(message, exc)
             text = str(exc)
             return _error_reply(
@@ -117,7 +117,7 @@ class ClientApp:
             )
         return _check_reply(message, reply)
 
-    def _log_failure(self, message: Message, exc: Exception) -> None:
+    def _log_failure(self, message: Message, exc: BaseException) -> None:
         meta = message.metadata
         if self._warned:
             log.debug(

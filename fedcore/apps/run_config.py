@@ -99,15 +99,24 @@ def _from_text(key: str, text: str) -> Any:
     return value
 
 
-def _coerce(key: str, value: Any, default: Any) -> Any:
-    if isinstance(value, str) and not isinstance(default, str):
-        value = _from_text(key, value)
-    elif isinstance(value, str) and isinstance(default, str):
+def _read(key: str, text: str, default: Any) -> Any:
+    """A command-line value: text for a ``str`` key (unless quoted TOML), else a TOML value."""
+    if isinstance(default, str):
         try:
-            parsed = _from_text(key, value)
+            parsed = _from_text(key, text)
         except RunConfigError:  # TOML, but a date or list: still text for a str key
-            parsed = value
-        value = parsed if isinstance(parsed, str) else value
+            return text
+        return parsed if isinstance(parsed, str) else text
+    return _from_text(key, text)
+
+
+def _check_type(key: str, value: Any, default: Any) -> Any:
+    if default is None:
+        if not isinstance(value, _SCALARS):
+            raise RunConfigError(
+                f"run-config {key} must be a bool, int, float or str, got {type(value).__name__}"
+            )
+        return value
     expected = type(default)
     if type(value) is expected or (expected is float and type(value) is int):
         return expected(value)
@@ -117,27 +126,27 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
 
 
 def resolve_run_config(
-    defaults: Mapping[str, Any] | None, overrides: Mapping[str, Any] | None
+    defaults: Mapping[str, Any] | None, overrides: Mapping[str, Any] | str | None
 ) -> RunConfig:
     """The run config: ``defaults`` with ``overrides`` applied.
 
-    Text values (from the command line) are parsed to the default's type; with no
-    declared defaults, as TOML values, falling back to the plain string.
+    ``overrides`` is a mapping of Python values, checked against the defaults' types,
+    or command-line text (``'k=v k2="two words"'``) whose values are read as TOML —
+    except for keys whose default is a ``str``, which take the text as it is. With no
+    declared defaults (``None``), any key is accepted.
     """
-    overrides = overrides or {}
-    if defaults is None:
-        resolved: RunConfig = {}
-        for key, value in overrides.items():
-            resolved[key] = _from_text(key, value) if isinstance(value, str) else value
-        return flatten(resolved)
-    config = dict(defaults)
-    unknown = sorted(set(overrides) - set(config))
-    if unknown:
-        declared = ", ".join(sorted(config)) or "no keys"
-        raise RunConfigError(
-            f"unknown run-config key {', '.join(map(repr, unknown))}; "
-            f"the app declares {declared} in [tool.fedcore.app.config]"
-        )
-    for key, value in overrides.items():
-        config[key] = _coerce(key, value, config[key])
+    from_text = isinstance(overrides, str)
+    pairs = parse_run_config(overrides) if isinstance(overrides, str) else flatten(overrides or {})
+    if defaults is not None:
+        unknown = sorted(set(pairs) - set(defaults))
+        if unknown:
+            declared = ", ".join(sorted(defaults)) or "no keys"
+            raise RunConfigError(
+                f"unknown run-config key {', '.join(map(repr, unknown))}; "
+                f"the app declares {declared} in [tool.fedcore.app.config]"
+            )
+    config = dict(defaults or {})
+    for key, value in pairs.items():
+        default = None if defaults is None else defaults[key]
+        config[key] = _check_type(key, _read(key, value, default) if from_text else value, default)
     return config

@@ -14,6 +14,7 @@ import click
 
 from fedcore import __version__
 from fedcore.cli.simulate import simulate
+from fedcore.cli.tracebacks import app_traceback
 from fedcore.errors import FedcoreError, UsageError
 
 
@@ -57,3 +58,6 @@ def main() -> None:
     except KeyboardInterrupt:
         click.echo("\ninterrupted", err=True)
         sys.exit(130)
+    except Exception as exc:
+        click.echo(app_traceback(exc), err=True, nl=False)
+        sys.exit(1)

@@ -6,7 +6,8 @@ turns those into output. On a terminal, a live line at the bottom shows the
 current round (replies, failures, elapsed) and log lines scroll above it; anywhere
 else, it writes plain log lines only. It also appends one JSON line per round to
 ``--metrics-out`` as each round ends, so a crash loses nothing already done, and
-keeps the reports for the closing summary.
+keeps the reports for the closing summary. The metrics file is opened with the
+first report, so a run that fails to start leaves no empty file behind.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import asdict
+from pathlib import Path
 from typing import IO, Any
 
 from fedcore.strategy.result import ReplyProgress, RoundReport
@@ -26,13 +28,14 @@ class ProgressDisplay(logging.Handler):
     """A logging handler that renders fedcore's run progress."""
 
     def __init__(
-        self, stream: IO[str], *, show: int, live: bool, metrics_out: IO[str] | None = None
+        self, stream: IO[str], *, show: int, live: bool, metrics_out: Path | None = None
     ) -> None:
         super().__init__(logging.DEBUG)
         self.stream = stream
         self.show = show
         self.live = live
-        self.metrics_out = metrics_out
+        self.metrics_path = metrics_out
+        self._metrics: IO[str] | None = None
         self.reports: list[RoundReport] = []
         self._live_line = ""
         self._last_redraw = 0.0
@@ -54,9 +57,11 @@ class ProgressDisplay(logging.Handler):
 
     def _record(self, report: RoundReport) -> None:
         self.reports.append(report)
-        if self.metrics_out is not None:
-            self.metrics_out.write(json.dumps(_as_json(report)) + "\n")
-            self.metrics_out.flush()
+        if self.metrics_path is not None:
+            if self._metrics is None:
+                self._metrics = self.metrics_path.open("a", encoding="utf-8")
+            self._metrics.write(json.dumps(_as_json(report)) + "\n")
+            self._metrics.flush()
         if self.live:
             self._live_line = ""
 
@@ -82,12 +87,19 @@ class ProgressDisplay(logging.Handler):
             self.stream.write(line + "\n")
         self.stream.flush()
 
-    def close_live_line(self) -> None:
-        """Erase the live line, before the summary is printed."""
+    def __enter__(self) -> ProgressDisplay:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Erase the live line (the summary comes next) and close the metrics file."""
         if self.live and self._live_line:
             self.stream.write(_CLEAR)
             self.stream.flush()
             self._live_line = ""
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None
+        self.close()
 
 
 def _as_json(report: RoundReport) -> dict[str, Any]:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
 
 import click
 
@@ -35,8 +33,8 @@ from fedcore.simulation.backends import BACKENDS
     "run_config",
     multiple=True,
     metavar='"K=V K2=V2"',
-    help="Override run-config keys the app declares; values are TOML "
-    '(3, 0.1, true, "text"). May be repeated.',
+    help="Run-config overrides. An app directory accepts only the keys it declares, and "
+    'keeps their types; values are TOML (3, 0.1, true, "text"). May be repeated.',
 )
 @click.option(
     "--seed",
@@ -74,32 +72,27 @@ def simulate(
     """
     if nodes < 1:
         raise click.BadParameter(f"must be at least 1, got {nodes}", param_hint="--nodes")
-    overrides: dict[str, str] = {}
-    try:
-        for text in run_config:
-            overrides.update(parse_run_config(text))
-    except RunConfigError as exc:
-        raise click.BadParameter(str(exc), param_hint="--run-config") from None
-    with contextlib.ExitStack() as stack:
-        out: IO[str] | None = None
-        if metrics_out is not None:
-            try:
-                out = stack.enter_context(metrics_out.open("a", encoding="utf-8"))
-            except OSError as exc:
-                raise click.BadParameter(
-                    f"cannot open {str(metrics_out)!r}: {exc.strerror or exc}",
-                    param_hint="--metrics-out",
-                ) from None
-        show = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
-        display = ProgressDisplay(
-            sys.stderr, show=show, live=sys.stderr.isatty() and not quiet, metrics_out=out
+    for text in run_config:
+        try:
+            parse_run_config(text)
+        except RunConfigError as exc:
+            raise click.BadParameter(str(exc), param_hint="--run-config") from None
+    if metrics_out is not None and not metrics_out.parent.is_dir():
+        raise click.BadParameter(
+            f"cannot write {str(metrics_out)!r}: its directory does not exist",
+            param_hint="--metrics-out",
         )
-        stack.callback(_install(display, verbose=verbose))
+    show = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
+    live = sys.stderr.isatty() and not quiet
+    with ProgressDisplay(sys.stderr, show=show, live=live, metrics_out=metrics_out) as display:
+        undo = _install(display, verbose=verbose)
         started = time.monotonic()
-        result: SimulationResult = run_simulation(
-            target, nodes=nodes, backend=backend, run_config=overrides, seed=seed
-        )
-        display.close_live_line()
+        try:
+            result: SimulationResult = run_simulation(
+                target, nodes=nodes, backend=backend, run_config=" ".join(run_config), seed=seed
+            )
+        finally:
+            undo()
     click.echo(summary(display.reports, time.monotonic() - started, result.seed))
 
 

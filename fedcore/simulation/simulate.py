@@ -40,14 +40,15 @@ async def simulate(
     nodes: int,
     backend: str = "inline",
     resources: Resources | None = None,
-    run_config: Mapping[str, Any] | None = None,
+    run_config: Mapping[str, Any] | str | None = None,
     seed: int | None = None,
     clock: Clock | None = None,
 ) -> SimulationResult:
     """Run ``app`` on ``nodes`` virtual nodes and return what its ServerApp's main returned.
 
     ``app`` is an :class:`App`, a ``"module:attr"`` naming one, or an app directory.
-    ``run_config`` overrides the app's declared defaults. ``seed`` fixes node ids and
+    ``run_config`` overrides the app's declared defaults: a dict of values, or text
+    as on the command line (``"num-server-rounds=5 lr=0.05"``). ``seed`` fixes node ids and
     sampling (default: the run config's ``seed``, else a random one, which the
     result reports so the run can be repeated); an app that declares a ``seed``
     run-config key receives this seed there, so its own randomness follows it too.

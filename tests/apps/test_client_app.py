@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -437,3 +438,16 @@ async def test_error_replies_do_not_stop_later_messages(
 
     assert first.has_error()
     assert second.has_content()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("in_thread", [True, False])
+async def test_sys_exit_in_a_handler_fails_only_its_reply(
+    client: ClientApp, context: Context, in_thread: bool
+) -> None:
+    @client.train()
+    def train(msg: Message, context: Context) -> Message:
+        sys.exit(3)
+
+    reply = await client.handle(delivered(), context, in_thread=in_thread)
+    assert assert_error(reply) == "SystemExit: 3"

@@ -17,11 +17,16 @@ DECLARED: dict[str, Any] = {
 }
 
 
-def resolve(overrides: dict[str, Any]) -> dict[str, Any]:
+def cli_text(overrides: dict[str, str]) -> str:
+    """Overrides as they come from the command line: ``k=v k2=v2``."""
+    return " ".join(f"{key}={value}" for key, value in overrides.items())
+
+
+def resolve(overrides: dict[str, Any] | str) -> dict[str, Any]:
     return resolve_run_config(DECLARED, overrides)
 
 
-def resolve_error(defaults: dict[str, Any] | None, overrides: dict[str, Any]) -> str:
+def resolve_error(defaults: dict[str, Any] | None, overrides: dict[str, Any] | str) -> str:
     with pytest.raises(RunConfigError) as caught:
         resolve_run_config(defaults, overrides)
     return str(caught.value)
@@ -92,19 +97,19 @@ def test_without_overrides_the_defaults_are_the_config() -> None:
 
 
 def test_overrides_replace_declared_values_and_keep_the_rest() -> None:
-    assert resolve({"num-server-rounds": "10"}) == {**DECLARED, "num-server-rounds": 10}
+    assert resolve(cli_text({"num-server-rounds": "10"})) == {**DECLARED, "num-server-rounds": 10}
 
 
 def test_resolving_does_not_change_the_defaults() -> None:
     defaults = dict(DECLARED)
 
-    resolve_run_config(defaults, {"num-server-rounds": "10"})
+    resolve_run_config(defaults, "num-server-rounds=10")
 
     assert defaults == DECLARED
 
 
 def test_an_int_default_takes_an_int() -> None:
-    config = resolve({"num-server-rounds": "5"})
+    config = resolve(cli_text({"num-server-rounds": "5"}))
 
     assert config["num-server-rounds"] == 5
     assert type(config["num-server-rounds"]) is int
@@ -112,36 +117,36 @@ def test_an_int_default_takes_an_int() -> None:
 
 @pytest.mark.parametrize("text", ["0.5", "true", '"5"', "five"])
 def test_an_int_default_refuses_other_types(text: str) -> None:
-    message = resolve_error(DECLARED, {"num-server-rounds": text})
+    message = resolve_error(DECLARED, cli_text({"num-server-rounds": text}))
 
     assert message.startswith("run-config num-server-rounds expects int (default 3), got ")
 
 
 def test_a_float_default_accepts_an_int_as_float() -> None:
-    config = resolve({"learning-rate": "3"})
+    config = resolve(cli_text({"learning-rate": "3"}))
 
     assert config["learning-rate"] == 3.0
     assert type(config["learning-rate"]) is float
 
 
 def test_a_float_default_takes_toml_floats() -> None:
-    assert resolve({"learning-rate": "1e-3"})["learning-rate"] == 0.001
+    assert resolve(cli_text({"learning-rate": "1e-3"}))["learning-rate"] == 0.001
 
 
 def test_a_float_default_refuses_a_bool() -> None:
-    message = resolve_error(DECLARED, {"learning-rate": "true"})
+    message = resolve_error(DECLARED, "learning-rate=true")
 
     assert message == "run-config learning-rate expects float (default 0.1), got True"
 
 
 @pytest.mark.parametrize(("text", "value"), [("true", True), ("false", False)])
 def test_a_bool_default_parses_true_and_false(text: str, value: bool) -> None:
-    assert resolve({"use-gpu": text})["use-gpu"] is value
+    assert resolve(cli_text({"use-gpu": text}))["use-gpu"] is value
 
 
 @pytest.mark.parametrize("text", ["1", "yes", "True"])
 def test_a_bool_default_refuses_other_spellings(text: str) -> None:
-    assert "run-config use-gpu expects bool" in resolve_error(DECLARED, {"use-gpu": text})
+    assert "run-config use-gpu expects bool" in resolve_error(DECLARED, cli_text({"use-gpu": text}))
 
 
 @pytest.mark.parametrize(
@@ -159,11 +164,11 @@ def test_a_bool_default_refuses_other_spellings(text: str) -> None:
     ],
 )
 def test_a_str_default_keeps_the_text(text: str, value: str) -> None:
-    assert resolve({"optimizer": text})["optimizer"] == value
+    assert resolve(cli_text({"optimizer": text}))["optimizer"] == value
 
 
 def test_an_unknown_key_is_refused_listing_the_declared_keys() -> None:
-    message = resolve_error(DECLARED, {"lr": "0.5", "num-server-rounds": "2"})
+    message = resolve_error(DECLARED, "lr=0.5 num-server-rounds=2")
 
     assert message == (
         "unknown run-config key 'lr'; the app declares learning-rate, num-server-rounds, "
@@ -172,13 +177,13 @@ def test_an_unknown_key_is_refused_listing_the_declared_keys() -> None:
 
 
 def test_all_unknown_keys_are_named() -> None:
-    message = resolve_error(DECLARED, {"b": "1", "a": "2"})
+    message = resolve_error(DECLARED, "b=1 a=2")
 
     assert message.startswith("unknown run-config key 'a', 'b'; ")
 
 
 def test_an_app_declaring_no_keys_refuses_every_override() -> None:
-    message = resolve_error({}, {"rounds": "3"})
+    message = resolve_error({}, "rounds=3")
 
     assert "the app declares no keys" in message
 
@@ -186,7 +191,7 @@ def test_an_app_declaring_no_keys_refuses_every_override() -> None:
 def test_nested_declared_keys_are_overridden_by_their_dotted_name() -> None:
     defaults = flatten({"model": {"depth": 2}, "rounds": 1})
 
-    assert resolve_run_config(defaults, {"model.depth": "4"}) == {"model.depth": 4, "rounds": 1}
+    assert resolve_run_config(defaults, "model.depth=4") == {"model.depth": 4, "rounds": 1}
 
 
 # ------------------------------------------------------------------ Python-typed overrides
@@ -215,18 +220,22 @@ def test_a_python_int_for_a_float_default_becomes_float() -> None:
         ("learning-rate", False),
         ("use-gpu", 1),
         ("optimizer", 3),
-        ("num-server-rounds", [1, 2]),
     ],
 )
 def test_python_values_are_type_checked_too(key: str, value: object) -> None:
     assert f"run-config {key} expects" in resolve_error(DECLARED, {key: value})
 
 
+def test_python_lists_are_refused() -> None:
+    message = resolve_error(DECLARED, {"num-server-rounds": [1, 2]})
+    assert message.endswith("values must be bool, int, float or str")
+
+
 # ------------------------------------------------------------------ no declared defaults
 
 
 def test_without_declared_defaults_text_is_read_as_toml() -> None:
-    raw = parse_run_config('a=1 b="two words" c=0.5 d=true e=\'x\' f="3"')
+    raw = 'a=1 b="two words" c=0.5 d=true e=\'x\' f="3"'
 
     assert resolve_run_config(None, raw) == {
         "a": 1,
@@ -239,18 +248,23 @@ def test_without_declared_defaults_text_is_read_as_toml() -> None:
 
 
 def test_without_declared_defaults_non_toml_text_stays_a_string() -> None:
-    assert resolve_run_config(None, {"path": "data/train.csv", "name": "mlp"}) == {
+    assert resolve_run_config(None, "path=data/train.csv name=mlp") == {
         "path": "data/train.csv",
         "name": "mlp",
     }
 
 
-def test_without_declared_defaults_a_multiline_string_is_not_read_as_toml() -> None:
-    assert resolve_run_config(None, {"prompt": "1\nother = 2"}) == {"prompt": "1\nother = 2"}
+def test_python_strings_are_never_read_as_toml() -> None:
+    assert resolve_run_config(None, {"prompt": "1\nother = 2", "n": "3"}) == {
+        "prompt": "1\nother = 2",
+        "n": "3",
+    }
+    assert resolve({"optimizer": "true"})["optimizer"] == "true"
+    assert "expects int" in resolve_error(DECLARED, {"num-server-rounds": "3"})
 
 
 def test_without_declared_defaults_any_key_is_accepted() -> None:
-    assert resolve_run_config(None, {"anything-at-all": "1"}) == {"anything-at-all": 1}
+    assert resolve_run_config(None, "anything-at-all=1") == {"anything-at-all": 1}
 
 
 def test_without_declared_defaults_python_values_are_kept() -> None:
@@ -266,9 +280,10 @@ def test_without_declared_defaults_nested_dicts_become_dotted_keys() -> None:
     assert resolve_run_config(None, {"model": {"depth": 2}}) == {"model.depth": 2}
 
 
-@pytest.mark.parametrize("value", ["[1, 2]", [1, 2], None, b"raw"])
+@pytest.mark.parametrize("value", ["[1,2]", [1, 2], None, b"raw"])
 def test_without_declared_defaults_unsupported_values_are_refused(value: object) -> None:
-    assert "bool, int, float or str" in resolve_error(None, {"x": value})
+    overrides = f"x={value}" if isinstance(value, str) else {"x": value}
+    assert "bool, int, float or str" in resolve_error(None, overrides)
 
 
 def test_without_declared_defaults_nothing_resolves_to_nothing() -> None:

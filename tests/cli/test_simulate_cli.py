@@ -6,7 +6,6 @@ import importlib
 import json
 import subprocess
 import sys
-import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -266,7 +265,7 @@ def test_an_unwritable_metrics_file_is_one_line(tmp_path: Path, run_main: RunMai
 
     outcome = run_main("simulate", QUICKSTART, "-n", "2", "--metrics-out", str(target))
 
-    assert_one_line_error(outcome, "--metrics-out", "No such file or directory")
+    assert_one_line_error(outcome, "--metrics-out", "its directory does not exist")
 
 
 # ------------------------------------------------------------------ module:attr targets
@@ -306,16 +305,17 @@ def test_without_a_seed_the_random_seed_is_printed(tiny_apps: str, invoke: Invok
     assert result.stdout.splitlines()[-1].rsplit(" · ", 1)[-1].removeprefix("seed ").isdigit()
 
 
-def test_an_exception_in_main_is_shown_with_its_traceback(
-    tiny_apps: str, run_main: RunMain, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(sys, "argv", ["fedcore", "simulate", f"{tiny_apps}:boom", "-n", "2"])
+def test_an_exception_in_main_shows_the_authors_frames(tiny_apps: str, run_main: RunMain) -> None:
+    outcome = run_main("simulate", f"{tiny_apps}:boom", "-n", "2")
 
-    with pytest.raises(ValueError, match="the author's bug") as caught:
-        main()  # not turned into a one-line error: the interpreter prints the traceback
-
-    frames = traceback.extract_tb(caught.tb)
-    assert any(frame.filename.endswith(f"{tiny_apps}.py") for frame in frames)
+    assert outcome.code == 1
+    assert "Traceback (most recent call last; " in outcome.err
+    assert "frames of fedcore and libraries hidden" in outcome.err
+    assert f"{tiny_apps}.py" in outcome.err
+    assert 'raise ValueError("the author\'s bug")' in outcome.err
+    assert outcome.err.rstrip().endswith("ValueError: the author's bug")
+    assert "anyio" not in outcome.err
+    assert "fedcore/simulation" not in outcome.err
 
 
 def test_an_exception_in_main_is_a_non_zero_exit(tiny_apps: str, invoke: Invoke) -> None:
@@ -435,3 +435,14 @@ def test_the_console_script_runs_the_quickstart() -> None:
         "round 2/3",
         "round 3/3",
     ]
+
+
+def test_a_run_that_fails_to_start_leaves_no_metrics_file(
+    tmp_path: Path, run_main: RunMain
+) -> None:
+    target = tmp_path / "metrics.jsonl"
+
+    outcome = run_main("simulate", "no_such_module:app", "-n", "2", "--metrics-out", str(target))
+
+    assert_one_line_error(outcome, "no_such_module")
+    assert not target.exists()
