@@ -44,15 +44,15 @@ class RoundReport:
     server_metrics: dict[str, MetricValue] = field(default_factory=dict)
 
     def describe(self) -> str:
-        """One line: ``round 3/30: 20 replies, 0 failures, 0.41 s, accuracy=0.8123``."""
+        """One line: ``round 3/30: 20 replies, 0 failures, 0.41 s, server accuracy=0.81, …``."""
         parts = [
             f"round {self.server_round}/{self.num_rounds}: {self.replies} replies, "
             f"{self.failures} failures, {self.elapsed:.2f} s"
         ]
         for scope, metrics in (
-            ("train", self.train_metrics),
-            ("evaluate", self.evaluate_metrics),
             ("server", self.server_metrics),
+            ("evaluate", self.evaluate_metrics),
+            ("train", self.train_metrics),
         ):
             parts.extend(f"{scope} {key}={_short(value)}" for key, value in metrics.items())
         return ", ".join(parts)
