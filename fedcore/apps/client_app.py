@@ -2,7 +2,12 @@
 
 A ClientApp is a routing table from message types (``train``, ``evaluate``,
 ``query``, or ``train.<action>``) to handlers ``(msg, context) -> Message``.
-Handlers may be ``def`` or ``async def``. :meth:`ClientApp.handle` is the single
+Handlers may be ``def`` or ``async def``. A lifespan (:meth:`ClientApp.lifespan`)
+runs once per worker process around all the messages that worker serves: the
+place to load a dataset or a model once, not once per message. ClientApps stay
+ephemeral all the same — per-node state lives only in ``Context.state``.
+
+:meth:`ClientApp.handle` is the single
 entry point every backend calls: it never raises for the app's own failures — a
 missing handler, an exception, a wrong return value — but answers with an error
 reply, so a broken ClientApp costs one failed reply, never a hung round.
@@ -10,9 +15,11 @@ reply, so a broken ClientApp costs one failed reply, never a hung round.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import TypeAlias, TypeVar
 
 import anyio.to_thread
@@ -22,6 +29,8 @@ from fedcore.domain.message import check_message_type
 
 Handler: TypeAlias = Callable[[Message, Context], Message | Awaitable[Message]]
 H = TypeVar("H", bound=Handler)
+Lifespan: TypeAlias = Callable[[], Iterator[None]]
+L = TypeVar("L", bound=Lifespan)
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +54,7 @@ class ClientApp:
 
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
+        self._lifespan: Lifespan | None = None
         self._warned = False
 
     def train(self, action: str | None = None) -> Callable[[H], H]:
@@ -58,6 +68,43 @@ class ClientApp:
     def query(self, action: str | None = None) -> Callable[[H], H]:
         """Register the handler for ``query`` (or ``query.<action>``) messages."""
         return self._register("query", action)
+
+    def lifespan(self) -> Callable[[L], L]:
+        """Register a generator to run once per worker, around every message it serves.
+
+        Code before ``yield`` runs before the worker's first message (load data,
+        build a model, warm a cache); code after it runs when the worker stops::
+
+            @client.lifespan()
+            def lifespan():
+                DATA["digits"] = load_digits()
+                yield
+                DATA.clear()
+        """
+
+        def decorator(function: L) -> L:
+            is_generator = inspect.isgeneratorfunction(function)  # no narrowing: keep L
+            if not is_generator:
+                raise TypeError("a lifespan is a generator function: setup, then `yield`")
+            if self._lifespan is not None:
+                raise ValueError("this ClientApp already has a lifespan")
+            self._lifespan = function
+            return function
+
+        return decorator
+
+    def started(self) -> AbstractContextManager[None]:
+        """The lifespan as a context manager (nothing to do if none is registered)."""
+        if self._lifespan is None:
+            return contextlib.nullcontext()
+        return contextlib.contextmanager(self._lifespan)()
+
+    @property
+    def defining_modules(self) -> list[str]:
+        """Names of the modules its handlers and lifespan were defined in."""
+        functions = [*self._handlers.values(), self._lifespan]
+        names = (getattr(function, "__module__", None) for function in functions)
+        return list(dict.fromkeys(name for name in names if isinstance(name, str)))
 
     @property
     def message_types(self) -> list[str]:

@@ -39,18 +39,21 @@ class LoadedApp:
 
     ``config`` holds the declared run-config defaults; ``None`` means the target
     declares none (``module:attr``) and accepts any key. ``path`` is the app
-    directory, or ``None``.
+    directory, or ``None``. ``client_ref`` is a ``module:attr`` that imports the
+    ClientApp again — what worker processes load — or ``None`` when there is none
+    (a ClientApp made inside a function, or in a notebook).
     """
 
     app: App
     config: RunConfig | None = None
     path: Path | None = None
+    client_ref: str | None = None
 
 
 def load_app(target: str | Path | App, *, cwd: Path | None = None) -> LoadedApp:
     """Load an :class:`App` from an ``App``, a ``module:attr`` string or an app directory."""
     if isinstance(target, App):
-        return LoadedApp(target)
+        return LoadedApp(target, client_ref=find_reference(target.client))
     base = Path.cwd() if cwd is None else cwd
     candidate = base / target
     if candidate.is_dir():
@@ -63,7 +66,7 @@ def load_app(target: str | Path | App, *, cwd: Path | None = None) -> LoadedApp:
         )
     app = load_object(text, base, App, "App")
     assert isinstance(app, App)
-    return LoadedApp(app)
+    return LoadedApp(app, client_ref=f"{text}.client")
 
 
 def _load_app_dir(path: Path) -> LoadedApp:
@@ -97,7 +100,7 @@ def _load_app_dir(path: Path) -> LoadedApp:
     client = load_object(refs["client"], path, ClientApp, "ClientApp")
     assert isinstance(server, ServerApp)
     assert isinstance(client, ClientApp)
-    return LoadedApp(App(server=server, client=client), config, path)
+    return LoadedApp(App(server=server, client=client), config, path, refs["client"])
 
 
 def load_object(ref: str, search_path: Path, kind: type, kind_name: str) -> Any:
@@ -134,6 +137,25 @@ def load_object(ref: str, search_path: Path, kind: type, kind_name: str) -> Any:
 def _a(name: str) -> str:
     """``name`` with its indefinite article: "an App", "a ServerApp", "an int"."""
     return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
+def find_reference(client: ClientApp) -> str | None:
+    """A ``module:attr`` under which ``client`` is found again, or ``None``.
+
+    Looks in the modules its handlers were defined in for a module-level name bound to
+    the ClientApp, or to an App holding it. A script run as ``__main__`` counts when it
+    has a file: worker processes started with "spawn" import it again.
+    """
+    for name in client.defining_modules:
+        module = sys.modules.get(name)
+        if module is None or (name == "__main__" and not getattr(module, "__file__", None)):
+            continue
+        for attr, value in vars(module).items():
+            if value is client:
+                return f"{name}:{attr}"
+            if isinstance(value, App) and value.client is client:
+                return f"{name}:{attr}.client"
+    return None
 
 
 def _describe(exc: Exception, search_path: Path) -> str:

@@ -63,7 +63,7 @@ def check_array(key: str, value: object) -> NDArray:
 class _Record(MutableMapping[str, _T]):
     """A dict with a value check on every write."""
 
-    __slots__ = ("_data",)
+    __slots__ = ("__weakref__", "_data")
 
     def __init__(self) -> None:
         self._data: dict[str, _T] = {}

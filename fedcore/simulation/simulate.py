@@ -14,6 +14,7 @@ import asyncio
 import functools
 import importlib.util
 import logging
+import os
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,7 +27,8 @@ from fedcore.apps.loading import load_app
 from fedcore.apps.run_config import RunConfig, resolve_run_config
 from fedcore.clock import Clock, SystemClock
 from fedcore.errors import UsageError
-from fedcore.simulation.backends import create_backend
+from fedcore.simulation.backends import DEFAULT_BACKEND, create_backend
+from fedcore.simulation.backends.worker import WORKER_ENV
 from fedcore.simulation.engine import SimulationEngine, SimulationResult
 from fedcore.simulation.resources import Resources
 from fedcore.state.memory import InMemoryLinkState
@@ -38,10 +40,12 @@ async def simulate(
     app: App | str | Path,
     *,
     nodes: int,
-    backend: str = "inline",
+    backend: str = DEFAULT_BACKEND,
     resources: Resources | None = None,
     run_config: Mapping[str, Any] | str | None = None,
     seed: int | None = None,
+    system: Resources | None = None,
+    max_workers: int | None = None,
     clock: Clock | None = None,
 ) -> SimulationResult:
     """Run ``app`` on ``nodes`` virtual nodes and return what its ServerApp's main returned.
@@ -52,13 +56,23 @@ async def simulate(
     sampling (default: the run config's ``seed``, else a random one, which the
     result reports so the run can be repeated); an app that declares a ``seed``
     run-config key receives this seed there, so its own randomness follows it too.
+
+    ``backend="process"`` runs ClientApps in worker processes, as many as the machine
+    (or ``system``) has room for at ``resources`` each, capped by ``max_workers``;
+    ``"inline"`` runs them in this process.
     """
+    if os.environ.get(WORKER_ENV):
+        raise UsageError(
+            "a simulation was started inside a fedcore worker: the module that defines the "
+            "ClientApp starts one when imported; put that under `if __name__ == '__main__':`"
+        )
     loaded = load_app(app)
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
         raise UsageError(f"nodes must be a positive number, got {nodes!r}")
     resources = resources or Resources()
-    if not isinstance(resources, Resources):
-        raise TypeError(f"resources must be fedcore.Resources, got {type(resources).__name__}")
+    for name, given in (("resources", resources), ("system", system)):
+        if given is not None and not isinstance(given, Resources):
+            raise TypeError(f"{name} must be fedcore.Resources, got {type(given).__name__}")
     config = resolve_run_config(loaded.config, run_config)
     seed = _resolve_seed(seed, config)
     if "seed" in config:
@@ -67,7 +81,9 @@ async def simulate(
     log.info("simulating %d nodes on the %s backend, seed %d", nodes, backend, seed)
     async with (
         InMemoryLinkState(clock, seed=seed) as state,
-        create_backend(backend, loaded, resources) as runner,
+        create_backend(
+            backend, loaded, resources, clock, system=system, max_workers=max_workers
+        ) as runner,
     ):
         engine = SimulationEngine(state, runner, clock)
         return await engine.run(loaded.app.server, num_nodes=nodes, run_config=config, seed=seed)

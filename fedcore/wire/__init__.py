@@ -6,16 +6,19 @@ input: anything that is not a valid payload within :class:`DecodeLimits` raises
 input buffer. See :mod:`fedcore.wire.frame` for the layout.
 """
 
-from fedcore.wire.frame import DEFAULT_LIMITS, FORMAT_VERSION, DecodeLimits
+from fedcore.wire.frame import DEFAULT_LIMITS, FORMAT_VERSION, DecodeLimits, Parts, parts_size
 from fedcore.wire.message import pack_message, unpack_message
-from fedcore.wire.records import pack_recorddict, unpack_recorddict
+from fedcore.wire.records import pack_recorddict, pack_recorddict_parts, unpack_recorddict
 
 __all__ = [
     "DEFAULT_LIMITS",
     "FORMAT_VERSION",
     "DecodeLimits",
+    "Parts",
     "pack_message",
     "pack_recorddict",
+    "pack_recorddict_parts",
+    "parts_size",
     "unpack_message",
     "unpack_recorddict",
 ]

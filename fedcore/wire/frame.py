@@ -11,7 +11,8 @@ nothing. Those views keep the whole received buffer alive while any of them live
 Layout, offsets from the start of the payload::
 
     0   b"FC"           magic
-    2   kind            b"R" a RecordDict, b"M" a Message
+    2   kind            b"R" a RecordDict, b"M" a Message; b"T", b"O", b"S" a worker's
+                        task, outcome and spec (see :mod:`fedcore.wire.worker`)
     3   version         FORMAT_VERSION; any other version is refused
     4   header length   uint32, big-endian
     8   header          msgpack: all structure and values, and each array's dtype,
@@ -39,7 +40,16 @@ ALIGNMENT = 16
 MAGIC = b"FC"
 RECORDDICT = b"R"
 MESSAGE = b"M"
-_KIND_NAMES = {RECORDDICT: "a RecordDict", MESSAGE: "a Message"}
+TASK = b"T"
+OUTCOME = b"O"
+SPEC = b"S"
+_KIND_NAMES = {
+    RECORDDICT: "a RecordDict",
+    MESSAGE: "a Message",
+    TASK: "a worker task",
+    OUTCOME: "a worker outcome",
+    SPEC: "a worker spec",
+}
 _PREFIX_LEN = 8
 _MAX_HEADER = 2**32 - 1
 _MAX_PROBLEM = 300
@@ -79,12 +89,17 @@ def fail(problem: str, cause: BaseException | None = None) -> NoReturn:
     raise DecodeError(f"invalid payload: {problem}") from cause
 
 
-def encode(kind: bytes, header: object, blobs: Sequence[memoryview]) -> bytes:
-    """Frame a header and the array data it describes, copying each blob once."""
+Parts = list[bytes | memoryview]
+"""A payload as pieces to concatenate: what is written to a socket or a shared-memory
+segment piece by piece, so the array data is copied once, into its destination."""
+
+
+def encode_parts(kind: bytes, header: object, blobs: Sequence[memoryview]) -> Parts:
+    """Frame a header and the array data it describes, without copying the data."""
     packed = msgpack.packb(header, use_bin_type=True)
     if len(packed) > _MAX_HEADER:
         raise ValueError(f"payload header of {len(packed)} bytes is too large to frame")
-    parts: list[bytes | memoryview] = [
+    parts: Parts = [
         MAGIC + kind + bytes([FORMAT_VERSION]) + len(packed).to_bytes(4, "big"),
         packed,
     ]
@@ -95,7 +110,17 @@ def encode(kind: bytes, header: object, blobs: Sequence[memoryview]) -> bytes:
             parts.append(bytes(pad))
         parts.append(blob)
         position += pad + blob.nbytes
-    return b"".join(parts)
+    return parts
+
+
+def encode(kind: bytes, header: object, blobs: Sequence[memoryview]) -> bytes:
+    """Frame a header and the array data it describes, copying each blob once."""
+    return b"".join(encode_parts(kind, header, blobs))
+
+
+def parts_size(parts: Parts) -> int:
+    """The length of the payload ``parts`` make."""
+    return sum(part.nbytes if isinstance(part, memoryview) else len(part) for part in parts)
 
 
 class BlobReader:

@@ -19,9 +19,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fedcore.domain.message import Error, Message, Metadata, check_message_type
+from fedcore.domain.message import Error, Message, Metadata, assemble_message, check_message_type
 from fedcore.wire import frame
-from fedcore.wire.frame import DEFAULT_LIMITS, DecodeLimits, fail
+from fedcore.wire.frame import DEFAULT_LIMITS, BlobReader, DecodeLimits, fail
 from fedcore.wire.records import decode_recorddict, encode_recorddict
 
 METADATA_FIELDS: tuple[tuple[str, type], ...] = (
@@ -40,16 +40,8 @@ _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
 
 def pack_message(msg: Message) -> bytes:
     """Encode a Message; its arrays are copied once, straight into the result."""
-    meta = msg.metadata
-    fields = [_encoded(name, kind, getattr(meta, name)) for name, kind in METADATA_FIELDS]
     blobs: list[memoryview] = []
-    if msg.has_content():
-        header = [fields, encode_recorddict(msg.content, blobs), None]
-    else:
-        code, reason = msg.error.code, msg.error.reason
-        error = [_encoded("error code", int, code), _encoded("error reason", str, reason)]
-        header = [fields, None, error]
-    return frame.encode(frame.MESSAGE, header, blobs)
+    return frame.encode(frame.MESSAGE, encode_message(msg, blobs), blobs)
 
 
 def unpack_message(
@@ -57,29 +49,50 @@ def unpack_message(
 ) -> Message:
     """Decode :func:`pack_message` output; arrays are read-only views into ``data``."""
     header, reader = frame.decode(data, frame.MESSAGE, limits)
+    msg = decode_message(header, reader, limits)
+    reader.finish()
+    return msg
+
+
+def encode_message(msg: Message, blobs: list[memoryview]) -> list[Any]:
+    """The header of ``msg``; appends the bytes of its arrays to ``blobs``."""
+    if msg.has_content():
+        return [encode_metadata(msg.metadata), encode_recorddict(msg.content, blobs), None]
+    code, reason = msg.error.code, msg.error.reason
+    error = [_encoded("error code", int, code), _encoded("error reason", str, reason)]
+    return [encode_metadata(msg.metadata), None, error]
+
+
+def decode_message(header: object, reader: BlobReader, limits: DecodeLimits) -> Message:
+    """Rebuild a Message from its header, taking array data from ``reader``."""
     if not isinstance(header, list) or len(header) != 3:
         fail("a message header must be a list of 3 fields")
     fields, content, error = header
-    if not isinstance(fields, list) or len(fields) != len(METADATA_FIELDS):
-        fail(f"message metadata must be a list of {len(METADATA_FIELDS)} fields")
     if (content is None) == (error is None):
         fail("a message carries either content or an error, exactly one")
-    values = {
-        name: _decoded(name, kind, value)
-        for (name, kind), value in zip(METADATA_FIELDS, fields, strict=True)
-    }
-    msg = Message.__new__(Message)
-    msg.metadata = Metadata(**values)
-    msg._content = msg._error = None
-    if error is not None:
-        if not isinstance(error, list) or len(error) != 2:
-            fail("a message error must be a list of 2 fields")
-        code = _decoded("error code", int, error[0])
-        msg._error = Error(code, _decoded("error reason", str, error[1]))
-    else:
-        msg._content = decode_recorddict(content, reader, limits)
-    reader.finish()
-    return msg
+    metadata = decode_metadata(fields)
+    if error is None:
+        return assemble_message(metadata, content=decode_recorddict(content, reader, limits))
+    if not isinstance(error, list) or len(error) != 2:
+        fail("a message error must be a list of 2 fields")
+    code = _decoded("error code", int, error[0])
+    return assemble_message(metadata, error=Error(code, _decoded("error reason", str, error[1])))
+
+
+def encode_metadata(meta: Metadata) -> list[Any]:
+    """The metadata fields in the order of :data:`METADATA_FIELDS`, each checked."""
+    return [_encoded(name, kind, getattr(meta, name)) for name, kind in METADATA_FIELDS]
+
+
+def decode_metadata(fields: object) -> Metadata:
+    if not isinstance(fields, list) or len(fields) != len(METADATA_FIELDS):
+        fail(f"message metadata must be a list of {len(METADATA_FIELDS)} fields")
+    return Metadata(
+        **{
+            name: _decoded(name, kind, value)
+            for (name, kind), value in zip(METADATA_FIELDS, fields, strict=True)
+        }
+    )
 
 
 def _encoded(name: str, kind: type, value: Any) -> Any:

@@ -47,9 +47,14 @@ _WIRE_DTYPES: dict[str, np.dtype[Any]] = {
 
 def pack_recorddict(records: RecordDict) -> bytes:
     """Encode a RecordDict; arrays are copied once, straight into the result."""
+    return b"".join(pack_recorddict_parts(records))
+
+
+def pack_recorddict_parts(records: RecordDict) -> frame.Parts:
+    """Encode a RecordDict as parts to write out; the arrays are not copied."""
     blobs: list[memoryview] = []
     header = encode_recorddict(records, blobs)
-    return frame.encode(frame.RECORDDICT, header, blobs)
+    return frame.encode_parts(frame.RECORDDICT, header, blobs)
 
 
 def unpack_recorddict(

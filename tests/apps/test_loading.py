@@ -15,6 +15,7 @@ from fedcore.apps.app import App
 from fedcore.apps.client_app import ClientApp
 from fedcore.apps.loading import LoadedApp, load_app
 from fedcore.apps.server_app import ServerApp
+from fedcore.domain import Context, Message
 from fedcore.errors import AppLoadError, UsageError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -96,8 +97,30 @@ def test_module_attr_loads_from_the_current_directory(
 
     loaded = load_app(f"{name}:app")
 
-    assert loaded == LoadedApp(sys.modules[name].app, config=None, path=None)
+    assert loaded == LoadedApp(
+        sys.modules[name].app, config=None, path=None, client_ref=f"{name}:app.client"
+    )
     assert isinstance(loaded.app, App)
+
+
+def test_the_client_of_an_app_object_is_found_by_name(
+    in_tmp: Path, write_module: WriteModule
+) -> None:
+    source = APP_SOURCE + "\n@client.query()\ndef query(msg, context):\n    return msg\n"
+    name = write_module(source)
+    app = load_app(f"{name}:app").app
+
+    assert load_app(app).client_ref == f"{name}:client"
+
+
+def test_a_client_made_inside_a_function_has_no_reference() -> None:
+    client = ClientApp()
+
+    @client.train()
+    def train(msg: Message, context: Context) -> Message:
+        raise NotImplementedError
+
+    assert load_app(App(server=ServerApp(), client=client)).client_ref is None
 
 
 def test_module_attr_loads_relative_to_an_explicit_cwd(

@@ -253,7 +253,7 @@ async def test_a_sync_main_drives_a_real_simulation() -> None:
         replies = grid.send_and_receive([query(n, 0) for n in nodes], timeout=10)
         return sorted(reply.content["m"]["p"] for reply in replies)
 
-    result = await fc.simulate(App(server=server, client=client), nodes=3, seed=0)
+    result = await fc.simulate(App(server=server, client=client), nodes=3, seed=0, backend="inline")
 
     assert result.value == [0, 1, 2]
     assert result.seed == 0

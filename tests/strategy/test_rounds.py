@@ -14,6 +14,7 @@ import pytest
 import fedcore as fc
 from fedcore.domain import Run
 from fedcore.errors import NotEnoughNodesError
+from fedcore.simulation.backends import BACKENDS
 from fedcore.strategy import FedAvg, Result
 from fedcore.strategy.rounds import sampling_seed, shuffled
 from fedcore.testing import FakeClock, round_reports
@@ -78,22 +79,26 @@ def _app(client: fc.ClientApp, strategy: FedAvg, **start: Any) -> fc.App:
     return fc.App(server=server, client=client)
 
 
-async def _run(seed: int, *, jitter: bool = False) -> Result:
-    app = _app(
-        _client(jitter=jitter), FedAvg(fraction_train=0.2, fraction_evaluate=0.1), num_rounds=4
-    )
-    result: Result = (await fc.simulate(app, nodes=30, seed=seed)).value
+JITTERY = _client(jitter=True)
+PLAIN = _client()
+
+
+async def _run(seed: int, *, client: fc.ClientApp = PLAIN, backend: str = "inline") -> Result:
+    app = _app(client, FedAvg(fraction_train=0.2, fraction_evaluate=0.1), num_rounds=4)
+    result: Result = (await fc.simulate(app, nodes=30, seed=seed, backend=backend)).value
     return result
 
 
-async def test_same_seed_same_cohorts_and_model_bit_for_bit() -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_same_seed_same_cohorts_and_model_bit_for_bit(backend: str) -> None:
     """Replies arrive in a different order every run (jitter); the model must not notice.
 
     The updates are float64 with magnitudes twelve orders apart, so aggregating them
     in arrival order would change the last bits: this test fails if the driver
     stops restoring the send order before aggregation.
     """
-    first, second = await _run(7, jitter=True), await _run(7, jitter=True)
+    first = await _run(7, client=JITTERY, backend=backend)
+    second = await _run(7, client=JITTERY, backend=backend)
     assert first.arrays == second.arrays
     assert first.train_metrics_clientapp == second.train_metrics_clientapp
     assert first.evaluate_metrics_clientapp == second.evaluate_metrics_clientapp
@@ -113,7 +118,7 @@ async def test_result_and_server_evaluation_per_round() -> None:
 
     strategy = FedAvg(fraction_train=0.5, fraction_evaluate=0.0)
     app = _app(_client(), strategy, num_rounds=3, evaluate_fn=evaluate_fn)
-    result: Result = (await fc.simulate(app, nodes=4, seed=0)).value
+    result: Result = (await fc.simulate(app, nodes=4, seed=0, backend="inline")).value
     assert calls == [0, 1, 2, 3]
     assert sorted(result.evaluate_metrics_serverapp) == [0, 1, 2, 3]
     assert sorted(result.train_metrics_clientapp) == [1, 2, 3]
@@ -127,7 +132,7 @@ async def test_async_evaluate_fn_and_bad_return() -> None:
         return None if server_round else fc.MetricRecord({"r": server_round})
 
     app = _app(_client(), FedAvg(fraction_evaluate=0.0), num_rounds=1, evaluate_fn=evaluate_fn)
-    result: Result = (await fc.simulate(app, nodes=2, seed=0)).value
+    result: Result = (await fc.simulate(app, nodes=2, seed=0, backend="inline")).value
     assert list(result.evaluate_metrics_serverapp) == [0]
 
     def wrong(server_round: int, arrays: fc.ArrayRecord) -> dict[str, float]:
@@ -135,13 +140,13 @@ async def test_async_evaluate_fn_and_bad_return() -> None:
 
     app = _app(_client(), FedAvg(), num_rounds=1, evaluate_fn=wrong)
     with pytest.raises(TypeError, match="evaluate_fn must return a MetricRecord"):
-        await fc.simulate(app, nodes=2, seed=0)
+        await fc.simulate(app, nodes=2, seed=0, backend="inline")
 
 
 async def test_failures_are_counted_reported_and_logged(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="fedcore")
     app = _app(_client(fail_partition=2), FedAvg(fraction_evaluate=0.0), num_rounds=2)
-    result: Result = (await fc.simulate(app, nodes=4, seed=0)).value
+    result: Result = (await fc.simulate(app, nodes=4, seed=0, backend="inline")).value
     reports = round_reports(caplog.records)
     assert [(r.server_round, r.replies, r.failures) for r in reports] == [(1, 3, 1), (2, 3, 1)]
     expected = "1 failures: 1× error 2 (CLIENT_APP_RAISED_EXCEPTION): RuntimeError: disk full"
@@ -158,7 +163,7 @@ async def test_sync_main_can_start_a_strategy() -> None:
         return FedAvg(fraction_evaluate=0.0).start(grid=grid, initial_arrays=w0, num_rounds=2)
 
     result: Result = (
-        await fc.simulate(fc.App(server=server, client=_client()), nodes=3, seed=0)
+        await fc.simulate(fc.App(server=server, client=PLAIN), nodes=3, seed=0, backend="inline")
     ).value
     assert sorted(result.train_metrics_clientapp) == [1, 2]
 
@@ -175,7 +180,8 @@ async def test_round_timeout_counts_missing_replies_as_failures(fake_clock: Fake
 
     async def simulate() -> None:
         app = _app(client, FedAvg(fraction_evaluate=0.0), num_rounds=1, timeout=30)
-        outcome.append((await fc.simulate(app, nodes=2, seed=0, clock=fake_clock)).value)
+        result = await fc.simulate(app, nodes=2, seed=0, clock=fake_clock, backend="inline")
+        outcome.append(result.value)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(simulate)
@@ -190,7 +196,7 @@ async def test_waiting_for_nodes_times_out(fake_clock: FakeClock) -> None:
     async def simulate() -> None:
         app = _app(_client(), FedAvg(min_available_nodes=5), num_rounds=1, timeout=60)
         try:
-            await fc.simulate(app, nodes=3, seed=0, clock=fake_clock)
+            await fc.simulate(app, nodes=3, seed=0, clock=fake_clock, backend="inline")
         except NotEnoughNodesError as exc:
             errors.append(exc)
 

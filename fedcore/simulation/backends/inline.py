@@ -10,6 +10,12 @@ copied, so a handler cannot change what other nodes receive.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+from types import TracebackType
+from typing import Self
+
+import anyio.to_thread
+
 from fedcore.apps.client_app import ClientApp
 from fedcore.domain import (
     ArrayRecord,
@@ -43,10 +49,31 @@ def read_only_view(content: RecordDict) -> RecordDict:
 
 
 class InlineBackend(Backend):
-    """Runs a :class:`ClientApp` object on this process's event loop and threads."""
+    """Runs a :class:`ClientApp` object on this process's event loop and threads.
+
+    The ClientApp's lifespan runs once, around the whole simulation.
+    """
 
     def __init__(self, client: ClientApp) -> None:
         self._client = client
+        self._lifespan: AbstractContextManager[None] | None = None
+
+    async def __aenter__(self) -> Self:
+        lifespan = self._client.started()
+        await anyio.to_thread.run_sync(lifespan.__enter__)
+        self._lifespan = lifespan
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._lifespan is not None:
+            lifespan, self._lifespan = self._lifespan, None
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(lifespan.__exit__, exc_type, exc, tb)
 
     async def run(self, message: Message, context: Context) -> tuple[Message, Context]:
         delivered = message.with_content(read_only_view(message.content))

@@ -1,0 +1,197 @@
+"""A process-pool worker: import the ClientApp once, then serve tasks until the channel closes.
+
+The engine starts each worker as a fresh ``python`` calling :func:`main` with one end
+of a socket pair as an inherited file descriptor. (Not with
+``multiprocessing``: its "spawn" start re-runs the parent's main script in every
+child, which would restart a simulation written at a script's top level.) The
+environment — ``CUDA_VISIBLE_DEVICES`` included — is set before Python starts. The
+worker reads its spec, takes the parent's ``sys.path``, imports the ClientApp,
+enters its lifespan, says hello, and loops: receive a task, run the handler, send
+the outcome. Async handlers run on one event loop that lives as long as the worker.
+
+A worker never outlives the engine: on Linux it asks the kernel to kill it when
+its parent dies, and everywhere it exits when its channel reaches end-of-file. It
+ignores Ctrl-C, which the terminal sends to the whole process group: stopping is
+the engine's decision, so a Ctrl-C never litters the screen with worker
+tracebacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import importlib.util
+import logging
+import os
+import signal
+import sys
+from contextlib import AbstractContextManager
+from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from fedcore.apps.client_app import ClientApp
+from fedcore.apps.loading import load_object
+from fedcore.domain import Error, ErrorCode, Message
+from fedcore.errors import AppLoadError
+from fedcore.simulation.backends.shared_memory import SegmentSpace, map_segment
+from fedcore.wire import parts_size, unpack_recorddict
+from fedcore.wire.worker import (
+    HELLO,
+    pack_failure,
+    pack_outcome,
+    pack_pointer,
+    pointer_target,
+    unpack_spec,
+    unpack_task,
+)
+
+WORKER_ENV = "FEDCORE_WORKER"
+"""Set in every worker's environment; a simulation refuses to start where it is set."""
+MAIN_ALIAS = "__fedcore_main__"
+"""The name a worker imports the parent's ``__main__`` script under, so that code
+guarded by ``if __name__ == "__main__":`` does not run again."""
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a worker needs to start; the first thing it receives."""
+
+    index: int
+    client_ref: str
+    search_path: str
+    segment_root: str
+    segment_prefix: str
+    inline_limit: int
+    sys_path: list[str] = field(default_factory=list)
+    main_file: str = ""
+
+    @classmethod
+    def here(
+        cls,
+        *,
+        index: int,
+        client_ref: str,
+        search_path: str,
+        segment_root: str,
+        segment_prefix: str,
+        inline_limit: int,
+    ) -> WorkerSpec:
+        """A spec carrying this process's ``sys.path`` and main script."""
+        main = sys.modules.get("__main__")
+        return cls(
+            index=index,
+            client_ref=client_ref,
+            search_path=search_path,
+            segment_root=segment_root,
+            segment_prefix=segment_prefix,
+            inline_limit=inline_limit,
+            sys_path=[os.path.abspath(p) if p else os.getcwd() for p in sys.path],
+            main_file=str(getattr(main, "__file__", "") or ""),
+        )
+
+    def as_dict(self) -> dict[str, str | int | list[str]]:
+        return asdict(self)
+
+
+def serve(connection: Connection) -> None:
+    """The worker's main function, once its channel is open."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    spec = WorkerSpec(**unpack_spec(connection.recv_bytes()))
+    logging.basicConfig(
+        level=logging.WARNING, format=f"%(asctime)s worker {spec.index} %(levelname)s %(message)s"
+    )
+    sys.path[:] = [*spec.sys_path, *(p for p in sys.path if p not in spec.sys_path)]
+    try:
+        client = _load(spec)
+        lifespan = client.started()
+        lifespan.__enter__()
+    except AppLoadError as exc:
+        connection.send_bytes(pack_failure(str(exc)))
+        return
+    except Exception as exc:
+        connection.send_bytes(
+            pack_failure(f"the ClientApp's lifespan raised {type(exc).__name__}: {exc}")
+        )
+        return
+    space = SegmentSpace(Path(spec.segment_root), f"{spec.segment_prefix}w{spec.index}-")
+    _serve_tasks(connection, client, lifespan, space, spec.inline_limit)
+
+
+def _load(spec: WorkerSpec) -> ClientApp:
+    ref = spec.client_ref
+    if ref.startswith("__main__:"):
+        module_spec = importlib.util.spec_from_file_location(MAIN_ALIAS, spec.main_file)
+        if module_spec is None or module_spec.loader is None:
+            raise AppLoadError(f"cannot import the main script {spec.main_file!r} in a worker")
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[MAIN_ALIAS] = module
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as exc:
+            raise AppLoadError(
+                f"cannot load ClientApp {ref!r}: {type(exc).__name__}: {exc}"
+            ) from exc
+        ref = MAIN_ALIAS + ref.removeprefix("__main__")
+    client = load_object(ref, Path(spec.search_path), ClientApp, "ClientApp")
+    assert isinstance(client, ClientApp)
+    return client
+
+
+def _serve_tasks(
+    connection: Connection,
+    client: ClientApp,
+    lifespan: AbstractContextManager[None],
+    space: SegmentSpace,
+    inline_limit: int,
+) -> None:
+    try:
+        connection.send_bytes(HELLO)
+        with asyncio.Runner() as loop:
+            while True:
+                try:
+                    data = connection.recv_bytes()
+                except EOFError:
+                    return
+                connection.send_bytes(_work(client, loop, data, space, inline_limit))
+    finally:
+        lifespan.__exit__(*sys.exc_info())
+
+
+def _work(
+    client: ClientApp, loop: asyncio.Runner, data: bytes, space: SegmentSpace, inline_limit: int
+) -> bytes:
+    """Run one task; return what to send back (the outcome, or a pointer to it)."""
+    segment = pointer_target(data)
+    payload = data if segment is None else map_segment(space.root / segment, take=True)
+    message, context = unpack_task(
+        payload, lambda name: unpack_recorddict(map_segment(space.root / name, take=False))
+    )
+    reply = loop.run(client.handle(message, context, in_thread=False))
+    try:
+        parts = pack_outcome(reply, context.state)
+    except (TypeError, ValueError) as exc:
+        reason = f"the reply could not be sent: {exc}"
+        failed = Error(int(ErrorCode.CLIENT_APP_RAISED_EXCEPTION), reason)
+        parts = pack_outcome(Message(error=failed, reply_to=message), context.state)
+    if parts_size(parts) <= inline_limit:
+        return b"".join(parts)
+    return pack_pointer(space.write(parts))
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies (elsewhere: rely on EOF)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        return
+    pr_set_pdeathsig = 1
+    libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+def main(descriptor: str) -> None:
+    """The entry point of ``python -c``: serve on the inherited socket ``descriptor``."""
+    serve(Connection(int(descriptor)))

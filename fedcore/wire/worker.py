@@ -1,0 +1,211 @@
+"""What the simulation engine and its worker processes say to each other over a pipe.
+
+Every pipe message is one of:
+
+- a **task** (engine → worker): a message with the Context of its node. The
+  message's content travels in the task itself, or — when it is large, or shared by
+  many messages of a round — in a shared-memory segment that the task names, so
+  the worker maps it instead of receiving a copy;
+- an **outcome** (worker → engine): the reply and the node's ``Context.state`` after
+  the handler ran;
+- a **pointer** (either way): ``b"@"`` and the name of a segment holding a task or
+  an outcome too large for the pipe;
+- a worker's **hello**: ``b"+"`` when its ClientApp loaded, or ``b"!"`` and a
+  one-line reason when it did not;
+- before all of that, the worker's **spec** (engine → worker): what to import and
+  where to find it, as ``[key, value]`` pairs of strings, ints and lists of strings.
+
+Contexts carry ``node_config`` and ``run_config`` as lists of ``[key, value]``
+pairs whose values must be bool, int, float, str or bytes: a Context is checked on
+decode like a record.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from fedcore.domain import Context, Message, RecordDict
+from fedcore.domain.message import assemble_message
+from fedcore.wire import frame
+from fedcore.wire.frame import DEFAULT_LIMITS, DecodeLimits, Parts, fail
+from fedcore.wire.message import decode_message, decode_metadata, encode_message, encode_metadata
+from fedcore.wire.records import decode_recorddict, encode_recorddict
+
+HELLO = b"+"
+FAILED = b"!"
+POINTER = b"@"
+_SEGMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
+_CONFIG_VALUES = (bool, int, float, str, bytes)
+
+Buffer = bytes | bytearray | memoryview
+
+
+def pack_task(message: Message, context: Context, *, content_segment: str | None = None) -> Parts:
+    """A task: ``message`` for the node of ``context``.
+
+    With ``content_segment``, the content is left out: the worker reads it from that
+    segment, which holds :func:`~fedcore.wire.pack_recorddict_parts` of it.
+    """
+    blobs: list[memoryview] = []
+    content = None if content_segment is not None else encode_recorddict(message.content, blobs)
+    header = [
+        encode_metadata(message.metadata),
+        content,
+        None if content_segment is None else check_segment_name(content_segment),
+        _encode_context(context, blobs),
+    ]
+    return frame.encode_parts(frame.TASK, header, blobs)
+
+
+def unpack_task(
+    data: Buffer,
+    read_segment: Callable[[str], RecordDict],
+    limits: DecodeLimits = DEFAULT_LIMITS,
+) -> tuple[Message, Context]:
+    """Decode a task; ``read_segment(name)`` supplies content that travelled by segment."""
+    header, reader = frame.decode(data, frame.TASK, limits)
+    if not isinstance(header, list) or len(header) != 4:
+        fail("a task header must be a list of 4 fields")
+    fields, content, segment, context = header
+    if (content is None) == (segment is None):
+        fail("a task carries its content or names a segment holding it, exactly one")
+    metadata = decode_metadata(fields)
+    records = (
+        decode_recorddict(content, reader, limits)
+        if content is not None
+        else read_segment(check_segment_name(segment))
+    )
+    decoded_context = _decode_context(context, reader, limits)
+    reader.finish()
+    return assemble_message(metadata, content=records), decoded_context
+
+
+def pack_outcome(reply: Message, state: RecordDict) -> Parts:
+    """An outcome: the handler's reply and the node's state after it."""
+    blobs: list[memoryview] = []
+    header = [encode_message(reply, blobs), encode_recorddict(state, blobs)]
+    return frame.encode_parts(frame.OUTCOME, header, blobs)
+
+
+def unpack_outcome(
+    data: Buffer, limits: DecodeLimits = DEFAULT_LIMITS
+) -> tuple[Message, RecordDict]:
+    header, reader = frame.decode(data, frame.OUTCOME, limits)
+    if not isinstance(header, list) or len(header) != 2:
+        fail("an outcome header must be a list of 2 fields")
+    reply = decode_message(header[0], reader, limits)
+    state = decode_recorddict(header[1], reader, limits)
+    reader.finish()
+    return reply, state
+
+
+SpecValue = str | int | list[str]
+
+
+def pack_spec(spec: Mapping[str, SpecValue]) -> bytes:
+    return frame.encode(frame.SPEC, [[key, value] for key, value in spec.items()], [])
+
+
+def unpack_spec(data: Buffer, limits: DecodeLimits = DEFAULT_LIMITS) -> dict[str, Any]:
+    header, reader = frame.decode(data, frame.SPEC, limits)
+    reader.finish()
+    if not isinstance(header, list) or not all(
+        isinstance(pair, list) and len(pair) == 2 and type(pair[0]) is str for pair in header
+    ):
+        fail("a worker spec must be a list of [name, value] pairs")
+    return dict(header)
+
+
+def pack_pointer(segment: str) -> bytes:
+    return POINTER + check_segment_name(segment).encode("ascii")
+
+
+def pointer_target(data: Buffer) -> str | None:
+    """The segment a pointer names, or ``None`` if ``data`` is not a pointer."""
+    view = memoryview(data)
+    if bytes(view[:1]) != POINTER:
+        return None
+    try:
+        name = bytes(view[1:]).decode("ascii")
+    except UnicodeDecodeError:
+        fail("a segment name must be ASCII")
+    return check_segment_name(name)
+
+
+def pack_failure(reason: str) -> bytes:
+    return FAILED + reason.encode("utf-8", "replace")
+
+
+def failure_reason(data: Buffer) -> str | None:
+    """The reason of a worker's failed hello, or ``None`` if ``data`` is not one."""
+    view = memoryview(data)
+    if bytes(view[:1]) != FAILED:
+        return None
+    return bytes(view[1:]).decode("utf-8", "replace")
+
+
+def check_segment_name(name: object) -> str:
+    """``name`` if it is a plain file name (no separators, no dot-dot), else DecodeError."""
+    if not isinstance(name, str) or not _SEGMENT_NAME.fullmatch(name) or ".." in name:
+        fail(f"{name!r} is not a segment name")
+    return name
+
+
+def _encode_context(context: Context, blobs: list[memoryview]) -> list[Any]:
+    return [
+        _encode_id("run_id", context.run_id),
+        _encode_id("node_id", context.node_id),
+        _encode_config("node_config", context.node_config),
+        _encode_config("run_config", context.run_config),
+        encode_recorddict(context.state, blobs),
+    ]
+
+
+def _encode_id(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"context {name} must be an int, got {type(value).__name__}")
+    return value
+
+
+def _encode_config(name: str, config: dict[str, Any]) -> list[list[Any]]:
+    pairs = []
+    for key, value in config.items():
+        if not isinstance(key, str) or not isinstance(value, _CONFIG_VALUES):
+            raise TypeError(
+                f"context {name}[{key!r}] must be bool, int, float, str or bytes, "
+                f"got {type(value).__name__}"
+            )
+        pairs.append([key, value])
+    return pairs
+
+
+def _decode_context(header: object, reader: frame.BlobReader, limits: DecodeLimits) -> Context:
+    if not isinstance(header, list) or len(header) != 5:
+        fail("a context must be a list of 5 fields")
+    run_id, node_id, node_config, run_config, state = header
+    for name, value in (("run_id", run_id), ("node_id", node_id)):
+        if type(value) is not int:
+            fail(f"context {name} must be an int, got {type(value).__name__}")
+    return Context(
+        run_id,
+        node_id,
+        _decode_config("node_config", node_config),
+        decode_recorddict(state, reader, limits),
+        _decode_config("run_config", run_config),
+    )
+
+
+def _decode_config(name: str, pairs: object) -> dict[str, Any]:
+    if not isinstance(pairs, list):
+        fail(f"context {name} must be a list of pairs")
+    config: dict[str, Any] = {}
+    for pair in pairs:
+        if not isinstance(pair, list) or len(pair) != 2:
+            fail(f"context {name} must be a list of [key, value] pairs")
+        key, value = pair
+        if type(key) is not str or type(value) not in _CONFIG_VALUES or key in config:
+            fail(f"context {name} has a bad or repeated entry for {key!r}")
+        config[key] = value
+    return config

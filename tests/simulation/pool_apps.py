@@ -1,0 +1,55 @@
+"""ClientApps for the process-pool tests; workers import them from here by name."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import anyio
+
+import fedcore as fc
+
+SETUPS: list[int] = []
+
+client = fc.ClientApp()
+
+
+@client.lifespan()
+def lifespan():  # type: ignore[no-untyped-def]
+    SETUPS.append(os.getpid())
+    yield
+
+
+def _reply(msg: fc.Message, **metrics: int | float) -> fc.Message:
+    return fc.Message(fc.RecordDict({"metrics": fc.MetricRecord(metrics)}), reply_to=msg)
+
+
+@client.query("whoami")
+def whoami(msg: fc.Message, context: fc.Context) -> fc.Message:
+    devices = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    return _reply(
+        msg,
+        pid=os.getpid(),
+        setups=len(SETUPS),
+        device=int(devices) if devices.isdigit() else -1,
+    )
+
+
+@client.query("crash")
+def crash(msg: fc.Message, context: fc.Context) -> fc.Message:
+    if context.node_config["partition-id"] == 0:
+        os._exit(3)
+    return _reply(msg, pid=os.getpid())
+
+
+@client.query("hang")
+async def hang(msg: fc.Message, context: fc.Context) -> fc.Message:
+    if context.node_config["partition-id"] == 0:
+        await anyio.sleep(3600)
+    return _reply(msg, pid=os.getpid())
+
+
+@client.query("slow")
+def slow(msg: fc.Message, context: fc.Context) -> fc.Message:
+    time.sleep(float(msg.content["config"]["seconds"]))  # type: ignore[arg-type]
+    return _reply(msg, pid=os.getpid())

@@ -1,0 +1,214 @@
+"""The process-pool backend: warm workers, crashes, TTLs, GPUs, cleanup."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from pool_apps import client
+
+import fedcore as fc
+from fedcore.domain import ErrorCode
+from fedcore.errors import AppLoadError
+from fedcore.simulation.backends.shared_memory import ROOT
+
+pytestmark = pytest.mark.anyio
+
+
+def _children() -> set[int]:
+    """Live child processes of this one (zombies excluded)."""
+    found = set()
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        for pid in (task / "children").read_text().split():
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0]
+            except (FileNotFoundError, IndexError):
+                continue
+            if state != "Z":
+                found.add(int(pid))
+    return found
+
+
+def _segments() -> set[str]:
+    return {path.name for path in ROOT.glob(f"fedcore-{os.getpid()}-*")}
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_behind() -> Iterator[None]:
+    before_children, before_segments = _children(), _segments()
+    yield
+    assert _children() <= before_children, "worker processes outlived the simulation"
+    assert _segments() <= before_segments, "shared-memory segments were not unlinked"
+
+
+def _app(main: Any) -> fc.App:
+    server = fc.ServerApp()
+    server.main()(main)
+    return fc.App(server=server, client=client)
+
+
+def _ask(message_type: str, **config: float) -> Any:
+    async def main(grid: fc.Grid, context: fc.Context) -> list[fc.Message]:
+        nodes = await grid.get_node_ids()
+        content = fc.RecordDict({"config": fc.ConfigRecord(config)})
+        return await grid.send_and_receive([fc.Message(content, n, message_type) for n in nodes])
+
+    return main
+
+
+async def test_workers_are_warm_and_set_up_once() -> None:
+    replies = (await fc.simulate(_app(_ask("query.whoami")), nodes=40, max_workers=2, seed=0)).value
+    metrics = [reply.content["metrics"] for reply in replies]
+    pids = {m["pid"] for m in metrics}
+    assert len(pids) == 2
+    assert {m["setups"] for m in metrics} == {1}
+
+
+async def test_a_crashed_worker_costs_one_reply_and_is_replaced() -> None:
+    async def main(grid: fc.Grid, context: fc.Context) -> tuple[list[fc.Message], list[fc.Message]]:
+        nodes = await grid.get_node_ids()
+        crash = [fc.Message(fc.RecordDict(), n, "query.crash") for n in nodes]
+        first = await grid.send_and_receive(crash)
+        after = [fc.Message(fc.RecordDict(), n, "query.whoami") for n in nodes]
+        return first, await grid.send_and_receive(after)
+
+    crashed, after = (await fc.simulate(_app(main), nodes=6, max_workers=2, seed=0)).value
+    errors = [reply.error for reply in crashed if reply.has_error()]
+    assert [error.code for error in errors] == [ErrorCode.CLIENT_APP_CRASHED]
+    assert "exited with status 3" in errors[0].reason
+    assert sum(reply.has_content() for reply in crashed) == 5
+    assert all(reply.has_content() for reply in after)
+
+
+async def test_a_worker_killed_mid_round_is_replaced_and_the_round_completes() -> None:
+    """SIGKILL from outside (as the OOM killer would) while a worker runs a task."""
+
+    async def main(grid: fc.Grid, context: fc.Context) -> list[fc.Message]:
+        nodes = await grid.get_node_ids()
+        content = fc.RecordDict({"config": fc.ConfigRecord({"seconds": 0.3})})
+        ids = await grid.push_messages([fc.Message(content, n, "query.slow") for n in nodes])
+        replies = []
+        async for reply in grid.receive(ids):
+            if not replies:
+                victim = next(pid for pid in _children() if pid != reply.content["metrics"]["pid"])
+                os.kill(victim, signal.SIGKILL)
+            replies.append(reply)
+        return replies
+
+    replies = (await fc.simulate(_app(main), nodes=8, max_workers=2, seed=0)).value
+    errors = [reply.error for reply in replies if reply.has_error()]
+    assert len(replies) == 8
+    assert [error.code for error in errors] == [ErrorCode.CLIENT_APP_CRASHED]
+    assert "killed by SIGKILL" in errors[0].reason
+
+
+async def test_a_client_app_past_its_ttl_is_stopped_and_answered() -> None:
+    async def main(grid: fc.Grid, context: fc.Context) -> list[fc.Message]:
+        nodes = await grid.get_node_ids()
+        messages = [fc.Message(fc.RecordDict(), n, "query.hang", ttl=1.0) for n in nodes]
+        return await grid.send_and_receive(messages)
+
+    with anyio.fail_after(20):
+        replies = (await fc.simulate(_app(main), nodes=3, max_workers=2, seed=0)).value
+    errors = [reply.error for reply in replies if reply.has_error()]
+    assert [error.code for error in errors] == [ErrorCode.MESSAGE_UNAVAILABLE]
+    assert sum(reply.has_content() for reply in replies) == 2
+
+
+async def test_cancelling_the_simulation_leaves_nothing_behind() -> None:
+    async def main(grid: fc.Grid, context: fc.Context) -> None:
+        nodes = await grid.get_node_ids()
+        await grid.send_and_receive([fc.Message(fc.RecordDict(), n, "query.hang") for n in nodes])
+
+    with anyio.move_on_after(3) as scope:
+        await fc.simulate(_app(main), nodes=2, max_workers=2, seed=0)
+    assert scope.cancelled_caught
+
+
+async def test_a_failing_server_app_leaves_nothing_behind() -> None:
+    async def main(grid: fc.Grid, context: fc.Context) -> None:
+        await grid.send_and_receive(
+            [fc.Message(fc.RecordDict(), n, "query.whoami") for n in await grid.get_node_ids()]
+        )
+        raise RuntimeError("the author's bug")
+
+    with pytest.raises(RuntimeError, match="the author's bug"):
+        await fc.simulate(_app(main), nodes=2, max_workers=2, seed=0)
+
+
+async def test_fractional_gpus_pack_workers_onto_devices() -> None:
+    replies = (
+        await fc.simulate(
+            _app(_ask("query.whoami")),
+            nodes=40,
+            resources=fc.Resources(num_cpus=1, num_gpus=0.5),
+            system=fc.Resources(num_cpus=8, num_gpus=2),
+            seed=0,
+        )
+    ).value
+    by_pid: dict[float, set[float]] = {}
+    for reply in replies:
+        metrics = reply.content["metrics"]
+        by_pid.setdefault(metrics["pid"], set()).add(metrics["device"])  # type: ignore[arg-type]
+    assert len(by_pid) == 4
+    assert sorted(device for devices in by_pid.values() for device in devices) == [0, 0, 1, 1]
+
+
+async def test_a_lifespan_that_fails_is_one_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "failing_lifespan_mod.py").write_text(
+        textwrap.dedent(
+            """\
+            import fedcore as fc
+            client = fc.ClientApp()
+            server = fc.ServerApp()
+
+            @client.lifespan()
+            def lifespan():
+                raise OSError("dataset not found")
+                yield
+            """
+        )
+    )
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.fedcore.app]\nserver = "failing_lifespan_mod:server"\n'
+        'client = "failing_lifespan_mod:client"\n'
+    )
+    with pytest.raises(AppLoadError, match="lifespan raised OSError: dataset not found"):
+        await fc.simulate(tmp_path, nodes=2, max_workers=1)
+
+
+def test_a_script_must_guard_its_simulation(tmp_path: Path) -> None:
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        textwrap.dedent(
+            """\
+            import fedcore as fc
+            client = fc.ClientApp()
+
+            @client.query()
+            def query(msg, context):
+                return msg
+
+            server = fc.ServerApp()
+
+            @server.main()
+            async def main(grid, context):
+                return None
+
+            fc.run_simulation(fc.App(server=server, client=client), nodes=2, max_workers=1)
+            """
+        )
+    )
+    completed = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert completed.returncode != 0
+    assert "put that under `if __name__ == '__main__':`" in completed.stderr
