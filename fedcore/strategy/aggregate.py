@@ -1,4 +1,8 @@
-"""Aggregation math as pure numpy functions: no Grid, no event loop, no messages.
+"""Aggregation math as pure numpy: no Grid, no event loop, no messages.
+
+Means are running: :class:`ArrayMean` and :class:`MetricMean` take one record at a
+time, so a strategy can fold each reply in as it arrives and let its buffers go —
+memory O(model), not O(model × cohort).
 
 Sums are taken in float64 (complex128 for complex arrays) and cast back to each
 array's dtype, so the average of float16 or float32 models does not lose precision
@@ -31,33 +35,6 @@ def _cast_back(total: NDArray, dtype: np.dtype[Any]) -> NDArray:
     return total.astype(dtype)
 
 
-def weighted_average_arrays(
-    records: Sequence[ArrayRecord], weights: Sequence[float]
-) -> ArrayRecord:
-    """The weighted mean of ``records``, key by key; every record has the same keys and shapes.
-
-    Raises ``ValueError`` when there is nothing to average, the weights do not sum
-    to a positive number, or the records disagree on keys, shapes or dtypes.
-    """
-    if not records:
-        raise ValueError("nothing to average")
-    if len(records) != len(weights):
-        raise ValueError(f"{len(records)} records but {len(weights)} weights")
-    total_weight = float(sum(weights))
-    if not total_weight > 0:
-        raise ValueError(f"weights must sum to a positive number, got {total_weight}")
-    first = records[0]
-    for record in records[1:]:
-        check_same_layout(first, record)
-    averaged = ArrayRecord()
-    for key, template in first.items():
-        total = np.zeros(template.shape, dtype=_accumulator_dtype(template.dtype))
-        for record, weight in zip(records, weights, strict=True):
-            total += record[key] * np.float64(weight / total_weight)
-        averaged[key] = _cast_back(total, template.dtype)
-    return averaged
-
-
 def check_same_layout(expected: ArrayRecord, record: ArrayRecord) -> None:
     """Raise ``ValueError`` unless ``record`` has ``expected``'s keys, shapes and dtypes."""
     if list(record) != list(expected):
@@ -71,27 +48,108 @@ def check_same_layout(expected: ArrayRecord, record: ArrayRecord) -> None:
             )
 
 
-def weighted_average_metrics(
-    records: Sequence[MetricRecord], weights: Sequence[float], *, exclude: str = ""
-) -> MetricRecord:
+class ArrayMean:
+    """The weighted mean of ArrayRecords, one record at a time.
+
+    The first record fixes the layout (keys, shapes, dtypes); :meth:`add` refuses a
+    record that differs with ``ValueError`` and leaves the mean as it was.
+    """
+
+    def __init__(self) -> None:
+        self._layout: ArrayRecord | None = None
+        self._sums: dict[str, NDArray] = {}
+        self._weight = 0.0
+
+    def add(self, arrays: ArrayRecord, weight: float) -> None:
+        if not weight >= 0:
+            raise ValueError(f"weights must be non-negative, got {weight}")
+        if self._layout is None:
+            self._layout = arrays
+            self._sums = {
+                key: np.zeros(array.shape, dtype=_accumulator_dtype(array.dtype))
+                for key, array in arrays.items()
+            }
+        else:
+            check_same_layout(self._layout, arrays)
+        self._weight += weight
+        if weight == 0:
+            return
+        factor = np.float64(weight)
+        for key, array in arrays.items():
+            self._sums[key] += array * factor
+
+    @property
+    def weight(self) -> float:
+        """The total weight added so far."""
+        return self._weight
+
+    def result(self) -> ArrayRecord:
+        """The mean so far; ``ValueError`` if nothing with a positive weight was added."""
+        if self._layout is None or not self._weight > 0:
+            raise ValueError("no arrays with a positive weight to average")
+        return ArrayRecord(
+            {
+                key: _cast_back(total / self._weight, self._layout[key].dtype)
+                for key, total in self._sums.items()
+            }
+        )
+
+
+class MetricMean:
     """The weighted mean of every metric (lists element by element), except ``exclude``.
 
     A metric missing from some records is averaged over the records that have it,
     with their weights renormalised.
     """
-    sums: dict[str, Any] = {}
-    mass: dict[str, float] = {}
-    for record, weight in zip(records, weights, strict=True):
+
+    def __init__(self, *, exclude: str = "") -> None:
+        self._exclude = exclude
+        self._sums: dict[str, Any] = {}
+        self._mass: dict[str, float] = {}
+
+    def add(self, record: MetricRecord, weight: float) -> None:
         for key, value in record.items():
-            if key == exclude:
+            if key == self._exclude:
                 continue
             term = np.asarray(value, dtype=np.float64) * weight
-            sums[key] = term if key not in sums else sums[key] + term
-            mass[key] = mass.get(key, 0.0) + weight
-    averaged = MetricRecord()
-    for key, total in sums.items():
-        if mass[key] <= 0:
-            continue
-        mean = total / mass[key]
-        averaged[key] = mean.tolist() if mean.ndim else float(mean)
-    return averaged
+            self._sums[key] = term if key not in self._sums else self._sums[key] + term
+            self._mass[key] = self._mass.get(key, 0.0) + weight
+
+    def result(self) -> MetricRecord:
+        averaged = MetricRecord()
+        for key, total in self._sums.items():
+            if self._mass[key] <= 0:
+                continue
+            mean = total / self._mass[key]
+            averaged[key] = mean.tolist() if mean.ndim else float(mean)
+        return averaged
+
+
+def weighted_average_arrays(
+    records: Sequence[ArrayRecord], weights: Sequence[float]
+) -> ArrayRecord:
+    """The weighted mean of ``records``; every record has the same keys and shapes.
+
+    Raises ``ValueError`` when there is nothing to average, the weights do not sum
+    to a positive number, or the records disagree on keys, shapes or dtypes.
+    """
+    if not records:
+        raise ValueError("nothing to average")
+    if len(records) != len(weights):
+        raise ValueError(f"{len(records)} records but {len(weights)} weights")
+    mean = ArrayMean()
+    for record, weight in zip(records, weights, strict=True):
+        mean.add(record, weight)
+    if not mean.weight > 0:
+        raise ValueError(f"weights must sum to a positive number, got {mean.weight}")
+    return mean.result()
+
+
+def weighted_average_metrics(
+    records: Sequence[MetricRecord], weights: Sequence[float], *, exclude: str = ""
+) -> MetricRecord:
+    """The weighted mean of every metric in ``records``, except ``exclude``."""
+    mean = MetricMean(exclude=exclude)
+    for record, weight in zip(records, weights, strict=True):
+        mean.add(record, weight)
+    return mean.result()

@@ -22,8 +22,31 @@ from fedcore.strategy.result import EvaluateFn, Phase, Result
 from fedcore.strategy.rounds import run_rounds
 
 
+class Aggregation(ABC):
+    """Combines one round's training replies as they arrive.
+
+    A strategy whose math allows it (a mean, a sum) returns one from
+    :meth:`Strategy.train_aggregation`; the round driver then folds each reply in
+    and drops it, so a round holds one model's worth of memory rather than one per
+    reply. Strategies that need every reply at once (a median, Krum) return ``None``
+    and get the whole list in ``aggregate_train``.
+    """
+
+    @abstractmethod
+    def add(self, reply: Message) -> None:
+        """Fold in one reply (an error reply is a failure: counted elsewhere, never used)."""
+
+    @abstractmethod
+    def result(self) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """What ``aggregate_train`` returns for the replies added."""
+
+
 class Strategy(ABC):
     """The base of every strategy."""
+
+    def train_aggregation(self, server_round: int) -> Aggregation | None:
+        """A running aggregation of training replies, or ``None`` to get them as a list."""
+        return None
 
     @abstractmethod
     def configure_train(

@@ -6,6 +6,9 @@ sends them the arrays and config under ``arrayrecord_key`` / ``configrecord_key`
 (with ``server-round`` added to the config), and averages the returned arrays
 weighted by the ``weighted_by_key`` metric of each reply. A reply that is an
 error, or lacks the arrays or the weight, is a failure: logged, never averaged.
+Training replies are folded into running means as they arrive
+(:meth:`FedAvg.train_aggregation`), so a round never holds more than one model.
+A custom ``train_metrics_aggr_fn`` receives each reply's metric and config records.
 """
 
 from __future__ import annotations
@@ -14,12 +17,8 @@ import logging
 from collections.abc import Callable, Sequence
 
 from fedcore.domain import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-from fedcore.strategy.aggregate import (
-    check_same_layout,
-    weighted_average_arrays,
-    weighted_average_metrics,
-)
-from fedcore.strategy.base import Strategy
+from fedcore.strategy.aggregate import ArrayMean, weighted_average_metrics
+from fedcore.strategy.base import Aggregation, Strategy
 from fedcore.strategy.result import Phase
 
 log = logging.getLogger("fedcore.strategy")
@@ -63,8 +62,8 @@ class FedAvg(Strategy):
         self.weighted_by_key = weighted_by_key
         self.arrayrecord_key = arrayrecord_key
         self.configrecord_key = configrecord_key
-        self.train_metrics_aggr_fn = train_metrics_aggr_fn or self._average_metrics
-        self.evaluate_metrics_aggr_fn = evaluate_metrics_aggr_fn or self._average_metrics
+        self.train_metrics_aggr_fn = train_metrics_aggr_fn
+        self.evaluate_metrics_aggr_fn = evaluate_metrics_aggr_fn
 
     def __repr__(self) -> str:
         return (
@@ -116,74 +115,49 @@ class FedAvg(Strategy):
     ) -> list[Message]:
         return self._messages("evaluate", server_round, arrays, config, node_ids)
 
+    def train_aggregation(self, server_round: int) -> Aggregation:
+        return _Averaging(self, server_round)
+
     def aggregate_train(
         self, server_round: int, replies: Sequence[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        valid = self._valid_replies(server_round, "train", replies)
-        if not valid:
-            return None, None
-        contents = [reply.content for reply in valid]
-        weights = [self._weight(content) for content in contents]
-        if sum(weights) <= 0:
-            log.warning(
-                "round %d train: all replies weigh 0 examples; model unchanged", server_round
-            )
-            return None, self.train_metrics_aggr_fn(contents, self.weighted_by_key)
-        arrays = weighted_average_arrays(
-            [next(iter(content.array_records.values())) for content in contents], weights
-        )
-        return arrays, self.train_metrics_aggr_fn(contents, self.weighted_by_key)
+        aggregation = self.train_aggregation(server_round)
+        for reply in replies:
+            aggregation.add(reply)
+        return aggregation.result()
 
     def aggregate_evaluate(
         self, server_round: int, replies: Sequence[Message]
     ) -> MetricRecord | None:
-        valid = self._valid_replies(server_round, "evaluate", replies)
+        valid = []
+        for reply in replies:
+            if reply.has_error():
+                continue
+            problem = self._problem(reply.content, "evaluate")
+            if problem is not None:
+                self._log_skipped(server_round, "evaluate", reply, problem)
+                continue
+            valid.append(reply.content)
         if not valid:
             return None
-        return self.evaluate_metrics_aggr_fn(
-            [reply.content for reply in valid], self.weighted_by_key
+        if self.evaluate_metrics_aggr_fn is not None:
+            return self.evaluate_metrics_aggr_fn(valid, self.weighted_by_key)
+        return _metric_mean(
+            valid, [self._weight(content) for content in valid], self.weighted_by_key
         )
 
     def _weight(self, content: RecordDict) -> float:
         metrics = next(iter(content.metric_records.values()))
         return float(metrics[self.weighted_by_key])  # type: ignore[arg-type]
 
-    def _average_metrics(self, contents: list[RecordDict], weighted_by_key: str) -> MetricRecord:
-        records = [next(iter(content.metric_records.values())) for content in contents]
-        weights = [self._weight(content) for content in contents]
-        if sum(weights) <= 0:
-            weights = [1.0] * len(records)
-        return weighted_average_metrics(records, weights, exclude=weighted_by_key)
-
-    def _valid_replies(
-        self, server_round: int, phase: Phase, replies: Sequence[Message]
-    ) -> list[Message]:
-        """Replies fit to aggregate; the others are logged (errors are logged by the driver)."""
-        valid: list[Message] = []
-        template: ArrayRecord | None = None
-        for reply in replies:
-            if reply.has_error():
-                continue
-            problem = self._problem(reply.content, phase)
-            if problem is None and phase == "train":
-                arrays = next(iter(reply.content.array_records.values()))
-                if template is None:
-                    template = arrays
-                try:
-                    check_same_layout(template, arrays)
-                except ValueError as exc:
-                    problem = str(exc)
-            if problem is not None:
-                log.warning(
-                    "round %d %s: reply from node %d not aggregated: %s",
-                    server_round,
-                    phase,
-                    reply.metadata.src_node_id,
-                    problem,
-                )
-                continue
-            valid.append(reply)
-        return valid
+    def _log_skipped(self, server_round: int, phase: Phase, reply: Message, problem: str) -> None:
+        log.warning(
+            "round %d %s: reply from node %d not aggregated: %s",
+            server_round,
+            phase,
+            reply.metadata.src_node_id,
+            problem,
+        )
 
     def _problem(self, content: RecordDict, phase: Phase) -> str | None:
         metrics = content.metric_records
@@ -195,3 +169,55 @@ class FedAvg(Strategy):
         if phase == "train" and len(content.array_records) != 1:
             return f"expected one ArrayRecord, found {len(content.array_records)}"
         return None
+
+
+def _metric_mean(contents: list[RecordDict], weights: list[float], exclude: str) -> MetricRecord:
+    """Weighted by example count; equal weights when every reply weighs nothing."""
+    if sum(weights) <= 0:
+        weights = [1.0] * len(weights)
+    records = [next(iter(content.metric_records.values())) for content in contents]
+    return weighted_average_metrics(records, weights, exclude=exclude)
+
+
+class _Averaging(Aggregation):
+    """FedAvg's training aggregation: running means of arrays and metrics."""
+
+    def __init__(self, strategy: FedAvg, server_round: int) -> None:
+        self._strategy = strategy
+        self._round = server_round
+        self._arrays = ArrayMean()
+        self._metrics: list[RecordDict] = []
+        self._weights: list[float] = []
+
+    def add(self, reply: Message) -> None:
+        if reply.has_error():
+            return
+        strategy, content = self._strategy, reply.content
+        problem = strategy._problem(content, "train")
+        if problem is None:
+            weight = strategy._weight(content)
+            try:
+                self._arrays.add(next(iter(content.array_records.values())), weight)
+            except ValueError as exc:
+                problem = str(exc)
+        if problem is not None:
+            strategy._log_skipped(self._round, "train", reply, problem)
+            return
+        # Only the small records are kept; the arrays are folded in and let go.
+        self._metrics.append(RecordDict({**content.metric_records, **content.config_records}))
+        self._weights.append(weight)
+
+    def result(self) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        if not self._metrics:
+            return None, None
+        strategy = self._strategy
+        if strategy.train_metrics_aggr_fn is not None:
+            metrics = strategy.train_metrics_aggr_fn(self._metrics, strategy.weighted_by_key)
+        else:
+            metrics = _metric_mean(self._metrics, self._weights, strategy.weighted_by_key)
+        if not self._arrays.weight > 0:
+            log.warning(
+                "round %d train: all replies weigh 0 examples; model unchanged", self._round
+            )
+            return None, metrics
+        return self._arrays.result(), metrics

@@ -18,7 +18,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +58,7 @@ def shuffled(
 @dataclass
 class _Exchange:
     replies: list[Message]
+    successes: int
     failures: int
 
 
@@ -83,30 +84,30 @@ async def run_rounds(
             log.info("initial server evaluation: %s", _metrics_text(record))
     for server_round in range(1, num_rounds + 1):
         started = grid.clock.now()
-        replies = failures = 0
-        for phase in _PHASES:
-            node_ids = await _candidates(grid, strategy, phase, server_round, seed, timeout)
-            if phase == "train":
-                messages = strategy.configure_train(
-                    server_round, result.arrays, ConfigRecord(train_config), node_ids
-                )
-            else:
-                messages = strategy.configure_evaluate(
-                    server_round, result.arrays, ConfigRecord(evaluate_config), node_ids
-                )
-            exchange = await _exchange(grid, messages, timeout, server_round, num_rounds, phase)
-            replies += len(exchange.replies) - exchange.failures
-            failures += exchange.failures
-            if phase == "train":
-                arrays, metrics = strategy.aggregate_train(server_round, exchange.replies)
-                if arrays is not None:
-                    result.arrays = arrays
-                if metrics is not None:
-                    result.train_metrics_clientapp[server_round] = metrics
-            else:
-                metrics = strategy.aggregate_evaluate(server_round, exchange.replies)
-                if metrics is not None:
-                    result.evaluate_metrics_clientapp[server_round] = metrics
+        options = (grid, timeout, server_round, num_rounds)
+        node_ids = await _candidates(grid, strategy, "train", server_round, seed, timeout)
+        messages = strategy.configure_train(
+            server_round, result.arrays, ConfigRecord(train_config), node_ids
+        )
+        aggregation = strategy.train_aggregation(server_round)
+        if aggregation is not None:
+            train = await _exchange(messages, *options, "train", fold=aggregation.add)
+            arrays, metrics = aggregation.result()
+        else:
+            train = await _exchange(messages, *options, "train")
+            arrays, metrics = strategy.aggregate_train(server_round, train.replies)
+        if arrays is not None:
+            result.arrays = arrays
+        if metrics is not None:
+            result.train_metrics_clientapp[server_round] = metrics
+        node_ids = await _candidates(grid, strategy, "evaluate", server_round, seed, timeout)
+        messages = strategy.configure_evaluate(
+            server_round, result.arrays, ConfigRecord(evaluate_config), node_ids
+        )
+        evaluate = await _exchange(messages, *options, "evaluate")
+        metrics = strategy.aggregate_evaluate(server_round, evaluate.replies)
+        if metrics is not None:
+            result.evaluate_metrics_clientapp[server_round] = metrics
         if evaluate_fn is not None:
             record = await _evaluate_on_server(evaluate_fn, server_round, result.arrays)
             if record is not None:
@@ -114,8 +115,8 @@ async def run_rounds(
         report = RoundReport(
             server_round=server_round,
             num_rounds=num_rounds,
-            replies=replies,
-            failures=failures,
+            replies=train.successes + evaluate.successes,
+            failures=train.failures + evaluate.failures,
             elapsed=grid.clock.now() - started,
             train_metrics=dict(result.train_metrics_clientapp.get(server_round, {})),
             evaluate_metrics=dict(result.evaluate_metrics_clientapp.get(server_round, {})),
@@ -140,37 +141,76 @@ async def _candidates(
     return shuffled(node_ids, seed, server_round, phase)
 
 
+HELD_REPLIES = 32
+"""How many replies may wait for an earlier one before folding goes by arrival order."""
+
+
+class _InOrder:
+    """Hands replies on in the order their messages were sent.
+
+    A reply that arrives before an earlier message's is held. In simulation, where
+    messages are served about in send order, a few are held at a time; should more
+    than :data:`HELD_REPLIES` wait on one straggler, the earliest held is passed on
+    at once — memory stays bounded, and that round's result may then differ in its
+    last bits from a run where the straggler came in time.
+    """
+
+    def __init__(self, ids: Sequence[str], deliver: Callable[[Message], None]) -> None:
+        self._position = {message_id: index for index, message_id in enumerate(ids)}
+        self._deliver = deliver
+        self._held: dict[int, Message] = {}
+        self._next = 0
+
+    def add(self, reply: Message) -> None:
+        self._held[self._position[reply.metadata.reply_to_message_id]] = reply
+        while self._next in self._held:
+            self._deliver(self._held.pop(self._next))
+            self._next += 1
+        while len(self._held) > HELD_REPLIES:
+            self._deliver(self._held.pop(min(self._held)))
+
+    def finish(self) -> None:
+        """Pass on what is still held (its predecessors never came), in send order."""
+        for index in sorted(self._held):
+            self._deliver(self._held.pop(index))
+
+
 async def _exchange(
-    grid: Grid,
     messages: Sequence[Message],
+    grid: Grid,
     timeout: float,
     server_round: int,
     num_rounds: int,
     phase: Phase,
+    fold: Callable[[Message], None] | None = None,
 ) -> _Exchange:
+    """Push ``messages`` and take their replies: folded in with ``fold`` in send order,
+    or (without ``fold``) returned as a list in send order."""
     if not messages:
-        return _Exchange([], 0)
+        return _Exchange([], 0, 0)
     started = grid.clock.now()
     ids = await grid.push_messages(messages)
     replies: list[Message] = []
+    in_order = _InOrder(ids, fold if fold is not None else replies.append)
     errors: list[Message] = []
+    received = 0
     async for reply in grid.receive(ids, timeout=timeout):
-        replies.append(reply)
+        received += 1
         if reply.has_error():
             errors.append(reply)
+        in_order.add(reply)
         if log.isEnabledFor(logging.DEBUG):
             progress = ReplyProgress(
-                server_round, num_rounds, phase, len(replies), len(ids), len(errors), started
+                server_round, num_rounds, phase, received, len(ids), len(errors), started
             )
             log.debug(
-                "%s reply %d/%d", phase, len(replies), len(ids), extra={"fedcore_reply": progress}
+                "%s reply %d/%d", phase, received, len(ids), extra={"fedcore_reply": progress}
             )
-    missing = len(ids) - len(replies)
+    in_order.finish()
+    missing = len(ids) - received
     if errors or missing:
         _log_failures(server_round, phase, errors, missing, timeout)
-    position = {message_id: index for index, message_id in enumerate(ids)}
-    replies.sort(key=lambda reply: position[reply.metadata.reply_to_message_id])
-    return _Exchange(replies, len(errors) + missing)
+    return _Exchange(replies, received - len(errors), len(errors) + missing)
 
 
 def _log_failures(

@@ -53,3 +53,12 @@ async def hang(msg: fc.Message, context: fc.Context) -> fc.Message:
 def slow(msg: fc.Message, context: fc.Context) -> fc.Message:
     time.sleep(float(msg.content["config"]["seconds"]))  # type: ignore[arg-type]
     return _reply(msg, pid=os.getpid())
+
+
+@client.train()
+def echo(msg: fc.Message, context: fc.Context) -> fc.Message:
+    """Return the arrays unchanged (the W1 workload)."""
+    content = fc.RecordDict(
+        {"arrays": msg.content["arrays"], "metrics": fc.MetricRecord({"num-examples": 1})}
+    )
+    return fc.Message(content, reply_to=msg)

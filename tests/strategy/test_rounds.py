@@ -16,7 +16,7 @@ from fedcore.domain import Run
 from fedcore.errors import NotEnoughNodesError
 from fedcore.simulation.backends import BACKENDS
 from fedcore.strategy import FedAvg, Result
-from fedcore.strategy.rounds import sampling_seed, shuffled
+from fedcore.strategy.rounds import HELD_REPLIES, _InOrder, sampling_seed, shuffled
 from fedcore.testing import FakeClock, round_reports
 
 pytestmark = pytest.mark.anyio
@@ -219,3 +219,32 @@ async def test_start_checks_its_arguments(arguments: dict[str, Any], error: str)
     options = {"initial_arrays": fc.ArrayRecord(), "num_rounds": 1, **arguments}
     with pytest.raises((TypeError, ValueError), match=error):
         FedAvg().start(grid=None, **options)  # type: ignore[call-overload]
+
+
+def test_in_order_folds_in_send_order_whatever_the_arrival_order() -> None:
+    ids = [f"m{i}" for i in range(6)]
+    folded: list[str] = []
+    in_order = _InOrder(ids, lambda reply: folded.append(reply.metadata.reply_to_message_id))
+    for i in (2, 0, 1, 5, 3):
+        in_order.add(_arrived(f"m{i}"))
+    assert folded == ["m0", "m1", "m2", "m3"]
+    in_order.finish()  # m4 never came
+    assert folded == ["m0", "m1", "m2", "m3", "m5"]
+
+
+def test_in_order_holds_a_bounded_number_of_replies() -> None:
+    ids = [f"m{i}" for i in range(HELD_REPLIES + 10)]
+    folded: list[str] = []
+    in_order = _InOrder(ids, lambda reply: folded.append(reply.metadata.reply_to_message_id))
+    for message_id in ids[1:]:
+        in_order.add(_arrived(message_id))
+    assert len(folded) == 9  # the straggler m0 is still missing; only HELD_REPLIES wait
+    in_order.add(_arrived("m0"))
+    in_order.finish()
+    assert sorted(folded) == sorted(ids)
+
+
+def _arrived(message_id: str) -> fc.Message:
+    sent = fc.Message(fc.RecordDict(), 1, "train")
+    sent.metadata.message_id = message_id
+    return fc.Message(fc.RecordDict(), reply_to=sent)
