@@ -13,8 +13,9 @@ import click
 from fedcore.apps.run_config import parse_run_config
 from fedcore.cli.progress import ProgressDisplay, summary
 from fedcore.errors import RunConfigError
-from fedcore.simulation import SimulationResult, run_simulation
-from fedcore.simulation.backends import BACKENDS
+from fedcore.simulation import Resources, SimulationResult, run_simulation
+from fedcore.simulation.backends import BACKENDS, DEFAULT_BACKEND
+from fedcore.simulation.backends.sizing import detect_cpus, detect_gpus
 
 
 @click.command()
@@ -23,10 +24,40 @@ from fedcore.simulation.backends import BACKENDS
 @click.option(
     "--backend",
     type=click.Choice(BACKENDS),
-    default="inline",
+    default=DEFAULT_BACKEND,
     show_default=True,
-    help="Where ClientApps run: 'inline' runs them in this process "
-    "(async handlers on the event loop, plain ones in threads).",
+    help="Where ClientApps run: 'process' in a pool of worker processes sized by the "
+    "resources below; 'inline' in this process (async handlers on the event loop, "
+    "plain ones in threads).",
+)
+@click.option(
+    "--num-cpus",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="CPUs each ClientApp needs (process backend).",
+)
+@click.option(
+    "--num-gpus",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="GPUs each ClientApp needs; 0.25 packs four workers on a device (process backend).",
+)
+@click.option(
+    "--max-workers",
+    type=click.IntRange(min=1),
+    help="At most this many worker processes (default: as many as the resources allow).",
+)
+@click.option(
+    "--system-cpus",
+    type=click.FloatRange(min=0, min_open=True),
+    help="CPUs the pool may use (default: those this process may run on).",
+)
+@click.option(
+    "--system-gpus",
+    type=click.FloatRange(min=0),
+    help="GPUs the pool may use (default: those CUDA_VISIBLE_DEVICES or nvidia-smi shows).",
 )
 @click.option(
     "--run-config",
@@ -52,6 +83,11 @@ def simulate(
     target: str,
     nodes: int,
     backend: str,
+    num_cpus: float,
+    num_gpus: float,
+    max_workers: int | None,
+    system_cpus: float | None,
+    system_gpus: float | None,
     run_config: tuple[str, ...],
     seed: int | None,
     metrics_out: Path | None,
@@ -69,6 +105,7 @@ def simulate(
     Examples:
       fedcore simulate examples/quickstart-numpy --nodes 100 --seed 0
       fedcore simulate my_app:app -n 1000 --run-config "num-server-rounds=5 lr=0.05"
+      fedcore simulate my_app:app -n 500 --num-gpus 0.25 --max-workers 8
     """
     if nodes < 1:
         raise click.BadParameter(f"must be at least 1, got {nodes}", param_hint="--nodes")
@@ -89,11 +126,28 @@ def simulate(
         started = time.monotonic()
         try:
             result: SimulationResult = run_simulation(
-                target, nodes=nodes, backend=backend, run_config=" ".join(run_config), seed=seed
+                target,
+                nodes=nodes,
+                backend=backend,
+                resources=Resources(num_cpus, num_gpus),
+                system=_system(system_cpus, system_gpus),
+                max_workers=max_workers,
+                run_config=" ".join(run_config),
+                seed=seed,
             )
         finally:
             undo()
     click.echo(summary(display.reports, time.monotonic() - started, result.seed))
+
+
+def _system(cpus: float | None, gpus: float | None) -> Resources | None:
+    """The machine's resources with the given overrides, or ``None`` to detect both."""
+    if cpus is None and gpus is None:
+        return None
+    return Resources(
+        cpus if cpus is not None else float(detect_cpus()),
+        gpus if gpus is not None else float(detect_gpus()),
+    )
 
 
 def _install(display: ProgressDisplay, *, verbose: bool) -> Callable[[], None]:
