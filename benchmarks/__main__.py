@@ -1,8 +1,8 @@
-"""Run every benchmark, each in a fresh process, and print a table (and benchmarks/results.json).
+"""Run every benchmark case, each in a fresh process; print a table, write benchmarks/results.json.
 
-Each case runs in its own subprocess so that its peak memory is its own. Ratios
-between rows of one invocation are comparable (same machine, same moment); the
-absolute figures vary from run to run.
+Each case runs in its own subprocess so that its time includes start-up and its
+peak memory is its own. Ratios between rows of one invocation are comparable (same
+machine, same moment); absolute figures vary from run to run.
 """
 
 from __future__ import annotations
@@ -17,7 +17,11 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results.json"
 
-CASES = [("W2", "floor"), ("W2", "inline"), ("W3", "floor"), ("W3", "inline"), ("W3", "accuracy")]
+CASES = [
+    (workload, variant)
+    for workload in ("W1", "W2", "W3")
+    for variant in ("floor", "pool", "inline", "process")
+] + [("100k", "process"), ("W3", "accuracy")]
 
 
 def _one(workload: str, variant: str) -> dict[str, Any]:
@@ -35,18 +39,33 @@ def _one(workload: str, variant: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    rows = [_one(workload, variant) for workload, variant in CASES]
-    floors = {row["workload"]: row["seconds"] for row in rows if row["variant"] == "floor"}
-    print(f"{'workload':<10}{'variant':<10}{'wall s':>10}{'× floor':>10}{'peak MiB':>10}")
+    only = set(sys.argv[1:])
+    rows = []
+    for workload, variant in CASES:
+        if only and workload not in only:
+            continue
+        print(f"running {workload} {variant} ...", file=sys.stderr, flush=True)
+        rows.append(_one(workload, variant))
+    floors = {
+        (row["workload"], row["variant"]): row["seconds"]
+        for row in rows
+        if row["variant"] in ("floor", "pool")
+    }
+    print(f"{'workload':<9}{'variant':<9}{'wall s':>9}{'× floor':>9}{'× pool':>9}{'peak MiB':>10}")
     for row in rows:
         if row["variant"] == "accuracy":
             accuracies = ", ".join(f"{a:.3f}" for a in row["accuracies"])
             print(f"W3 round-30 accuracy, seeds 0-4: {accuracies}; mean {row['mean']:.4f}")
             continue
-        row["ratio_to_floor"] = row["seconds"] / floors[row["workload"]]
+        ratios = []
+        for floor in ("floor", "pool"):
+            base = floors.get((row["workload"], floor))
+            ratio = row["seconds"] / base if base else None
+            row[f"ratio_to_{floor}"] = ratio
+            ratios.append(f"{ratio:>9.2f}" if ratio is not None else f"{'-':>9}")
         print(
-            f"{row['workload']:<10}{row['variant']:<10}{row['seconds']:>10.3f}"
-            f"{row['ratio_to_floor']:>10.2f}{row['peak_bytes'] / 2**20:>10.1f}"
+            f"{row['workload']:<9}{row['variant']:<9}{row['seconds']:>9.3f}{''.join(ratios)}"
+            f"{row['peak_bytes'] / 2**20:>10.1f}"
         )
     RESULTS.write_text(json.dumps({"when": time.strftime("%FT%T"), "rows": rows}, indent=2))
     print(f"figures written to {RESULTS}")

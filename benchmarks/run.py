@@ -1,29 +1,45 @@
 """Run one benchmark case in this process and print its figures as one JSON line.
 
-``python -m benchmarks.run W2 inline`` — used by ``python -m benchmarks``.
+``python -m benchmarks.run W2 process`` — used by ``python -m benchmarks``. Variants:
+``floor`` (one process, no orchestration), ``pool`` (a bare process pool), a backend
+name, or ``accuracy`` (W3 only).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import sys
+from collections.abc import Callable
 from statistics import mean
 from typing import Any
 
-from benchmarks import w2, w3
 from benchmarks.measure import timed
 
-WORKLOADS = {"W2": w2, "W3": w3}
+# Imported on demand: a spawn pool's workers re-import this module, and should not pay
+# for the other workloads' imports (W3 brings in scikit-learn).
+WORKLOADS = {
+    "W1": "benchmarks.w1",
+    "W2": "benchmarks.w2",
+    "W3": "benchmarks.w3",
+    "100k": "benchmarks.scale",
+}
 
 
 def case(workload: str, variant: str) -> dict[str, Any]:
-    module = WORKLOADS[workload]
+    module = importlib.import_module(WORKLOADS[workload])
     row: dict[str, Any] = {"workload": workload, "variant": variant}
     if variant == "accuracy":
-        accuracies = [w3.accuracy(seed) for seed in w3.SEEDS]
+        accuracies = [module.accuracy(seed) for seed in module.SEEDS]
         return row | {"accuracies": accuracies, "mean": mean(accuracies)}
-    work = module.floor if variant == "floor" else lambda: module.run(variant)
+    work: Callable[[], None]
+    if variant == "floor":
+        work = module.floor
+    elif variant == "pool":
+        work = module.pool_floor
+    else:
+        work = lambda: module.run(variant)  # noqa: E731
     measurement = timed(work)
     return row | {
         "seconds": measurement.seconds,

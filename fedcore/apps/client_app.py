@@ -142,13 +142,9 @@ class ClientApp:
         does not stall an event loop shared with other work; ``async def``
         handlers always run on the calling loop.
         """
-        message_type = message.metadata.message_type
-        handler = self._handlers.get(message_type)
+        handler = self._handlers.get(message.metadata.message_type)
         if handler is None:
-            known = ", ".join(self._handlers) or "none"
-            return _error_reply(
-                message, f"this ClientApp has no handler for {message_type!r} (it handles: {known})"
-            )
+            return self._unhandled(message)
         try:
             if in_thread and not _is_async(handler):
                 reply = await anyio.to_thread.run_sync(handler, message, context)
@@ -157,12 +153,42 @@ class ClientApp:
             if inspect.isawaitable(reply):  # async handlers, and plain ones returning a coroutine
                 reply = await reply
         except (Exception, SystemExit) as exc:  # sys.exit() in a handler fails its reply only
-            self._log_failure(message, exc)
-            text = str(exc)
-            return _error_reply(
-                message, f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-            )
+            return self._failed(message, exc)
         return _check_reply(message, reply)
+
+    def handle_blocking(
+        self,
+        message: Message,
+        context: Context,
+        run: Callable[[Awaitable[Message]], Message],
+    ) -> Message:
+        """:meth:`handle` for a process that owns its thread: a plain handler runs here and
+        now, and ``run`` (an event loop's ``run_until_complete``) finishes an async one."""
+        handler = self._handlers.get(message.metadata.message_type)
+        if handler is None:
+            return self._unhandled(message)
+        try:
+            reply = handler(message, context)
+            if inspect.isawaitable(reply):
+                reply = run(reply)
+        except (Exception, SystemExit) as exc:
+            return self._failed(message, exc)
+        return _check_reply(message, reply)
+
+    def _unhandled(self, message: Message) -> Message:
+        known = ", ".join(self._handlers) or "none"
+        reason = (
+            f"this ClientApp has no handler for {message.metadata.message_type!r} "
+            f"(it handles: {known})"
+        )
+        return _error_reply(message, reason)
+
+    def _failed(self, message: Message, exc: BaseException) -> Message:
+        self._log_failure(message, exc)
+        text = str(exc)
+        return _error_reply(
+            message, f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+        )
 
     def _log_failure(self, message: Message, exc: BaseException) -> None:
         meta = message.metadata

@@ -1,11 +1,11 @@
 """The simulation engine: a ServerApp, N virtual nodes and a backend, on one event loop.
 
 The ServerApp runs as a task; its Grid talks to an in-memory LinkState. A
-dispatcher subscribes to the state's "message available" notifications and, for
-each node with work, runs one task that pulls the node's messages and hands them,
-one at a time and in order, to the backend with the node's Context — the way a
-real node serves its messages. Replies go back into the state, which wakes the
-Grid. Nothing polls.
+dispatcher subscribes to the state's "message available" notifications and queues
+each node with work; as many runner tasks as the backend can keep busy take nodes
+from that queue, pull each node's messages and hand them, one at a time and in
+order, to the backend with the node's Context — the way a real node serves its
+messages. Replies go back into the state, which wakes the Grid. Nothing polls.
 
 A node is a row in the state plus, once it first receives a message, a Context:
 registering 100,000 nodes costs their ids, not 100,000 Contexts.
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from fedcore.apps.server_app import ServerApp
 from fedcore.clock import Clock
@@ -50,7 +50,7 @@ class SimulationEngine:
         self._clock = clock
         self._partitions: dict[int, int] = {}
         self._contexts: dict[int, Context] = {}
-        self._busy: set[int] = set()
+        self._queued: set[int] = set()
         self._renotified: set[int] = set()
 
     async def run(
@@ -64,7 +64,7 @@ class SimulationEngine:
         context = Context(run.run_id, SERVER_NODE_ID, {}, RecordDict(), dict(run_config))
         failure: Exception | None = None
         async with anyio.create_task_group() as task_group:
-            await task_group.start(self._dispatch, run, task_group)
+            await task_group.start(self._dispatch, run)
             try:
                 value = await server.run(InProcGrid(self._state, run, self._clock), context)
             except Exception as exc:
@@ -78,46 +78,49 @@ class SimulationEngine:
         await self._state.update_run_status(run.run_id, RunStatus.COMPLETED)
         return SimulationResult(value, context, seed)
 
-    async def _dispatch(
-        self, run: Run, task_group: TaskGroup, *, task_status: anyio.abc.TaskStatus[None]
-    ) -> None:
-        wake = anyio.Event()
-        waiting: set[int] = set()
+    async def _dispatch(self, run: Run, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """Queue each node with work once; ``backend.concurrency`` runners serve the queue.
+
+        A node is queued when a message becomes available to it and stays queued
+        until a runner finds it with nothing left, so one node's messages are served
+        one at a time, in order. A notification that arrives while its node is being
+        served is remembered (``_renotified``) so that a message stored during the
+        runner's last pull is not stranded.
+        """
+        ready_in, ready_out = anyio.create_memory_object_stream[int](math.inf)
 
         def on_message(node_id: int) -> None:
-            if node_id in self._busy:
+            if node_id in self._queued:
                 self._renotified.add(node_id)
                 return
-            waiting.add(node_id)
-            wake.set()
+            self._queued.add(node_id)
+            ready_in.send_nowait(node_id)
 
-        with self._state.watch_messages(on_message):
-            task_status.started()
-            while True:
-                await wake.wait()
-                wake = anyio.Event()
-                ready, waiting = waiting, set()
-                for node_id in ready:
-                    self._busy.add(node_id)
-                    task_group.start_soon(self._serve, run, node_id)
+        with ready_in, ready_out, self._state.watch_messages(on_message):
+            async with anyio.create_task_group() as runners:
+                for _ in range(self._backend.concurrency):
+                    runners.start_soon(self._runner, run, ready_out.clone())
+                task_status.started()
+
+    async def _runner(self, run: Run, ready: MemoryObjectReceiveStream[int]) -> None:
+        with ready:
+            async for node_id in ready:
+                try:
+                    await self._serve(run, node_id)
+                finally:
+                    self._queued.discard(node_id)
 
     async def _serve(self, run: Run, node_id: int) -> None:
-        """Work through a node's messages in order; exit when it has none left.
+        """Work through a node's messages in order, until it has none left.
 
-        A notification that arrives while this task is busy is remembered in
-        ``_renotified``, so a message stored during the last pull is not stranded.
+        The node is pulled again only if a notification came in meanwhile.
         """
-        try:
-            while True:
-                self._renotified.discard(node_id)
-                messages = await self._state.pull_messages(node_id, limit=1)
-                if not messages:
-                    if node_id in self._renotified:
-                        continue
-                    return
-                await self._deliver(run, node_id, messages[0])
-        finally:
-            self._busy.discard(node_id)
+        while True:
+            self._renotified.discard(node_id)
+            for message in await self._state.pull_messages(node_id):
+                await self._deliver(run, node_id, message)
+            if node_id not in self._renotified:
+                return
 
     async def _deliver(self, run: Run, node_id: int, message: Message) -> None:
         context = self._contexts.get(node_id) or self._new_context(run, node_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 import threading
@@ -451,3 +452,38 @@ async def test_sys_exit_in_a_handler_fails_only_its_reply(
 
     reply = await client.handle(delivered(), context, in_thread=in_thread)
     assert assert_error(reply) == "SystemExit: 3"
+
+
+def test_handle_blocking_runs_plain_and_async_handlers(client: ClientApp, context: Context) -> None:
+    """What a process-pool worker calls: plain handlers directly, async ones through ``run``."""
+
+    @client.train()
+    def train(msg: Message, context: Context) -> Message:
+        return ok_reply(msg, context)
+
+    @client.evaluate()
+    async def evaluate(msg: Message, context: Context) -> Message:
+        return ok_reply(msg, context)
+
+    runs: list[object] = []
+
+    def run(awaitable: Any) -> Message:
+        runs.append(awaitable)
+        return asyncio.run(awaitable)
+
+    assert client.handle_blocking(delivered("train"), context, run).has_content()
+    assert runs == []
+    assert client.handle_blocking(delivered("evaluate"), context, run).has_content()
+    assert len(runs) == 1
+
+
+def test_handle_blocking_answers_failures_with_error_replies(
+    client: ClientApp, context: Context
+) -> None:
+    client.train()(failing)
+
+    def never(awaitable: Any) -> Message:
+        raise AssertionError("nothing to await")
+
+    assert_error(client.handle_blocking(delivered("train"), context, never), "ZeroDivisionError")
+    assert_error(client.handle_blocking(delivered("query"), context, never), "no handler")

@@ -23,6 +23,11 @@ from fedcore.domain import Context, Message
 class Backend(ABC):
     """Runs ClientApps for the simulation engine."""
 
+    @property
+    @abstractmethod
+    def concurrency(self) -> int:
+        """How many :meth:`run` calls this backend can usefully serve at once."""
+
     async def __aenter__(self) -> Self:
         return self
 

@@ -28,6 +28,10 @@ from fedcore.domain import (
 )
 from fedcore.simulation.backends.base import Backend
 
+INLINE_CONCURRENCY = 64
+"""ClientApps the inline backend runs at once: plain ones share anyio's worker threads
+(40 by default), async ones interleave on the event loop."""
+
 
 def read_only_view(content: RecordDict) -> RecordDict:
     """``content`` with every array a read-only view and every other record a copy."""
@@ -54,9 +58,14 @@ class InlineBackend(Backend):
     The ClientApp's lifespan runs once, around the whole simulation.
     """
 
-    def __init__(self, client: ClientApp) -> None:
+    def __init__(self, client: ClientApp, *, concurrency: int = INLINE_CONCURRENCY) -> None:
         self._client = client
+        self._concurrency = concurrency
         self._lifespan: AbstractContextManager[None] | None = None
+
+    @property
+    def concurrency(self) -> int:
+        return self._concurrency
 
     async def __aenter__(self) -> Self:
         lifespan = self._client.started()

@@ -1,31 +1,37 @@
 """The process-pool backend: ClientApps in long-lived worker processes.
 
-Theory of operation. Entering the backend spawns ``N`` workers (see
+Theory of operation. Entering the backend starts ``N`` workers (see
 :mod:`.sizing`), each importing the ClientApp once and saying hello; a ClientApp
 that fails to import ends the simulation right there with one line. Each call to
-:meth:`ProcessPoolBackend.run` takes an idle worker (first come, first served —
-so messages are served in about the order they were sent), sends it the task over
-a pipe, waits for the pipe to become readable (no thread, no polling), and reads
-the outcome.
+:meth:`ProcessPoolBackend.run` packs its task and queues it as a job; every worker
+has a driver task that sends it jobs and settles them as their outcomes come back,
+in order. While the worker's tasks are short, the driver keeps up to
+:data:`PIPELINE_DEPTH` jobs in flight: with the next task already waiting in its
+socket, a worker goes from one task to the next without sleeping, and the engine
+reads several outcomes per wake-up. Once tasks take longer, it sends one job at a
+time, so no job queues behind a slow one while another worker is free. Nothing
+polls: a driver waits for its channel to become readable.
 
-Payloads cross by pipe when small. A large message content is written once into a
-shared-memory segment that every task carrying that same content names — the
-model a round sends to 500 nodes is written once, not 500 times — and is unlinked
-when the content object is garbage-collected. A large reply comes back the same
-way: the worker writes a segment, the engine maps it and unlinks it at once, and
-the reply's arrays are views of that mapping, released with them.
+Payloads cross by the channel when small. A large message content is written once
+into a shared-memory segment that every task carrying that same content names —
+the model a round sends to 500 nodes is written once, not 500 times — and is
+unlinked when the content object is garbage-collected. A large reply comes back
+the same way: the worker writes a segment, the engine maps it and unlinks it at
+once, and the reply's arrays are views of that mapping, released with them.
 
 Failures. A ClientApp exception is the worker's business: it answers with an error
-reply (code 2). A worker that dies mid-task (a segfault, ``os._exit``, the OOM
-killer) shows as end-of-file on its pipe: the task is answered with code 8 and a
-replacement is started in the background. A task still running when its message's
-TTL runs out gets its worker killed and replaced and is answered with code 3.
-Leaving the backend — after success, an exception, Ctrl-C or cancellation — stops
-every worker (killing those that do not finish in time) and unlinks every segment.
+reply (code 2). A worker that dies (a segfault, ``os._exit``, the OOM killer) shows
+as end-of-file on its channel: the job it was running is answered with code 8, the
+jobs queued behind it go back to the queue, and a replacement starts. A job still
+running when its message's TTL runs out gets its worker killed and replaced and is
+answered with code 3. Leaving the backend — after success, an exception, Ctrl-C or
+cancellation — stops every worker (killing those that do not finish in time) and
+unlinks every segment.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -35,6 +41,8 @@ import subprocess
 import sys
 import time
 import weakref
+from collections import deque
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from types import TracebackType
@@ -64,18 +72,24 @@ from fedcore.wire.worker import (
 log = logging.getLogger(__name__)
 
 INLINE_LIMIT = 64 * 1024
-"""Payloads up to this size go through the pipe; larger ones through shared memory."""
+"""Payloads up to this size go through the channel; larger ones through shared memory."""
+PIPELINE_DEPTH = 4
+"""Jobs a worker may have in flight when its tasks are short: the one it runs and the
+next ones, waiting in its socket."""
+SHORT_TASK = 0.005
+"""Seconds under which a task counts as short. A worker whose tasks take longer gets one
+job at a time, so that a quick job never waits behind a slow one while another worker
+is free; for short tasks, the round trips saved by pipelining are what count."""
 START_TIMEOUT = 300.0
 """Seconds a worker may take to import the ClientApp and run its lifespan's setup."""
 STOP_GRACE = 5.0
 """Seconds workers get to finish their task and lifespan when the backend closes normally."""
 
-
 _WORKER_MAIN = "import sys; from fedcore.simulation.backends.worker import main; main(sys.argv[1])"
 
 
 class WorkerDied(Exception):
-    """A worker's pipe reached end-of-file: the process is gone."""
+    """A worker's channel reached end-of-file: the process is gone."""
 
 
 class _Worker:
@@ -93,19 +107,21 @@ class _Worker:
         self.connection = Connection(ours.detach())
         self.connection.send_bytes(pack_spec(spec.as_dict()))
 
-    async def receive(self) -> bytes:
+    async def receive(self) -> list[bytes]:
+        """Wait for the channel, then read every message that has arrived."""
         await anyio.wait_readable(self.connection.fileno())
+        received = []
         try:
-            return self.connection.recv_bytes()
+            received.append(self.connection.recv_bytes())
+            while self.connection.poll():
+                received.append(self.connection.recv_bytes())
         except (EOFError, OSError):
-            raise WorkerDied(await self.exit_description()) from None
+            if not received:
+                raise WorkerDied(await self.exit_description()) from None
+        return received
 
-    async def exchange(self, payload: bytes) -> bytes:
-        try:
-            self.connection.send_bytes(payload)
-        except OSError:
-            raise WorkerDied(await self.exit_description()) from None
-        return await self.receive()
+    def send(self, payload: bytes) -> None:
+        self.connection.send_bytes(payload)
 
     async def exit_description(self) -> str:
         with anyio.move_on_after(1.0):
@@ -125,8 +141,26 @@ class _Worker:
         self.connection.close()
 
 
+@dataclass(eq=False)
+class _Job:
+    """One task on its way through a worker, and what came back."""
+
+    message: Message
+    payload: bytes
+    done: anyio.Event = field(default_factory=anyio.Event)
+    reply: Message | None = None
+    state: RecordDict | None = None
+
+    def settle(self, reply: Message, state: RecordDict | None = None) -> None:
+        self.reply, self.state = reply, state
+        self.done.set()
+
+    def fail(self, code: ErrorCode, reason: str) -> None:
+        self.settle(Message(error=Error(int(code), reason), reply_to=self.message))
+
+
 class ProcessPoolBackend(Backend):
-    """Runs a ClientApp, imported by ``client_ref``, in a pool of spawned workers."""
+    """Runs a ClientApp, imported by ``client_ref``, in a pool of worker processes."""
 
     def __init__(
         self,
@@ -145,14 +179,14 @@ class ProcessPoolBackend(Backend):
         self._space = SegmentSpace()
         self._workers: set[_Worker] = set()
         self._retired: set[_Worker] = set()
-        self._idle_in, self._idle_out = anyio.create_memory_object_stream[_Worker](math.inf)
+        self._jobs_in, self._jobs_out = anyio.create_memory_object_stream[_Job](math.inf)
         self._contents: dict[int, tuple[weakref.ref[RecordDict], str]] = {}
         self._task_group: TaskGroup | None = None
 
     @property
-    def workers(self) -> int:
-        """How many workers the pool runs."""
-        return self._plan.workers
+    def concurrency(self) -> int:
+        """Jobs worth having in hand: enough to keep every worker's pipeline full."""
+        return self._plan.workers * PIPELINE_DEPTH
 
     @property
     def worker_pids(self) -> list[int]:
@@ -181,47 +215,6 @@ class ProcessPoolBackend(Backend):
         log.info("process pool: %d workers", self._plan.workers)
         return self
 
-    async def _start_worker(self, index: int) -> None:
-        spec = WorkerSpec.here(
-            index=index,
-            client_ref=self._client_ref,
-            search_path=str(self._search_path),
-            segment_root=str(self._space.root),
-            segment_prefix=self._space.prefix,
-            inline_limit=self._inline_limit,
-        )
-        worker = _Worker(spec, self._plan.environment(index))
-        self._workers.add(worker)
-        try:
-            hello = await worker.receive()
-        except WorkerDied as died:
-            raise AppLoadError(f"a worker died while loading the ClientApp: {died}") from None
-        reason = failure_reason(hello)
-        if reason is not None:
-            raise AppLoadError(reason)
-        if hello != HELLO:
-            raise AppLoadError(f"a worker said {hello[:40]!r} instead of hello")
-        self._idle_in.send_nowait(worker)
-
-    def _retire(self, worker: _Worker) -> None:
-        """Kill a worker that crashed, hung or was interrupted, and start its replacement."""
-        worker.kill()
-        worker.close()
-        self._workers.discard(worker)
-        self._retired.add(worker)
-        if self._task_group is not None and not self._task_group.cancel_scope.cancel_called:
-            self._task_group.start_soon(self._replace, worker)
-
-    async def _replace(self, worker: _Worker) -> None:
-        await anyio.to_thread.run_sync(worker.process.wait)
-        self._retired.discard(worker)
-        try:
-            await self._start_worker(worker.index)
-        except AppLoadError as exc:
-            log.error("could not replace worker %d: %s", worker.index, exc)
-            if not self._workers:
-                self._idle_in.close()  # waiting callers learn that no worker is left
-
     async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
@@ -240,41 +233,129 @@ class ProcessPoolBackend(Backend):
                 await anyio.to_thread.run_sync(_stop, workers, grace)
             self._workers.clear()
             self._retired.clear()
-            self._idle_in.close()
-            self._idle_out.close()
+            self._jobs_in.close()
+            self._jobs_out.close()
             self._space.remove_all()
             self._contents.clear()
 
     async def run(self, message: Message, context: Context) -> tuple[Message, Context]:
-        payload = self._payload(message, context)
+        job = _Job(message, self._payload(message, context))
         try:
-            worker = await self._idle_out.receive()
-        except anyio.EndOfStream:
-            reason = "no worker is left to run the ClientApp (replacements failed to start)"
-            return _error(message, ErrorCode.CLIENT_APP_CRASHED, reason), context
-        remaining = message.metadata.expires_at - self._clock.now()
+            self._jobs_in.send_nowait(job)
+        except anyio.ClosedResourceError:
+            job.fail(ErrorCode.CLIENT_APP_CRASHED, "no worker is left to run the ClientApp")
+        await job.done.wait()
+        assert job.reply is not None
+        if job.state is not None:
+            context.state = job.state
+        return job.reply, context
+
+    # Workers ------------------------------------------------------------------------
+
+    async def _start_worker(self, index: int) -> None:
+        spec = WorkerSpec.here(
+            index=index,
+            client_ref=self._client_ref,
+            search_path=str(self._search_path),
+            segment_root=str(self._space.root),
+            segment_prefix=self._space.prefix,
+            inline_limit=self._inline_limit,
+        )
+        worker = _Worker(spec, self._plan.environment(index))
+        self._workers.add(worker)
         try:
-            with self._clock.move_on_after(remaining) as deadline:
-                data = await worker.exchange(payload)
+            (hello, *_) = await worker.receive()
         except WorkerDied as died:
-            self._retire(worker)
-            reason = f"the ClientApp crashed: {died}"
-            return _error(message, ErrorCode.CLIENT_APP_CRASHED, reason), context
-        except BaseException:
-            self._retire(worker)
-            raise
-        if deadline.cancelled_caught:
-            self._retire(worker)
-            reason = (
-                f"the ClientApp was still running when the message's TTL of "
-                f"{message.metadata.ttl:g} s ran out; its worker was stopped"
-            )
-            return _error(message, ErrorCode.MESSAGE_UNAVAILABLE, reason), context
-        self._idle_in.send_nowait(worker)
+            raise AppLoadError(f"a worker died while loading the ClientApp: {died}") from None
+        reason = failure_reason(hello)
+        if reason is not None:
+            raise AppLoadError(reason)
+        if hello != HELLO:
+            raise AppLoadError(f"a worker said {hello[:40]!r} instead of hello")
+        assert self._task_group is not None
+        self._task_group.start_soon(self._drive, worker, name=f"worker-{index}-driver")
+
+    async def _drive(self, worker: _Worker) -> None:
+        """Feed one worker jobs, keeping its pipeline full, and settle them as they return."""
+        in_flight: deque[_Job] = deque()
+        depth = 1
+        while True:
+            if not in_flight:
+                try:
+                    self._send(worker, in_flight, await self._jobs_out.receive())
+                except anyio.EndOfStream:
+                    return
+                started = self._clock.now()
+            while len(in_flight) < depth:
+                try:
+                    self._send(worker, in_flight, self._jobs_out.receive_nowait())
+                except anyio.WouldBlock:
+                    break
+            if not in_flight:
+                continue
+            head = in_flight[0]
+            remaining = head.message.metadata.expires_at - self._clock.now()
+            try:
+                with self._clock.move_on_after(remaining) as deadline:
+                    outcomes = await worker.receive()
+            except WorkerDied as died:
+                head.fail(ErrorCode.CLIENT_APP_CRASHED, f"the ClientApp crashed: {died}")
+                await self._retire(worker, in_flight)
+                return
+            if deadline.cancelled_caught:
+                reason = (
+                    f"the ClientApp was still running when the message's TTL of "
+                    f"{head.message.metadata.ttl:g} s ran out; its worker was stopped"
+                )
+                head.fail(ErrorCode.MESSAGE_UNAVAILABLE, reason)
+                await self._retire(worker, in_flight)
+                return
+            for data in outcomes:
+                self._settle(in_flight.popleft(), data)
+            now = self._clock.now()
+            short = (now - started) / len(outcomes) < SHORT_TASK
+            depth, started = (PIPELINE_DEPTH if short else 1), now
+
+    def _send(self, worker: _Worker, in_flight: deque[_Job], job: _Job) -> None:
+        if job.message.metadata.expires_at <= self._clock.now():
+            job.fail(ErrorCode.MESSAGE_UNAVAILABLE, "the message expired before a worker was free")
+            return
+        in_flight.append(job)
+        with contextlib.suppress(OSError):  # a worker that is gone shows in the next receive
+            worker.send(job.payload)
+
+    def _settle(self, job: _Job, data: bytes) -> None:
         segment = pointer_target(data)
         outcome = data if segment is None else map_segment(self._space.root / segment, take=True)
-        reply, context.state = unpack_outcome(outcome)
-        return reply, context
+        job.settle(*unpack_outcome(outcome))
+
+    async def _retire(self, worker: _Worker, in_flight: deque[_Job]) -> None:
+        """Replace a worker that died or overran a TTL; its unstarted jobs go back in line."""
+        in_flight.popleft()
+        for job in in_flight:
+            self._jobs_in.send_nowait(job)
+        worker.kill()
+        worker.close()
+        self._workers.discard(worker)
+        self._retired.add(worker)
+        await anyio.to_thread.run_sync(worker.process.wait)
+        self._retired.discard(worker)
+        try:
+            await self._start_worker(worker.index)
+        except AppLoadError as exc:
+            log.error("could not replace worker %d: %s", worker.index, exc)
+            if not self._workers:
+                self._abandon_queued(f"no worker is left to run the ClientApp: {exc}")
+
+    def _abandon_queued(self, reason: str) -> None:
+        self._jobs_in.close()
+        while True:
+            try:
+                self._jobs_out.receive_nowait().fail(ErrorCode.CLIENT_APP_CRASHED, reason)
+            except (anyio.WouldBlock, anyio.EndOfStream):
+                return
+
+    # Payloads -----------------------------------------------------------------------
 
     def _payload(self, message: Message, context: Context) -> bytes:
         parts = pack_task(message, context, content_segment=self._content_segment(message.content))
@@ -284,13 +365,13 @@ class ProcessPoolBackend(Backend):
 
     def _content_segment(self, content: RecordDict) -> str | None:
         """The segment holding ``content``, written on first use; ``None`` if it is small."""
+        array_bytes = sum(record.nbytes for record in content.array_records.values())
+        if array_bytes <= self._inline_limit // 2:
+            return None
         cached = self._contents.get(id(content))
         if cached is not None and cached[0]() is content:
             return cached[1]
-        parts = pack_recorddict_parts(content)
-        if parts_size(parts) <= self._inline_limit:
-            return None
-        name = self._space.write(parts)
+        name = self._space.write(pack_recorddict_parts(content))
         self._contents[id(content)] = (weakref.ref(content), name)
         weakref.finalize(content, _forget, self._contents, id(content), self._space.root / name)
         return name
@@ -314,7 +395,3 @@ def _stop(workers: list[_Worker], grace: float) -> None:
         except subprocess.TimeoutExpired:
             worker.kill()
             worker.process.wait()
-
-
-def _error(message: Message, code: ErrorCode, reason: str) -> Message:
-    return Message(error=Error(int(code), reason), reply_to=message)

@@ -146,21 +146,28 @@ def _serve_tasks(
     space: SegmentSpace,
     inline_limit: int,
 ) -> None:
+    # One event loop for the worker's life; run_until_complete, unlike asyncio.Runner.run,
+    # does not reinstall a SIGINT handler around every task.
+    loop = asyncio.new_event_loop()
     try:
         connection.send_bytes(HELLO)
-        with asyncio.Runner() as loop:
-            while True:
-                try:
-                    data = connection.recv_bytes()
-                except EOFError:
-                    return
-                connection.send_bytes(_work(client, loop, data, space, inline_limit))
+        while True:
+            try:
+                data = connection.recv_bytes()
+            except EOFError:
+                return
+            connection.send_bytes(_work(client, loop, data, space, inline_limit))
     finally:
+        loop.close()
         lifespan.__exit__(*sys.exc_info())
 
 
 def _work(
-    client: ClientApp, loop: asyncio.Runner, data: bytes, space: SegmentSpace, inline_limit: int
+    client: ClientApp,
+    loop: asyncio.AbstractEventLoop,
+    data: bytes,
+    space: SegmentSpace,
+    inline_limit: int,
 ) -> bytes:
     """Run one task; return what to send back (the outcome, or a pointer to it)."""
     segment = pointer_target(data)
@@ -168,7 +175,7 @@ def _work(
     message, context = unpack_task(
         payload, lambda name: unpack_recorddict(map_segment(space.root / name, take=False))
     )
-    reply = loop.run(client.handle(message, context, in_thread=False))
+    reply = client.handle_blocking(message, context, loop.run_until_complete)
     try:
         parts = pack_outcome(reply, context.state)
     except (TypeError, ValueError) as exc:
