@@ -48,6 +48,28 @@ def check_same_layout(expected: ArrayRecord, record: ArrayRecord) -> None:
             )
 
 
+_CHUNK = 1 << 15
+"""Elements folded per step: small enough that the scaled chunk stays in the CPU cache."""
+
+
+def _fold(total: NDArray, array: NDArray, weight: float, scratch: NDArray) -> None:
+    """``total += array * weight``, in one pass over ``array`` and no temporary array.
+
+    A weight of one is a cast-and-add; any other goes through ``scratch`` a chunk at
+    a time, so that the scaled values are still in cache when they are added.
+    """
+    flat_total, flat = total.reshape(-1), array.reshape(-1)
+    if weight == 1:
+        np.add(flat_total, flat, out=flat_total)
+        return
+    factor = np.float64(weight)
+    for start in range(0, flat.size, _CHUNK):
+        part = flat[start : start + _CHUNK]
+        scaled = scratch[: part.size]
+        np.multiply(part, factor, out=scaled)
+        np.add(flat_total[start : start + _CHUNK], scaled, out=flat_total[start : start + _CHUNK])
+
+
 class ArrayMean:
     """The weighted mean of ArrayRecords, one record at a time.
 
@@ -58,6 +80,7 @@ class ArrayMean:
     def __init__(self) -> None:
         self._layout: ArrayRecord | None = None
         self._sums: dict[str, NDArray] = {}
+        self._scratch: dict[str, NDArray] = {}
         self._weight = 0.0
 
     def add(self, arrays: ArrayRecord, weight: float) -> None:
@@ -69,14 +92,17 @@ class ArrayMean:
                 key: np.zeros(array.shape, dtype=_accumulator_dtype(array.dtype))
                 for key, array in arrays.items()
             }
+            self._scratch = {
+                key: np.empty(min(total.size, _CHUNK), dtype=total.dtype)
+                for key, total in self._sums.items()
+            }
         else:
             check_same_layout(self._layout, arrays)
         self._weight += weight
         if weight == 0:
             return
-        factor = np.float64(weight)
         for key, array in arrays.items():
-            self._sums[key] += array * factor
+            _fold(self._sums[key], array, weight, self._scratch[key])
 
     @property
     def weight(self) -> float:

@@ -10,6 +10,8 @@ Every pipe message is one of:
   the handler ran;
 - a **pointer** (either way): ``b"@"`` and the name of a segment holding a task or
   an outcome too large for the pipe;
+- a **release** (engine → worker): ``b"-"`` and the name of an outcome segment the
+  engine no longer reads, which the worker may write its next outcome into;
 - a worker's **hello**: ``b"+"`` when its ClientApp loaded, or ``b"!"`` and a
   one-line reason when it did not;
 - before all of that, the worker's **spec** (engine → worker): what to import and
@@ -36,6 +38,7 @@ from fedcore.wire.records import decode_recorddict, encode_recorddict
 HELLO = b"+"
 FAILED = b"!"
 POINTER = b"@"
+RELEASE = b"-"
 _SEGMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
 _CONFIG_VALUES = (bool, int, float, str, bytes)
 
@@ -124,8 +127,21 @@ def pack_pointer(segment: str) -> bytes:
 
 def pointer_target(data: Buffer) -> str | None:
     """The segment a pointer names, or ``None`` if ``data`` is not a pointer."""
+    return _named(data, POINTER)
+
+
+def pack_release(segment: str) -> bytes:
+    return RELEASE + check_segment_name(segment).encode("ascii")
+
+
+def release_target(data: Buffer) -> str | None:
+    """The segment a release names, or ``None`` if ``data`` is not a release."""
+    return _named(data, RELEASE)
+
+
+def _named(data: Buffer, marker: bytes) -> str | None:
     view = memoryview(data)
-    if bytes(view[:1]) != POINTER:
+    if bytes(view[:1]) != marker:
         return None
     try:
         name = bytes(view[1:]).decode("ascii")

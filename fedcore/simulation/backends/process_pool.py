@@ -63,6 +63,7 @@ from fedcore.wire.worker import (
     HELLO,
     failure_reason,
     pack_pointer,
+    pack_release,
     pack_spec,
     pack_task,
     pointer_target,
@@ -93,10 +94,17 @@ class WorkerDied(Exception):
 
 
 class _Worker:
-    """One worker process and the engine's end of its channel."""
+    """One worker process, the engine's end of its channel, and its outcome segments.
+
+    ``releases`` collects the names of outcome segments the engine has stopped
+    reading; finalizers append to it from whatever thread collects the arrays, and
+    the driver sends them to the worker before its next job.
+    """
 
     def __init__(self, spec: WorkerSpec, environment: dict[str, str]) -> None:
         self.index = spec.index
+        self.segment_prefix = spec.segment_prefix
+        self.releases: deque[str] = deque()
         ours, theirs = socket.socketpair()
         with theirs:
             self.process = subprocess.Popen(
@@ -121,6 +129,8 @@ class _Worker:
         return received
 
     def send(self, payload: bytes) -> None:
+        while self.releases:
+            self.connection.send_bytes(pack_release(self.releases.popleft()))
         self.connection.send_bytes(payload)
 
     async def exit_description(self) -> str:
@@ -182,6 +192,7 @@ class ProcessPoolBackend(Backend):
         self._jobs_in, self._jobs_out = anyio.create_memory_object_stream[_Job](math.inf)
         self._contents: dict[int, tuple[weakref.ref[RecordDict], str]] = {}
         self._task_group: TaskGroup | None = None
+        self._started = 0
 
     @property
     def concurrency(self) -> int:
@@ -253,12 +264,13 @@ class ProcessPoolBackend(Backend):
     # Workers ------------------------------------------------------------------------
 
     async def _start_worker(self, index: int) -> None:
+        self._started += 1
         spec = WorkerSpec.here(
             index=index,
             client_ref=self._client_ref,
             search_path=str(self._search_path),
             segment_root=str(self._space.root),
-            segment_prefix=self._space.prefix,
+            segment_prefix=f"{self._space.prefix}w{self._started}-",
             inline_limit=self._inline_limit,
         )
         worker = _Worker(spec, self._plan.environment(index))
@@ -311,7 +323,7 @@ class ProcessPoolBackend(Backend):
                 await self._retire(worker, in_flight)
                 return
             for data in outcomes:
-                self._settle(in_flight.popleft(), data)
+                self._settle(worker, in_flight.popleft(), data)
             now = self._clock.now()
             short = (now - started) / len(outcomes) < SHORT_TASK
             depth, started = (PIPELINE_DEPTH if short else 1), now
@@ -324,10 +336,15 @@ class ProcessPoolBackend(Backend):
         with contextlib.suppress(OSError):  # a worker that is gone shows in the next receive
             worker.send(job.payload)
 
-    def _settle(self, job: _Job, data: bytes) -> None:
+    def _settle(self, worker: _Worker, job: _Job, data: bytes) -> None:
         segment = pointer_target(data)
-        outcome = data if segment is None else map_segment(self._space.root / segment, take=True)
-        job.settle(*unpack_outcome(outcome))
+        if segment is None:
+            job.settle(*unpack_outcome(data))
+            return
+        mapped = map_segment(self._space.root / segment, take=False)
+        # The worker may write over the segment once nothing here reads it any more.
+        weakref.finalize(mapped, worker.releases.append, segment)
+        job.settle(*unpack_outcome(memoryview(mapped)))
 
     async def _retire(self, worker: _Worker, in_flight: deque[_Job]) -> None:
         """Replace a worker that died or overran a TTL; its unstarted jobs go back in line."""
@@ -340,6 +357,7 @@ class ProcessPoolBackend(Backend):
         self._retired.add(worker)
         await anyio.to_thread.run_sync(worker.process.wait)
         self._retired.discard(worker)
+        self._space.remove_all(worker.segment_prefix)  # mappings of them stay valid
         try:
             await self._start_worker(worker.index)
         except AppLoadError as exc:

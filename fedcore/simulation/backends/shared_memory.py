@@ -6,7 +6,7 @@ reader. Decoding a payload from a mapping yields numpy arrays that are views of
 the mapped pages: no copy on the receiving side, and the pages are released when
 the last array over them is gone.
 
-Names are ``fedcore-<pid>-<pool>-<n>`` (a worker's add ``w<index>-``), so that the
+Names are ``fedcore-<pid>-<pool>-<n>`` (a worker's add ``w<n>-``), so that the
 owner of a pool can remove every segment it or its workers may have left — after a
 worker crash, say — with :meth:`SegmentSpace.remove_all`. A reader that takes
 ownership unlinks the name as soon as it has mapped the segment; the mapping
@@ -27,9 +27,11 @@ import secrets
 import tempfile
 from pathlib import Path
 
-from fedcore.wire import Parts, parts_size
+from fedcore.wire import Parts
 
 ROOT = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+# Fault the pages in with the mapping (Linux): a payload is always read whole.
+_MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
 
 
 class SegmentSpace:
@@ -40,16 +42,19 @@ class SegmentSpace:
         self.prefix = prefix or f"fedcore-{os.getpid()}-{secrets.token_hex(4)}-"
         self._numbers = itertools.count()
 
+    def new_name(self) -> str:
+        return f"{self.prefix}{next(self._numbers)}"
+
     def write(self, parts: Parts) -> str:
         """Write a payload into a new segment and return its name."""
-        name = f"{self.prefix}{next(self._numbers)}"
+        name = self.new_name()
         write_segment(self.root / name, parts)
         return name
 
-    def remove_all(self) -> int:
-        """Unlink every segment of this space that still exists; return how many."""
+    def remove_all(self, prefix: str | None = None) -> int:
+        """Unlink every segment of this space (or those under ``prefix``); return how many."""
         removed = 0
-        for path in self.root.glob(f"{self.prefix}*"):
+        for path in self.root.glob(f"{prefix or self.prefix}*"):
             try:
                 path.unlink()
                 removed += 1
@@ -58,36 +63,52 @@ class SegmentSpace:
         return removed
 
 
-def write_segment(path: Path, parts: Parts) -> None:
-    """Create ``path`` holding the concatenation of ``parts``, copying each part once."""
-    size = parts_size(parts)
-    descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+_IOV_MAX = 1024
+
+
+def write_segment(path: Path, parts: Parts, *, reuse: bool = False) -> None:
+    """Write the concatenation of ``parts`` into ``path``, copying each part once.
+
+    A new segment unless ``reuse``, which overwrites an existing one in place — its
+    pages are already allocated, which makes writing several times faster than
+    into fresh ones. ``writev`` rather than a writable mapping: the kernel copies
+    straight into the file's pages instead of taking a page fault for each.
+    """
+    flags = os.O_CREAT | os.O_WRONLY | (0 if reuse else os.O_EXCL)
+    descriptor = os.open(path, flags, 0o600)
     try:
-        os.ftruncate(descriptor, size)
-        with mmap.mmap(descriptor, size) as mapped:
-            position = 0
-            for part in parts:
-                length = part.nbytes if isinstance(part, memoryview) else len(part)
-                mapped[position : position + length] = part
-                position += length
+        pending = [memoryview(part).cast("B") for part in parts]
+        size = sum(part.nbytes for part in pending)
+        position = 0
+        while pending:
+            written = os.pwritev(descriptor, pending[:_IOV_MAX], position)
+            position += written
+            while pending and written >= pending[0].nbytes:
+                written -= pending.pop(0).nbytes
+            if pending and written:
+                pending[0] = pending[0][written:]
+        if reuse:
+            os.ftruncate(descriptor, size)
     except BaseException:
-        path.unlink(missing_ok=True)
+        if not reuse:
+            path.unlink(missing_ok=True)
         raise
     finally:
         os.close(descriptor)
 
 
-def map_segment(path: Path, *, take: bool) -> memoryview:
+def map_segment(path: Path, *, take: bool) -> mmap.mmap:
     """Map ``path`` read-only; with ``take``, unlink the name at once (the mapping stays).
 
-    Arrays decoded from the returned view keep the mapping alive as long as they live.
+    Arrays decoded from the mapping keep it alive as long as they live; it is unmapped
+    when the last of them goes (a ``weakref.finalize`` on it says when).
     """
     descriptor = os.open(path, os.O_RDONLY)
     try:
         size = os.fstat(descriptor).st_size
-        mapped = mmap.mmap(descriptor, size, access=mmap.ACCESS_READ)
+        mapped = mmap.mmap(descriptor, size, flags=_MAP_FLAGS, prot=mmap.PROT_READ)
     finally:
         os.close(descriptor)
         if take:
             path.unlink(missing_ok=True)
-    return memoryview(mapped)
+    return mapped

@@ -22,19 +22,20 @@ import asyncio
 import ctypes
 import importlib.util
 import logging
+import mmap
 import os
 import signal
 import sys
-from contextlib import AbstractContextManager
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 from fedcore.apps.client_app import ClientApp
 from fedcore.apps.loading import load_object
-from fedcore.domain import Error, ErrorCode, Message
+from fedcore.domain import Error, ErrorCode, Message, RecordDict
 from fedcore.errors import AppLoadError
-from fedcore.simulation.backends.shared_memory import SegmentSpace, map_segment
+from fedcore.simulation.backends.shared_memory import SegmentSpace, map_segment, write_segment
 from fedcore.wire import parts_size, unpack_recorddict
 from fedcore.wire.worker import (
     HELLO,
@@ -42,6 +43,7 @@ from fedcore.wire.worker import (
     pack_outcome,
     pack_pointer,
     pointer_target,
+    release_target,
     unpack_spec,
     unpack_task,
 )
@@ -115,8 +117,13 @@ def serve(connection: Connection) -> None:
             pack_failure(f"the ClientApp's lifespan raised {type(exc).__name__}: {exc}")
         )
         return
-    space = SegmentSpace(Path(spec.segment_root), f"{spec.segment_prefix}w{spec.index}-")
-    _serve_tasks(connection, client, lifespan, space, spec.inline_limit)
+    space = SegmentSpace(Path(spec.segment_root), spec.segment_prefix)
+    server = _Server(client, space, spec.inline_limit)
+    try:
+        server.serve(connection)
+    finally:
+        server.close()
+        lifespan.__exit__(*sys.exc_info())
 
 
 def _load(spec: WorkerSpec) -> ClientApp:
@@ -139,52 +146,73 @@ def _load(spec: WorkerSpec) -> ClientApp:
     return client
 
 
-def _serve_tasks(
-    connection: Connection,
-    client: ClientApp,
-    lifespan: AbstractContextManager[None],
-    space: SegmentSpace,
-    inline_limit: int,
-) -> None:
-    # One event loop for the worker's life; run_until_complete, unlike asyncio.Runner.run,
-    # does not reinstall a SIGINT handler around every task.
-    loop = asyncio.new_event_loop()
-    try:
+class _Server:
+    """A worker's state between tasks: its ClientApp, event loop and segments.
+
+    Message contents arrive in segments the engine wrote: a round's content is one
+    segment shared by all its tasks, so the last few are kept mapped rather than
+    mapped again for every task. Large outcomes go out in segments this worker
+    owns: once the engine has let go of one (a release), the next outcome is
+    written over it, into pages already allocated.
+    """
+
+    KEEP_CONTENTS = 2
+
+    def __init__(self, client: ClientApp, space: SegmentSpace, inline_limit: int) -> None:
+        self.client = client
+        self.space = space
+        self.inline_limit = inline_limit
+        self.loop = asyncio.new_event_loop()
+        self._contents: OrderedDict[str, mmap.mmap] = OrderedDict()
+        self._free: list[str] = []
+
+    def serve(self, connection: Connection) -> None:
         connection.send_bytes(HELLO)
         while True:
             try:
                 data = connection.recv_bytes()
             except EOFError:
                 return
-            connection.send_bytes(_work(client, loop, data, space, inline_limit))
-    finally:
-        loop.close()
-        lifespan.__exit__(*sys.exc_info())
+            released = release_target(data)
+            if released is not None:
+                if released.startswith(self.space.prefix):
+                    self._free.append(released)
+                continue
+            connection.send_bytes(self._work(data))
 
+    def close(self) -> None:
+        self.loop.close()
+        self._contents.clear()
 
-def _work(
-    client: ClientApp,
-    loop: asyncio.AbstractEventLoop,
-    data: bytes,
-    space: SegmentSpace,
-    inline_limit: int,
-) -> bytes:
-    """Run one task; return what to send back (the outcome, or a pointer to it)."""
-    segment = pointer_target(data)
-    payload = data if segment is None else map_segment(space.root / segment, take=True)
-    message, context = unpack_task(
-        payload, lambda name: unpack_recorddict(map_segment(space.root / name, take=False))
-    )
-    reply = client.handle_blocking(message, context, loop.run_until_complete)
-    try:
-        parts = pack_outcome(reply, context.state)
-    except (TypeError, ValueError) as exc:
-        reason = f"the reply could not be sent: {exc}"
-        failed = Error(int(ErrorCode.CLIENT_APP_RAISED_EXCEPTION), reason)
-        parts = pack_outcome(Message(error=failed, reply_to=message), context.state)
-    if parts_size(parts) <= inline_limit:
-        return b"".join(parts)
-    return pack_pointer(space.write(parts))
+    def _work(self, data: bytes) -> bytes:
+        """Run one task; return what to send back (the outcome, or a pointer to it)."""
+        segment = pointer_target(data)
+        if segment is None:
+            payload: bytes | memoryview = data
+        else:
+            payload = memoryview(map_segment(self.space.root / segment, take=True))
+        message, context = unpack_task(payload, self._content)
+        reply = self.client.handle_blocking(message, context, self.loop.run_until_complete)
+        try:
+            parts = pack_outcome(reply, context.state)
+        except (TypeError, ValueError) as exc:
+            reason = f"the reply could not be sent: {exc}"
+            failed = Error(int(ErrorCode.CLIENT_APP_RAISED_EXCEPTION), reason)
+            parts = pack_outcome(Message(error=failed, reply_to=message), context.state)
+        if parts_size(parts) <= self.inline_limit:
+            return b"".join(parts)
+        name = self._free.pop() if self._free else self.space.new_name()
+        write_segment(self.space.root / name, parts, reuse=True)
+        return pack_pointer(name)
+
+    def _content(self, name: str) -> RecordDict:
+        mapped = self._contents.pop(name, None)
+        if mapped is None:
+            mapped = map_segment(self.space.root / name, take=False)
+        self._contents[name] = mapped
+        while len(self._contents) > self.KEEP_CONTENTS:
+            self._contents.popitem(last=False)
+        return unpack_recorddict(memoryview(mapped))
 
 
 def _die_with_parent() -> None:
