@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import numpy as np
 import pytest
 from pool_apps import client
 
 import fedcore as fc
 from fedcore.domain import ErrorCode
 from fedcore.errors import AppLoadError
+from fedcore.simulation.backends.process_pool import PIPELINE_DEPTH
 from fedcore.simulation.backends.shared_memory import ROOT
 
 pytestmark = pytest.mark.anyio
@@ -27,7 +29,11 @@ def _children() -> set[int]:
     """Live child processes of this one (zombies excluded)."""
     found = set()
     for task in Path(f"/proc/{os.getpid()}/task").iterdir():
-        for pid in (task / "children").read_text().split():
+        try:  # threads (and so their task entries) come and go meanwhile
+            pids = (task / "children").read_text().split()
+        except FileNotFoundError:
+            continue
+        for pid in pids:
             try:
                 state = Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0]
             except (FileNotFoundError, IndexError):
@@ -212,3 +218,25 @@ def test_a_script_must_guard_its_simulation(tmp_path: Path) -> None:
     )
     assert completed.returncode != 0
     assert "put that under `if __name__ == '__main__':`" in completed.stderr
+
+
+async def test_large_replies_reuse_a_few_segments() -> None:
+    """Outcome segments are released by the engine and written over by their worker."""
+
+    async def main(grid: fc.Grid, context: fc.Context) -> tuple[set[str], list[int]]:
+        nodes = await grid.get_node_ids()
+        model = fc.RecordDict({"arrays": fc.ArrayRecord({"w": np.ones(2**18, np.float32)})})
+        seen: set[str] = set()
+        totals = []
+        for _ in range(3):
+            messages = [fc.Message(model, n, "train") for n in nodes]
+            async for reply in grid.receive(await grid.push_messages(messages)):
+                totals.append(int(reply.content["arrays"]["w"].sum()))
+                seen |= _segments()
+        return seen, totals
+
+    seen, totals = (await fc.simulate(_app(main), nodes=60, max_workers=2, seed=0)).value
+    assert totals == [2**18] * 180
+    # One content segment, and per worker a few outcome segments: those in its pipeline
+    # and those the engine has not let go of yet. Without reuse there would be 180.
+    assert len(seen) <= 2 * 2 * PIPELINE_DEPTH + 1, sorted(seen)

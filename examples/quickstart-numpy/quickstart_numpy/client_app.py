@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 import fedcore as fc
 from quickstart_numpy import task
 
 client = fc.ClientApp()
+
+
+@client.lifespan()
+def lifespan() -> Iterator[None]:
+    """Runs once per worker process, before its first message: load the data there."""
+    task.dataset()
+    yield
 
 
 def _data(context: fc.Context) -> tuple[np.ndarray, np.ndarray]:
