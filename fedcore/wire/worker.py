@@ -56,7 +56,7 @@ def pack_task(message: Message, context: Context, *, content_segment: str | None
     header = [
         encode_metadata(message.metadata),
         content,
-        None if content_segment is None else check_segment_name(content_segment),
+        None if content_segment is None else _sendable_name(content_segment),
         _encode_context(context, blobs),
     ]
     return frame.encode_parts(frame.TASK, header, blobs)
@@ -114,15 +114,22 @@ def pack_spec(spec: Mapping[str, SpecValue]) -> bytes:
 def unpack_spec(data: Buffer, limits: DecodeLimits = DEFAULT_LIMITS) -> dict[str, Any]:
     header, reader = frame.decode(data, frame.SPEC, limits)
     reader.finish()
-    if not isinstance(header, list) or not all(
-        isinstance(pair, list) and len(pair) == 2 and type(pair[0]) is str for pair in header
-    ):
+    if not isinstance(header, list):
         fail("a worker spec must be a list of [name, value] pairs")
-    return dict(header)
+    spec: dict[str, Any] = {}
+    for pair in header:
+        if not isinstance(pair, list) or len(pair) != 2 or type(pair[0]) is not str:
+            fail("a worker spec must be a list of [name, value] pairs")
+        key, value = pair
+        strings = isinstance(value, list) and all(type(item) is str for item in value)
+        if key in spec or not (type(value) in (str, int) or strings):
+            fail(f"worker spec entry {key!r} is repeated or not a str, int or list of str")
+        spec[key] = value
+    return spec
 
 
 def pack_pointer(segment: str) -> bytes:
-    return POINTER + check_segment_name(segment).encode("ascii")
+    return POINTER + _sendable_name(segment).encode("ascii")
 
 
 def pointer_target(data: Buffer) -> str | None:
@@ -131,7 +138,7 @@ def pointer_target(data: Buffer) -> str | None:
 
 
 def pack_release(segment: str) -> bytes:
-    return RELEASE + check_segment_name(segment).encode("ascii")
+    return RELEASE + _sendable_name(segment).encode("ascii")
 
 
 def release_target(data: Buffer) -> str | None:
@@ -160,6 +167,13 @@ def failure_reason(data: Buffer) -> str | None:
     if bytes(view[:1]) != FAILED:
         return None
     return bytes(view[1:]).decode("utf-8", "replace")
+
+
+def _sendable_name(name: str) -> str:
+    """``name`` if it is a segment name; a bad one is the sender's bug, a ValueError."""
+    if not isinstance(name, str) or not _SEGMENT_NAME.fullmatch(name) or ".." in name:
+        raise ValueError(f"{name!r} is not a segment name")
+    return name
 
 
 def check_segment_name(name: object) -> str:

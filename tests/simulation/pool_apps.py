@@ -62,3 +62,16 @@ def echo(msg: fc.Message, context: fc.Context) -> fc.Message:
         {"arrays": msg.content["arrays"], "metrics": fc.MetricRecord({"num-examples": 1})}
     )
     return fc.Message(content, reply_to=msg)
+
+
+hanging_server = fc.ServerApp()
+
+
+@hanging_server.main()
+async def hang_everywhere(grid: fc.Grid, context: fc.Context) -> None:
+    nodes = await grid.get_node_ids()
+    await grid.send_and_receive([fc.Message(fc.RecordDict(), n, "query.hang") for n in nodes])
+
+
+hanging = fc.App(server=hanging_server, client=client)
+"""An app whose every ClientApp call on partition 0 hangs: for interrupting."""

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -240,3 +241,42 @@ async def test_large_replies_reuse_a_few_segments() -> None:
     # One content segment, and per worker a few outcome segments: those in its pipeline
     # and those the engine has not let go of yet. Without reuse there would be 180.
     assert len(seen) <= 2 * 2 * PIPELINE_DEPTH + 1, sorted(seen)
+
+
+def _processes_tagged(tag: str) -> list[int]:
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if f"FEDCORE_TEST_TAG={tag}".encode() in environ.read_bytes().split(b"\0"):
+                found.append(int(environ.parent.name))
+        except (PermissionError, FileNotFoundError, ProcessLookupError):
+            continue
+    return found
+
+
+def test_ctrl_c_stops_the_cli_and_its_workers() -> None:
+    tag = uuid.uuid4().hex
+    env = {**os.environ, "FEDCORE_TEST_TAG": tag, "PYTHONPATH": str(Path(__file__).parent)}
+    fedcore = Path(sys.executable).with_name("fedcore")
+    command = [str(fedcore), "simulate", "pool_apps:hanging", "-n", "2", "--max-workers", "2"]
+    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        with anyio.from_thread.start_blocking_portal() as portal:
+            portal.call(_wait_for_line, process.stderr, "process pool: 2 workers")
+        assert len(_processes_tagged(tag)) == 3  # the CLI and its two workers
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if process.stderr is not None:
+            process.stderr.close()
+    assert _processes_tagged(tag) == []
+
+
+async def _wait_for_line(stream: Any, text: str) -> None:
+    with anyio.fail_after(60):
+        while text not in await anyio.to_thread.run_sync(stream.readline):
+            pass

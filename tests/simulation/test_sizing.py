@@ -75,12 +75,12 @@ def test_more_cpus_than_the_machine_has_is_refused_naming_both() -> None:
 @pytest.mark.parametrize(
     ("num_gpus", "gpus", "devices"),
     [
-        (0.5, 2, [("0",), ("0",), ("1",), ("1",)]),
-        (0.3, 2, [("0",), ("0",), ("0",), ("1",), ("1",), ("1",)]),
+        (0.5, 2, [("0",), ("1",), ("0",), ("1",)]),
+        (0.3, 2, [("0",), ("1",), ("0",), ("1",), ("0",), ("1",)]),
         (0.25, 1, [("0",)] * 4),
         (0.7, 3, [("0",), ("1",), ("2",)]),
         (1, 3, [("0",), ("1",), ("2",)]),
-        (0.5, 2.9, [("0",), ("0",), ("1",), ("1",)]),  # a fraction of a device is no device
+        (0.5, 2.9, [("0",), ("1",), ("0",), ("1",)]),  # a fraction of a device is no device
     ],
 )
 def test_fractional_and_single_gpu_requests_pack_onto_devices(
@@ -118,8 +118,8 @@ def test_environment_names_each_workers_devices() -> None:
     shared = plan_pool(ask(1, 0.5), machine(8, 2))
     assert [shared.environment(i)["CUDA_VISIBLE_DEVICES"] for i in range(4)] == [
         "0",
-        "0",
         "1",
+        "0",
         "1",
     ]
 
@@ -152,9 +152,11 @@ def test_gpu_requests_the_machine_cannot_meet_are_refused(
 
 def test_max_workers_caps_the_pool() -> None:
     assert plan_pool(ask(1), machine(8), max_workers=3) == PoolPlan(3, ())
+    # A capped pool of fractional workers spreads over the devices, round robin.
     assert plan_pool(ask(1, 0.5), machine(8, 2), max_workers=3) == PoolPlan(
-        3, (("0",), ("0",), ("1",))
+        3, (("0",), ("1",), ("0",))
     )
+    assert plan_pool(ask(2, 0.25), machine(8, 4)) == PoolPlan(4, (("0",), ("1",), ("2",), ("3",)))
     assert plan_pool(ask(1, 2), machine(8, 8), max_workers=1) == PoolPlan(1, (("0", "1"),))
 
 
@@ -179,7 +181,8 @@ def test_max_workers_is_checked_before_the_machine() -> None:
 
 
 @pytest.mark.parametrize(
-    ("visible", "count"), [("0,1,3", 3), ("", 0), ("5", 1), (" 2 , 4 ", 2), ("0,,1,", 2)]
+    ("visible", "count"),
+    [("0,1,3", 3), ("", 0), ("5", 1), (" 2 , 4 ", 2), ("0,,1,", 1), ("-1", 0), ("1,-1,2", 1)],
 )
 def test_detect_gpus_honours_cuda_visible_devices(
     monkeypatch: pytest.MonkeyPatch, visible: str, count: int
@@ -218,7 +221,8 @@ def test_detect_gpus_is_zero_when_nvidia_smi_fails(
 
 def test_detect_cpus_is_at_least_one(monkeypatch: pytest.MonkeyPatch) -> None:
     found = detect_cpus()
-    assert type(found) is int and found >= 1
+    assert type(found) is int
+    assert found >= 1
     if hasattr(os, "sched_getaffinity"):
         assert found == len(os.sched_getaffinity(0))
     # Where there is no affinity mask and the CPU count is unknown: still one.
@@ -233,8 +237,8 @@ def test_detected_machine_maps_workers_onto_visible_device_ids(
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,7")
     monkeypatch.setattr(sizing, "detect_cpus", lambda: 8)
     plan = plan_pool(ask(1, 0.5), None)
-    assert plan == PoolPlan(4, (("4",), ("4",), ("7",), ("7",)))
-    assert plan.environment(2) == {"CUDA_VISIBLE_DEVICES": "7"}
+    assert plan == PoolPlan(4, (("4",), ("7",), ("4",), ("7",)))
+    assert plan.environment(1) == {"CUDA_VISIBLE_DEVICES": "7"}
     assert plan_pool(ask(1, 2), None) == PoolPlan(1, (("4", "7"),))
     with pytest.raises(UsageError, match="has 2 GPUs"):
         plan_pool(ask(1, 3), None)
@@ -294,7 +298,8 @@ def test_plans_never_overcommit_a_device_or_the_cpus(
         return
     assert len(plan.devices) == plan.workers
     for worker, seen in enumerate(plan.devices):
-        assert seen and set(seen) <= set(devices)
+        assert seen
+        assert set(seen) <= set(devices)
         assert len(set(seen)) == len(seen)
         assert plan.environment(worker) == {"CUDA_VISIBLE_DEVICES": ",".join(seen)}
     load = Counter(device for seen in plan.devices for device in seen)
@@ -304,3 +309,15 @@ def test_plans_never_overcommit_a_device_or_the_cpus(
     else:
         assert all(len(seen) == math.ceil(num_gpus) for seen in plan.devices)
         assert max(load.values()) == 1
+
+
+def test_system_gpus_are_taken_from_the_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,7")
+    plan = plan_pool(ask(1, 1), machine(8, 2))
+    assert plan.devices == (("4",), ("7",))
+    with pytest.raises(UsageError, match="lists only 2"):
+        plan_pool(ask(1, 1), machine(8, 3))
+
+
+def test_quotients_just_under_a_whole_number_are_not_rounded_down() -> None:
+    assert plan_pool(ask(0.07), machine(7)).workers == 100

@@ -6,9 +6,12 @@ The machine offers ``cpus`` and ``gpus`` (detected, or given as a system
 
     N = min(floor(cpus / num_cpus), floor(gpus / num_gpus))     (GPU term only when num_gpus > 0)
 
-workers, capped by ``max_workers``. Fractional GPU requests pack ``floor(1 / num_gpus)``
-workers onto one device; larger ones give each worker ``ceil(num_gpus)`` devices of its
-own (a device is never split between workers that asked for more than one). Each
+workers, capped by ``max_workers``. Fractional GPU requests put at most
+``floor(1 / num_gpus)`` workers on one device, dealt round robin so that a pool capped
+by CPUs spreads over all devices; larger ones give each worker ``ceil(num_gpus)``
+devices of its own (a device is never split between workers that asked for more than
+one). An explicit system GPU count takes the first of the devices
+``CUDA_VISIBLE_DEVICES`` allows, never others. Each
 worker sees only its devices through ``CUDA_VISIBLE_DEVICES``. A request no machine
 of this size can meet is refused at once with what was asked and what exists,
 rather than waiting for resources that will never free up.
@@ -34,11 +37,21 @@ def detect_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def _listed_devices(visible: str) -> list[str]:
+    """The devices ``CUDA_VISIBLE_DEVICES`` lists; as in CUDA, a negative entry ends the list."""
+    devices = []
+    for entry in (part.strip() for part in visible.split(",")):
+        if not entry or entry.startswith("-"):
+            break
+        devices.append(entry)
+    return devices
+
+
 def detect_gpus() -> int:
     """CUDA devices visible here: ``CUDA_VISIBLE_DEVICES`` if set, else ``nvidia-smi``."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        return len([device for device in visible.split(",") if device.strip()])
+        return len(_listed_devices(visible))
     nvidia_smi = shutil.which("nvidia-smi")
     if nvidia_smi is None:
         return 0
@@ -55,7 +68,7 @@ def _visible_device_ids() -> list[str]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is None:
         return [str(i) for i in range(detect_gpus())]
-    return [device.strip() for device in visible.split(",") if device.strip()]
+    return _listed_devices(visible)
 
 
 @dataclass(frozen=True)
@@ -79,12 +92,9 @@ def plan_pool(
     if max_workers is not None and (isinstance(max_workers, bool) or max_workers < 1):
         raise UsageError(f"max_workers must be at least 1, got {max_workers!r}")
     cpus = system.num_cpus if system is not None else float(detect_cpus())
-    if system is None:
-        device_ids = _visible_device_ids()
-    else:
-        device_ids = [str(i) for i in range(math.floor(system.num_gpus))]
+    device_ids = _visible_device_ids() if system is None else _system_devices(system)
     gpus = len(device_ids)
-    by_cpu = math.floor(cpus / request.num_cpus)
+    by_cpu = math.floor(cpus / request.num_cpus + _ROUNDING)
     if by_cpu < 1:
         raise UsageError(
             f"each ClientApp asks for {request.num_cpus:g} CPUs but this machine has {cpus:g}"
@@ -107,16 +117,33 @@ def plan_pool(
     return PoolPlan(workers, tuple(devices))
 
 
+_ROUNDING = 1e-9
+"""Slack for quotients such as 7 / 0.07, which floating point puts just under 100."""
+
+
+def _system_devices(system: Resources) -> list[str]:
+    """The first ``system.num_gpus`` of the devices this process may use."""
+    count = math.floor(system.num_gpus)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return [str(i) for i in range(count)]
+    listed = _listed_devices(visible)
+    if count > len(listed):
+        raise UsageError(
+            f"system GPUs set to {count}, but CUDA_VISIBLE_DEVICES lists only {len(listed)}"
+        )
+    return listed[:count]
+
+
 def _gpu_slots(num_gpus: float, devices: int) -> int:
     """Workers that fit: ``floor(1 / num_gpus)`` per device, or ``ceil(num_gpus)`` devices each."""
     if num_gpus < 1:
-        return math.floor(1 / num_gpus) * devices
+        return math.floor(1 / num_gpus + _ROUNDING) * devices
     return devices // math.ceil(num_gpus)
 
 
 def _devices_of(worker: int, num_gpus: float, device_ids: list[str]) -> tuple[str, ...]:
-    if num_gpus < 1:
-        per_device = math.floor(1 / num_gpus)
-        return (device_ids[worker // per_device],)
+    if num_gpus < 1:  # round robin: a capped pool spreads over the devices
+        return (device_ids[worker % len(device_ids)],)
     count = math.ceil(num_gpus)
     return tuple(device_ids[worker * count : (worker + 1) * count])
