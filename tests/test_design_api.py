@@ -3,8 +3,7 @@
 The app below is the design's snippet verbatim, except that its ``...`` line (the
 author's training code) is filled in with a toy update that defines ``new`` and
 ``n``, and ``w0`` is defined. The ``simulate`` call is the design's, run on every
-backend this build has (the design's ``backend="process"`` is added by the
-process-pool backend; until then the parametrisation covers ``inline``).
+backend (``process``, the design's, and ``inline``).
 
 As written, the snippet's ``main`` passes no ``train_config``, so ``lr`` is missing
 from every training message, and its ClientApp has no evaluate handler: every reply
