@@ -199,11 +199,6 @@ class ProcessPoolBackend(Backend):
         """Jobs worth having in hand: enough to keep every worker's pipeline full."""
         return self._plan.workers * PIPELINE_DEPTH
 
-    @property
-    def worker_pids(self) -> list[int]:
-        """Process ids of the workers alive now."""
-        return [worker.process.pid for worker in self._workers]
-
     async def __aenter__(self) -> Self:
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
