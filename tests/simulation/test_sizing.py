@@ -7,6 +7,7 @@ import os
 import shutil
 import stat
 from collections import Counter
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -89,7 +90,7 @@ def test_fractional_and_single_gpu_requests_pack_onto_devices(
     plan = plan_pool(ask(1, num_gpus), machine(64, gpus))
     assert plan == PoolPlan(len(devices), tuple(devices))
     per_device = Counter(device for (device,) in plan.devices)
-    assert max(per_device.values()) <= math.floor(1 / num_gpus)
+    assert max(per_device.values()) <= math.floor(1 / Fraction(str(num_gpus)))
 
 
 @pytest.mark.parametrize(
@@ -278,11 +279,11 @@ def test_plans_never_overcommit_a_device_or_the_cpus(
     cpus: float, gpus: float, num_cpus: float, num_gpus: float, max_workers: int | None
 ) -> None:
     devices = [str(i) for i in range(math.floor(gpus))]
-    by_cpu = math.floor(cpus / num_cpus)
+    by_cpu = math.floor(Fraction(str(cpus)) / Fraction(str(num_cpus)))  # decimal, as documented
     if num_gpus == 0:
         by_gpu = math.inf
     elif num_gpus < 1:
-        by_gpu = math.floor(1 / num_gpus) * len(devices)
+        by_gpu = math.floor(1 / Fraction(str(num_gpus))) * len(devices)
     else:
         by_gpu = len(devices) // math.ceil(num_gpus)
     try:
@@ -305,7 +306,7 @@ def test_plans_never_overcommit_a_device_or_the_cpus(
     load = Counter(device for seen in plan.devices for device in seen)
     if num_gpus < 1:
         assert all(len(seen) == 1 for seen in plan.devices)
-        assert max(load.values()) <= math.floor(1 / num_gpus)
+        assert max(load.values()) <= math.floor(1 / Fraction(str(num_gpus)))
     else:
         assert all(len(seen) == math.ceil(num_gpus) for seen in plan.devices)
         assert max(load.values()) == 1

@@ -24,6 +24,7 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass
+from fractions import Fraction
 
 from fedcore.errors import UsageError
 from fedcore.simulation.resources import Resources
@@ -94,7 +95,7 @@ def plan_pool(
     cpus = system.num_cpus if system is not None else float(detect_cpus())
     device_ids = _visible_device_ids() if system is None else _system_devices(system)
     gpus = len(device_ids)
-    by_cpu = math.floor(cpus / request.num_cpus + _ROUNDING)
+    by_cpu = _whole(cpus, request.num_cpus)
     if by_cpu < 1:
         raise UsageError(
             f"each ClientApp asks for {request.num_cpus:g} CPUs but this machine has {cpus:g}"
@@ -117,8 +118,10 @@ def plan_pool(
     return PoolPlan(workers, tuple(devices))
 
 
-_ROUNDING = 1e-9
-"""Slack for quotients such as 7 / 0.07, which floating point puts just under 100."""
+def _whole(available: float, each: float) -> int:
+    """``floor(available / each)``, in decimal: 7 CPUs at 0.07 each make 100 workers, not
+    the 99 that floating-point division gives."""
+    return math.floor(Fraction(str(available)) / Fraction(str(each)))
 
 
 def _system_devices(system: Resources) -> list[str]:
@@ -138,7 +141,7 @@ def _system_devices(system: Resources) -> list[str]:
 def _gpu_slots(num_gpus: float, devices: int) -> int:
     """Workers that fit: ``floor(1 / num_gpus)`` per device, or ``ceil(num_gpus)`` devices each."""
     if num_gpus < 1:
-        return math.floor(1 / num_gpus + _ROUNDING) * devices
+        return _whole(1, num_gpus) * devices
     return devices // math.ceil(num_gpus)
 
 
