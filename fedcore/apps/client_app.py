@@ -176,7 +176,7 @@ class ClientApp:
         return _check_reply(message, reply)
 
     def _unhandled(self, message: Message) -> Message:
-        known = ", ".join(self._handlers) or "none"
+        known = ", ".join(self.message_types) or "none"
         reason = (
             f"this ClientApp has no handler for {message.metadata.message_type!r} "
             f"(it handles: {known})"

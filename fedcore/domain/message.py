@@ -22,7 +22,6 @@ DEFAULT_TTL = 43_200.0
 SERVER_NODE_ID = 1
 """The sender id of every message a ServerApp pushes (Flower's SuperLink node id)."""
 
-MESSAGE_KINDS = ("train", "evaluate", "query", "system")
 _MESSAGE_TYPE = re.compile(r"(train|evaluate|query|system)(\.[A-Za-z0-9_][A-Za-z0-9_-]*)?")
 
 

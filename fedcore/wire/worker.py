@@ -169,17 +169,23 @@ def failure_reason(data: Buffer) -> str | None:
     return bytes(view[1:]).decode("utf-8", "replace")
 
 
+def _is_segment_name(name: object) -> bool:
+    """A plain file name: no separators, no dot-dot."""
+    return isinstance(name, str) and bool(_SEGMENT_NAME.fullmatch(name)) and ".." not in name
+
+
 def _sendable_name(name: str) -> str:
     """``name`` if it is a segment name; a bad one is the sender's bug, a ValueError."""
-    if not isinstance(name, str) or not _SEGMENT_NAME.fullmatch(name) or ".." in name:
+    if not _is_segment_name(name):
         raise ValueError(f"{name!r} is not a segment name")
     return name
 
 
 def check_segment_name(name: object) -> str:
-    """``name`` if it is a plain file name (no separators, no dot-dot), else DecodeError."""
-    if not isinstance(name, str) or not _SEGMENT_NAME.fullmatch(name) or ".." in name:
+    """``name`` if it is a segment name; a bad one received is a DecodeError."""
+    if not _is_segment_name(name):
         fail(f"{name!r} is not a segment name")
+    assert isinstance(name, str)
     return name
 
 
