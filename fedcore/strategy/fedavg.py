@@ -9,15 +9,27 @@ error, or lacks the arrays or the weight, is a failure: logged, never averaged.
 Training replies are folded into running means as they arrive
 (:meth:`FedAvg.train_aggregation`), so a round never holds more than one model.
 A custom ``train_metrics_aggr_fn`` receives each reply's metric and config records.
+
+FedAvg is also the base of the strategies that change only one step of it:
+
+- how the training config is built — override :meth:`configure_train` (FedProx);
+- what the server does with the mean — override :meth:`server_update`, which gets
+  the round's mean and may read :attr:`current_arrays`, the arrays sent for
+  training (FedAvgM, FedAdam, FedYogi, FedAdagrad);
+- how the replies are combined — return ``None`` from :meth:`train_aggregation`
+  and override :meth:`aggregate_train`, using :meth:`valid_train_replies` and
+  :meth:`train_metrics` for the bookkeeping (FedMedian, Krum, Bulyan, …).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from fedcore.domain import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-from fedcore.strategy.aggregate import ArrayMean, weighted_average_metrics
+from fedcore.strategy import arguments
+from fedcore.strategy.aggregate import ArrayMean, check_same_layout, weighted_average_metrics
 from fedcore.strategy.base import Aggregation, Strategy
 from fedcore.strategy.result import Phase
 
@@ -26,20 +38,22 @@ log = logging.getLogger("fedcore.strategy")
 MetricsAggregation = Callable[[list[RecordDict], str], MetricRecord]
 
 
-def _fraction(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must be a number between 0 and 1, got {value!r}")
-    return float(value)
+@dataclass(frozen=True)
+class TrainReply:
+    """One usable training reply: its arrays, its weight and its small records."""
 
-
-def _count(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-    return value
+    node_id: int
+    arrays: ArrayRecord
+    weight: float
+    records: RecordDict
+    """The reply's metric and config records (what ``train_metrics_aggr_fn`` receives)."""
 
 
 class FedAvg(Strategy):
     """Federated averaging."""
+
+    current_arrays: ArrayRecord | None
+    """The arrays the latest :meth:`configure_train` sent (``None`` before the first)."""
 
     def __init__(
         self,
@@ -54,16 +68,17 @@ class FedAvg(Strategy):
         train_metrics_aggr_fn: MetricsAggregation | None = None,
         evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
     ) -> None:
-        self.fraction_train = _fraction("fraction_train", fraction_train)
-        self.fraction_evaluate = _fraction("fraction_evaluate", fraction_evaluate)
-        self.min_train_nodes = _count("min_train_nodes", min_train_nodes)
-        self.min_evaluate_nodes = _count("min_evaluate_nodes", min_evaluate_nodes)
-        self.min_available_nodes = _count("min_available_nodes", min_available_nodes)
+        self.fraction_train = arguments.fraction("fraction_train", fraction_train)
+        self.fraction_evaluate = arguments.fraction("fraction_evaluate", fraction_evaluate)
+        self.min_train_nodes = arguments.count("min_train_nodes", min_train_nodes)
+        self.min_evaluate_nodes = arguments.count("min_evaluate_nodes", min_evaluate_nodes)
+        self.min_available_nodes = arguments.count("min_available_nodes", min_available_nodes)
         self.weighted_by_key = weighted_by_key
         self.arrayrecord_key = arrayrecord_key
         self.configrecord_key = configrecord_key
         self.train_metrics_aggr_fn = train_metrics_aggr_fn
         self.evaluate_metrics_aggr_fn = evaluate_metrics_aggr_fn
+        self.current_arrays = None
 
     def __repr__(self) -> str:
         return (
@@ -108,6 +123,7 @@ class FedAvg(Strategy):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, node_ids: Sequence[int]
     ) -> list[Message]:
+        self.current_arrays = arrays
         return self._messages("train", server_round, arrays, config, node_ids)
 
     def configure_evaluate(
@@ -115,16 +131,63 @@ class FedAvg(Strategy):
     ) -> list[Message]:
         return self._messages("evaluate", server_round, arrays, config, node_ids)
 
-    def train_aggregation(self, server_round: int) -> Aggregation:
+    def train_aggregation(self, server_round: int) -> Aggregation | None:
         return _Averaging(self, server_round)
 
     def aggregate_train(
         self, server_round: int, replies: Sequence[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        aggregation = self.train_aggregation(server_round)
+        aggregation = _Averaging(self, server_round)
         for reply in replies:
             aggregation.add(reply)
         return aggregation.result()
+
+    def server_update(self, server_round: int, aggregated: ArrayRecord) -> ArrayRecord:
+        """The new global arrays given the round's aggregate (FedAvg: the aggregate itself)."""
+        return aggregated
+
+    def valid_train_replies(
+        self, server_round: int, replies: Sequence[Message]
+    ) -> list[TrainReply]:
+        """The replies fit to aggregate, in order: errors dropped silently (the round
+        driver counts them), malformed ones and ones whose arrays differ in layout
+        from the first valid reply dropped with a warning."""
+        valid: list[TrainReply] = []
+        for reply in replies:
+            if reply.has_error():
+                continue
+            content = reply.content
+            problem = self._problem(content, "train")
+            if problem is None:
+                arrays = next(iter(content.array_records.values()))
+                try:
+                    if valid:
+                        check_same_layout(valid[0].arrays, arrays)
+                except ValueError as exc:
+                    problem = str(exc)
+            if problem is not None:
+                self._log_skipped(server_round, "train", reply, problem)
+                continue
+            valid.append(
+                TrainReply(
+                    reply.metadata.src_node_id,
+                    arrays,
+                    self._weight(content),
+                    RecordDict({**content.metric_records, **content.config_records}),
+                )
+            )
+        return valid
+
+    def train_metrics(
+        self, records: Sequence[RecordDict], weights: Sequence[float]
+    ) -> MetricRecord | None:
+        """The round's training metrics from the valid replies' small records and
+        weights: ``train_metrics_aggr_fn``, else the weighted mean."""
+        if not records:
+            return None
+        if self.train_metrics_aggr_fn is not None:
+            return self.train_metrics_aggr_fn(list(records), self.weighted_by_key)
+        return _metric_mean(list(records), list(weights), self.weighted_by_key)
 
     def aggregate_evaluate(
         self, server_round: int, replies: Sequence[Message]
@@ -208,16 +271,13 @@ class _Averaging(Aggregation):
         self._weights.append(weight)
 
     def result(self) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        if not self._metrics:
-            return None, None
         strategy = self._strategy
-        if strategy.train_metrics_aggr_fn is not None:
-            metrics = strategy.train_metrics_aggr_fn(self._metrics, strategy.weighted_by_key)
-        else:
-            metrics = _metric_mean(self._metrics, self._weights, strategy.weighted_by_key)
+        metrics = strategy.train_metrics(self._metrics, self._weights)
+        if metrics is None:
+            return None, None
         if not self._arrays.weight > 0:
             log.warning(
                 "round %d train: all replies weigh 0 examples; model unchanged", self._round
             )
             return None, metrics
-        return self._arrays.result(), metrics
+        return strategy.server_update(self._round, self._arrays.result()), metrics
