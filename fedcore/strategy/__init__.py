@@ -2,6 +2,7 @@
 
 from fedcore.strategy.base import Strategy
 from fedcore.strategy.fedavg import FedAvg
+from fedcore.strategy.fedbuff import FedBuff
 from fedcore.strategy.result import Result, RoundReport
 
-__all__ = ["FedAvg", "Result", "RoundReport", "Strategy"]
+__all__ = ["FedAvg", "FedBuff", "Result", "RoundReport", "Strategy"]

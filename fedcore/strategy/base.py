@@ -138,9 +138,34 @@ class Strategy(ABC):
             async_grid = grid.async_grid
 
             async def drive() -> Result:
-                return await run_rounds(self, async_grid, **options)
+                return await self.drive(async_grid, **options)
 
             return anyio.from_thread.run(drive)
         if not isinstance(grid, Grid):
             raise TypeError(f"grid must be a Grid, got {type(grid).__name__}")
-        return run_rounds(self, grid, **options)
+        return self.drive(grid, **options)
+
+    async def drive(
+        self,
+        grid: Grid,
+        *,
+        initial_arrays: ArrayRecord,
+        num_rounds: int,
+        timeout: float,
+        train_config: ConfigRecord,
+        evaluate_config: ConfigRecord,
+        evaluate_fn: EvaluateFn | None,
+    ) -> Result:
+        """The loop behind :meth:`start`, with its arguments checked: synchronous rounds
+        (:func:`~fedcore.strategy.rounds.run_rounds`). A strategy with a schedule of its
+        own — FedBuff's asynchronous one — overrides this and keeps the pure methods."""
+        return await run_rounds(
+            self,
+            grid,
+            initial_arrays=initial_arrays,
+            num_rounds=num_rounds,
+            timeout=timeout,
+            train_config=train_config,
+            evaluate_config=evaluate_config,
+            evaluate_fn=evaluate_fn,
+        )

@@ -56,7 +56,9 @@ def shuffled(
 
 
 @dataclass
-class _Exchange:
+class Exchange:
+    """What one push-and-receive of a phase yielded."""
+
     replies: list[Message]
     successes: int
     failures: int
@@ -78,10 +80,10 @@ async def run_rounds(
     log.info("%s: %d rounds, sampling seed %s", type(strategy).__name__, num_rounds, seed)
     result = Result(arrays=initial_arrays)
     if evaluate_fn is not None:
-        record = await _evaluate_on_server(evaluate_fn, 0, initial_arrays)
+        record = await evaluate_on_server(evaluate_fn, 0, initial_arrays)
         if record is not None:
             result.evaluate_metrics_serverapp[0] = record
-            log.info("initial server evaluation: %s", _metrics_text(record))
+            log.info("initial server evaluation: %s", metrics_text(record))
     for server_round in range(1, num_rounds + 1):
         started = grid.clock.now()
         options = (grid, timeout, server_round, num_rounds)
@@ -91,10 +93,10 @@ async def run_rounds(
         )
         aggregation = strategy.train_aggregation(server_round)
         if aggregation is not None:
-            train = await _exchange(messages, *options, "train", fold=aggregation.add)
+            train = await exchange(messages, *options, "train", fold=aggregation.add)
             arrays, metrics = aggregation.result()
         else:
-            train = await _exchange(messages, *options, "train")
+            train = await exchange(messages, *options, "train")
             arrays, metrics = strategy.aggregate_train(server_round, train.replies)
         if arrays is not None:
             result.arrays = arrays
@@ -104,12 +106,12 @@ async def run_rounds(
         messages = strategy.configure_evaluate(
             server_round, result.arrays, ConfigRecord(evaluate_config), node_ids
         )
-        evaluate = await _exchange(messages, *options, "evaluate")
+        evaluate = await exchange(messages, *options, "evaluate")
         metrics = strategy.aggregate_evaluate(server_round, evaluate.replies)
         if metrics is not None:
             result.evaluate_metrics_clientapp[server_round] = metrics
         if evaluate_fn is not None:
-            record = await _evaluate_on_server(evaluate_fn, server_round, result.arrays)
+            record = await evaluate_on_server(evaluate_fn, server_round, result.arrays)
             if record is not None:
                 result.evaluate_metrics_serverapp[server_round] = record
         report = RoundReport(
@@ -175,7 +177,7 @@ class _InOrder:
             self._deliver(self._held.pop(index))
 
 
-async def _exchange(
+async def exchange(
     messages: Sequence[Message],
     grid: Grid,
     timeout: float,
@@ -183,11 +185,11 @@ async def _exchange(
     num_rounds: int,
     phase: Phase,
     fold: Callable[[Message], None] | None = None,
-) -> _Exchange:
+) -> Exchange:
     """Push ``messages`` and take their replies: folded in with ``fold`` in send order,
     or (without ``fold``) returned as a list in send order."""
     if not messages:
-        return _Exchange([], 0, 0)
+        return Exchange([], 0, 0)
     started = grid.clock.now()
     ids = await grid.push_messages(messages)
     replies: list[Message] = []
@@ -209,11 +211,11 @@ async def _exchange(
     in_order.finish()
     missing = len(ids) - received
     if errors or missing:
-        _log_failures(server_round, phase, errors, missing, timeout)
-    return _Exchange(replies, received - len(errors), len(errors) + missing)
+        log_failures(server_round, phase, errors, missing, timeout)
+    return Exchange(replies, received - len(errors), len(errors) + missing)
 
 
-def _log_failures(
+def log_failures(
     server_round: int, phase: Phase, errors: list[Message], missing: int, timeout: float
 ) -> None:
     reasons = Counter(str(reply.error) for reply in errors)
@@ -231,7 +233,7 @@ def _log_failures(
     )
 
 
-async def _evaluate_on_server(
+async def evaluate_on_server(
     evaluate_fn: EvaluateFn, server_round: int, arrays: ArrayRecord
 ) -> MetricRecord | None:
     if inspect.iscoroutinefunction(evaluate_fn):
@@ -247,5 +249,5 @@ async def _evaluate_on_server(
     return outcome
 
 
-def _metrics_text(record: MetricRecord) -> str:
+def metrics_text(record: MetricRecord) -> str:
     return ", ".join(f"{key}={value}" for key, value in record.items())
