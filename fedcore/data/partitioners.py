@@ -1,36 +1,43 @@
-"""Label partitioners: split one dataset's sample indices among simulated nodes.
+"""Partitioners: split one dataset's sample indices among simulated nodes.
 
 A simulation runs many nodes against a single in-memory dataset, so each node needs its
 own slice of it. How the slices are drawn decides the experiment: an IID split gives
 every node the same label mix, a Dirichlet split skews each node towards a few labels,
-which is the non-IID setting federated algorithms are meant to cope with. Both are
-deterministic given a seed (numpy ``Generator`` seeded from a ``SeedSequence``, never the
-global RNG), so a run is reproducible across processes and machines with the same numpy.
+which is the non-IID setting federated algorithms are meant to cope with. Every
+partitioner is deterministic given a seed (numpy ``Generator`` seeded from a
+``SeedSequence``, never the global RNG), so a run is reproducible across processes and
+machines with the same numpy.
 
 Partitioners work on labels only and return sample *indices*; turning indices into
-features and targets is left to the caller.
+features and targets is left to the caller. This module holds the base class and the
+two general-purpose splits; :mod:`fedcore.data.label_skew` and
+:mod:`fedcore.data.size_skew` hold the more specialised ones.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fedcore.data import arguments
+
 IndexArray = NDArray[np.int64]
 
 
 class Partitioner(ABC):
-    """Splits ``range(len(labels))`` into ``num_partitions`` disjoint, sorted index arrays."""
+    """Splits ``range(len(labels))`` into ``num_partitions`` disjoint, sorted index arrays.
+
+    Every index lands in exactly one partition, except under the pathological and shard
+    partitioners, whose docstrings say which samples they leave out and why.
+    """
 
     def __init__(self, num_partitions: int, *, seed: int = 0) -> None:
-        self._num_partitions = _check_int("num_partitions", num_partitions, minimum=1)
-        self._seed = _check_int("seed", seed, minimum=0)
+        self._num_partitions = arguments.count("num_partitions", num_partitions, minimum=1)
+        self._seed = arguments.count("seed", seed, minimum=0)
         self._memo: tuple[tuple[object, ...], list[IndexArray]] | None = None
 
     @property
@@ -42,17 +49,17 @@ class Partitioner(ABC):
         return self._seed
 
     def split(self, labels: ArrayLike) -> list[IndexArray]:
-        """One int64 index array per partition, each sorted; together every index once."""
-        return [part.copy() for part in self._cached_split(_as_labels(labels))]
+        """One int64 index array per partition, each sorted, no index in two of them."""
+        return [part.copy() for part in self._cached_split(arguments.label_array(labels))]
 
     def partition(self, labels: ArrayLike, partition_id: int) -> IndexArray:
         """The indices of one partition; the full split is memoised for the last labels."""
-        pid = _check_int("partition_id", partition_id, minimum=0)
+        pid = arguments.count("partition_id", partition_id, minimum=0)
         if pid >= self._num_partitions:
             raise ValueError(
                 f"partition_id must be in [0, {self._num_partitions}), got {partition_id}"
             )
-        return self._cached_split(_as_labels(labels))[pid].copy()
+        return self._cached_split(arguments.label_array(labels))[pid].copy()
 
     def _cached_split(self, labels: NDArray[Any]) -> list[IndexArray]:
         # Keyed by content, not identity, so labels mutated in place are split afresh.
@@ -65,6 +72,17 @@ class Partitioner(ABC):
     @abstractmethod
     def _split(self, labels: NDArray[Any]) -> list[IndexArray]:
         """Split validated 1-d labels; the result is owned by the memo and never mutated."""
+
+    def _parts_from_owners(self, owner: NDArray[np.int64]) -> list[IndexArray]:
+        """Group sample indices by the partition that owns them; ``-1`` marks left-out samples.
+
+        A stable sort by owner keeps each partition's indices ascending.
+        """
+        kept = np.flatnonzero(owner >= 0)
+        kept_owner = owner[kept]
+        sizes = np.bincount(kept_owner, minlength=self._num_partitions)
+        order = kept[np.argsort(kept_owner, kind="stable")].astype(np.int64)
+        return np.split(order, np.cumsum(sizes)[:-1])
 
     @abstractmethod
     def _params(self) -> dict[str, object]:
@@ -107,9 +125,11 @@ class DirichletPartitioner(Partitioner):
         max_attempts: int = 10,
     ) -> None:
         super().__init__(num_partitions, seed=seed)
-        self._alpha = _check_alpha(alpha)
-        self._min_partition_size = _check_int("min_partition_size", min_partition_size, minimum=0)
-        self._max_attempts = _check_int("max_attempts", max_attempts, minimum=1)
+        self._alpha = arguments.number_above("alpha", alpha, 0)
+        self._min_partition_size = arguments.count(
+            "min_partition_size", min_partition_size, minimum=0
+        )
+        self._max_attempts = arguments.count("max_attempts", max_attempts, minimum=1)
 
     @property
     def alpha(self) -> float:
@@ -144,12 +164,9 @@ class DirichletPartitioner(Partitioner):
         smallest = 0
         for attempt in range(self._max_attempts):
             owner = self._draw_owners(by_class, n, np.random.default_rng([self._seed, attempt]))
-            sizes = np.bincount(owner, minlength=parts)
-            smallest = int(sizes.min())
+            smallest = int(np.bincount(owner, minlength=parts).min())
             if smallest >= least:
-                # A stable sort by owner keeps each partition's indices ascending.
-                order = np.argsort(owner, kind="stable").astype(np.int64)
-                return np.split(order, np.cumsum(sizes)[:-1])
+                return self._parts_from_owners(owner)
         raise ValueError(
             f"{self!r} could not give every partition at least {least} samples in "
             f"{self._max_attempts} attempts (the last draw's smallest partition had {smallest}); "
@@ -172,38 +189,3 @@ class DirichletPartitioner(Partitioner):
             cuts[-1] = len(members)
             owner[members] = np.searchsorted(cuts, np.arange(len(members)), side="right")
         return owner
-
-
-def label_distribution(labels: ArrayLike, partitions: Sequence[ArrayLike]) -> NDArray[np.int64]:
-    """A (num_partitions, num_classes) count matrix; classes are the sorted unique labels."""
-    classes, inverse = np.unique(_as_labels(labels), return_inverse=True)
-    counts = np.zeros((len(partitions), len(classes)), dtype=np.int64)
-    for row, part in enumerate(partitions):
-        counts[row] = np.bincount(inverse[np.asarray(part)], minlength=len(classes))
-    return counts
-
-
-def _as_labels(labels: ArrayLike) -> NDArray[Any]:
-    array = np.asarray(labels)
-    if array.ndim != 1:
-        raise ValueError(f"labels must be 1-d, got an array of shape {array.shape}")
-    if array.dtype.hasobject:
-        # Object arrays have no stable byte form to hash, and sorting them may not be total.
-        raise TypeError("labels must be numbers or strings, not Python objects")
-    return array
-
-
-def _check_int(name: str, value: object, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
-
-
-def _check_alpha(alpha: object) -> float:
-    if isinstance(alpha, bool) or not isinstance(alpha, int | float | np.integer | np.floating):
-        raise TypeError(f"alpha must be a positive number, got {type(alpha).__name__}")
-    if not (math.isfinite(alpha) and alpha > 0):
-        raise ValueError(f"alpha must be a finite number > 0, got {alpha}")
-    return float(alpha)
