@@ -6,6 +6,7 @@ import inspect
 
 import fedcore
 import fedcore.data
+import fedcore.mods
 import fedcore.strategy
 
 
@@ -49,7 +50,7 @@ def test_design_api_names_are_exported() -> None:
 
 
 def test_subpackage_surfaces_are_sorted() -> None:
-    for module in (fedcore.strategy, fedcore.data):
+    for module in (fedcore.strategy, fedcore.data, fedcore.mods):
         assert module.__all__ == sorted(module.__all__)
         for name in module.__all__:
             assert hasattr(module, name)

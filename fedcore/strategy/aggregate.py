@@ -10,11 +10,17 @@ to rounding in the running sum. Integer arrays (counters such as a batch-norm
 ``num_batches_tracked``) are rounded to the nearest integer, booleans by majority.
 The order of the inputs fixes the result bit for bit; callers pass them in a
 deterministic order.
+
+The robust rules — coordinate-wise median and trimmed mean, Krum's scores, Bulyan's
+mean around the median — compare the records with one another, so they take them
+all at once. They read them a block of coordinates at a time (every record's values
+of the same coordinates side by side, in float64), so their working memory is a
+block, not a second copy of every model. They are unweighted, as in their papers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -179,3 +185,151 @@ def weighted_average_metrics(
     for record, weight in zip(records, weights, strict=True):
         mean.add(record, weight)
     return mean.result()
+
+
+_BLOCK = 1 << 20
+"""Values per block of a robust rule: its float64 working copy stays at 8 MiB whatever
+the size of the cohort and of the model."""
+
+
+def _robust_layout(records: Sequence[ArrayRecord]) -> ArrayRecord:
+    """The layout ``records`` share; ``ValueError`` if there are none, they differ, or
+    an array is complex (medians and distances order values, complex numbers have no order)."""
+    if not records:
+        raise ValueError("nothing to aggregate")
+    layout = records[0]
+    for record in records[1:]:
+        check_same_layout(layout, record)
+    for key, array in layout.items():
+        if array.dtype.kind == "c":
+            raise ValueError(f"array {key!r} is {array.dtype}: robust rules need real values")
+    return layout
+
+
+def _blocks(records: Sequence[ArrayRecord], key: str) -> Iterator[tuple[slice, NDArray]]:
+    """Array ``key`` of every record, flattened, as float64 blocks of ``len(records)`` rows:
+    column ``j`` of a block holds every record's value of one coordinate, which is what
+    a coordinate-wise rule needs. The block is reused: a caller keeps none of it."""
+    flats = [record[key].reshape(-1) for record in records]
+    size = flats[0].size
+    width = max(1, _BLOCK // len(records))
+    block = np.empty((len(records), min(size, width)), dtype=np.float64)
+    for start in range(0, size, width):
+        part = slice(start, min(start + width, size))
+        view = block[:, : part.stop - start]
+        for row, flat in zip(view, flats, strict=True):
+            row[...] = flat[part]
+        yield part, view
+
+
+def _coordinate_wise(
+    records: Sequence[ArrayRecord], rule: Callable[[NDArray], NDArray]
+) -> ArrayRecord:
+    """``rule`` (a block → one value per column) applied to every coordinate."""
+    layout = _robust_layout(records)
+    result = {}
+    for key, reference in layout.items():
+        out = np.empty(reference.size, dtype=np.float64)
+        for part, block in _blocks(records, key):
+            out[part] = rule(block)
+        result[key] = _cast_back(out.reshape(reference.shape), reference.dtype)
+    return ArrayRecord(result)
+
+
+def coordinate_median(records: Sequence[ArrayRecord]) -> ArrayRecord:
+    """The coordinate-wise median (Yin et al., 2018); with an even count, the mean of
+    the two middle values."""
+    return _coordinate_wise(records, lambda block: np.median(block, axis=0))
+
+
+def trimmed_mean(records: Sequence[ArrayRecord], beta: float) -> ArrayRecord:
+    """The coordinate-wise mean of what is left once the ``int(beta × n)`` smallest and
+    as many largest of the ``n`` values are dropped (Yin et al., 2018); ``beta`` in
+    [0, 0.5), so at least one value is left."""
+    if not 0 <= beta < 0.5:
+        raise ValueError(f"beta must be in [0, 0.5), got {beta!r}")
+    count = len(records)
+    cut = int(beta * count)
+    return _coordinate_wise(
+        records, lambda block: np.sort(block, axis=0)[cut : count - cut].mean(axis=0)
+    )
+
+
+def mean_around_median(records: Sequence[ArrayRecord], keep: int) -> ArrayRecord:
+    """Bulyan's coordinate-wise rule (El Mhamdi et al., 2018): the mean of the ``keep``
+    values closest to the median; of values equally close, the earlier records'."""
+    if not 1 <= keep <= len(records):
+        raise ValueError(f"keep must be between 1 and {len(records)}, got {keep}")
+
+    def rule(block: NDArray) -> NDArray:
+        distance = np.abs(block - np.median(block, axis=0))
+        closest = np.argsort(distance, axis=0, kind="stable")[:keep]
+        mean: NDArray = np.take_along_axis(block, closest, axis=0).mean(axis=0)
+        return mean
+
+    return _coordinate_wise(records, rule)
+
+
+def squared_distances(records: Sequence[ArrayRecord]) -> NDArray:
+    """The matrix of squared Euclidean distances between ``records`` (all their arrays
+    flattened end to end).
+
+    Each block contributes ``|a|² + |b|² − 2 a·b`` (one matrix product instead of a
+    subtraction per pair). The models of a round share most of their values — they
+    start from the same global model — and those norms would round their small
+    distances away, so the values are first centred on the coordinate-wise median: it
+    takes off the common part, and unlike the mean, an outlier cannot drag it.
+    """
+    layout = _robust_layout(records)
+    distances = np.zeros((len(records), len(records)))
+    for key in layout:
+        for _, block in _blocks(records, key):
+            centred = block - np.median(block, axis=0)
+            norms = np.einsum("ij,ij->i", centred, centred)
+            distances += norms[:, None] + norms[None, :] - 2 * (centred @ centred.T)
+    np.fill_diagonal(distances, 0.0)
+    return np.maximum(distances, 0.0, out=distances)
+
+
+def _krum_scores(distances: NDArray, candidates: list[int], num_malicious: int) -> NDArray:
+    """Each candidate's Krum score among ``candidates``: the sum of its squared distances
+    to its ``n − f − 2`` nearest other candidates — at least one, as in Flower, so that a
+    small cohort still gets a score, and at most all ``n − 1`` of them."""
+    count = len(candidates)
+    nearest = min(max(count - num_malicious - 2, 1), count - 1)
+    among = distances[np.ix_(candidates, candidates)]
+    np.fill_diagonal(among, np.inf)
+    scores: NDArray = np.sort(among, axis=1)[:, :nearest].sum(axis=1)
+    return scores
+
+
+def _check_selection(count: int, num_malicious: int, num_selected: int) -> None:
+    if num_malicious < 0:
+        raise ValueError(f"num_malicious must be >= 0, got {num_malicious}")
+    if not 1 <= num_selected <= count:
+        raise ValueError(f"cannot select {num_selected} of {count} records")
+
+
+def krum_select(records: Sequence[ArrayRecord], num_malicious: int, num_selected: int) -> list[int]:
+    """Multi-Krum (Blanchard et al., 2017): the indices of the ``num_selected`` records
+    with the lowest Krum scores, best first; of equal scores, the earlier record's.
+    ``num_selected=1`` is Krum."""
+    _check_selection(len(records), num_malicious, num_selected)
+    scores = _krum_scores(squared_distances(records), list(range(len(records))), num_malicious)
+    return [int(index) for index in np.argsort(scores, kind="stable")[:num_selected]]
+
+
+def iterative_krum_select(
+    records: Sequence[ArrayRecord], num_malicious: int, num_selected: int
+) -> list[int]:
+    """Bulyan's selection (El Mhamdi et al., 2018): Krum applied ``num_selected`` times,
+    each pick removed from the candidates and the scores recomputed among the rest;
+    the indices in the order picked."""
+    _check_selection(len(records), num_malicious, num_selected)
+    distances = squared_distances(records)
+    candidates = list(range(len(records)))
+    picked: list[int] = []
+    for _ in range(num_selected):
+        scores = _krum_scores(distances, candidates, num_malicious)
+        picked.append(candidates.pop(int(np.argmin(scores))))
+    return picked
