@@ -23,17 +23,20 @@ ALLOWED: dict[str, set[str]] = {
     "domain": {"errors"},
     "wire": {"errors", "domain"},
     "data": set(),
+    "privacy": {"domain"},
     "apps": BASE | {"domain"},
+    "mods": {"errors", "domain", "wire", "apps", "privacy"},
     "state": BASE | {"domain", "wire"},
-    "strategy": BASE | {"domain", "apps"},
+    "strategy": BASE | {"domain", "apps", "privacy"},
     "transport": BASE | {"domain", "wire", "state", "apps"},
     "roles": BASE | {"domain", "wire", "state", "transport", "apps"},
     "simulation": BASE | {"domain", "wire", "state", "transport", "apps"},
     "runtime": BASE | {"domain", "wire", "state", "transport", "apps", "roles", "simulation"},
     "cli": BASE
     | {"domain", "wire", "state", "transport", "apps", "roles", "simulation", "runtime"}
-    | {"strategy", "__init__"},
-    "testing": BASE | {"domain", "wire", "state", "transport", "apps", "simulation", "strategy"},
+    | {"strategy", "mods", "__init__"},
+    "testing": BASE
+    | {"domain", "wire", "state", "transport", "apps", "simulation", "strategy", "mods"},
     "__init__": {"apps", "domain", "simulation"},
 }
 
@@ -44,7 +47,7 @@ GUARDED: dict[str, set[str]] = {
     "grpclib": {"transport"},
     "aiohttp": {"transport"},
     "pytest": {"testing"},
-    "anyio": set(ALLOWED) - {"domain", "wire", "data", "errors"},
+    "anyio": set(ALLOWED) - {"domain", "wire", "data", "errors", "privacy"},
 }
 
 

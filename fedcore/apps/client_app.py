@@ -7,6 +7,17 @@ runs once per worker process around all the messages that worker serves: the
 place to load a dataset or a model once, not once per message. ClientApps stay
 ephemeral all the same — per-node state lives only in ``Context.state``.
 
+Mods (``ClientApp(mods=[...])``) are middleware in Flower's shape: a plain ``def``
+``mod(msg, context, call_next) -> Message``, where ``call_next(msg, context)`` runs
+the next mod or, last, the handler; the first mod in the list is the outermost.
+Mods wrap the registered handlers only: a message no handler answers gets its
+"no handler" error reply without passing through them (as in Flower). What
+``call_next`` returns is always a reply to the message given to it — a handler or
+inner mod that returns anything else is turned into an error reply on the spot —
+while exceptions pass through the mods, which may catch them, to become an error
+reply at the top. The chain runs where a plain handler would (see :meth:`handle`);
+an ``async def`` handler at its end is run to completion by ``call_next``.
+
 :meth:`ClientApp.handle` is the single
 entry point every backend calls: it never raises for the app's own failures — a
 missing handler, an exception, a wrong return value — but answers with an error
@@ -18,10 +29,11 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import TypeAlias, TypeVar
 
+import anyio.from_thread
 import anyio.to_thread
 
 from fedcore.domain import Context, Error, ErrorCode, Message
@@ -31,6 +43,10 @@ Handler: TypeAlias = Callable[[Message, Context], Message | Awaitable[Message]]
 H = TypeVar("H", bound=Handler)
 Lifespan: TypeAlias = Callable[[], Iterator[None]]
 L = TypeVar("L", bound=Lifespan)
+CallNext: TypeAlias = Callable[[Message, Context], Message]
+Mod: TypeAlias = Callable[[Message, Context, CallNext], Message]
+Finish: TypeAlias = Callable[[Awaitable[Message]], object]
+"""How a chain of mods completes what an ``async def`` handler returned."""
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +66,12 @@ class ClientApp:
 
         @client.train("fast")             # answers message type "train.fast"
         def train_fast(msg, context): ...
+
+    ``mods`` wrap every handler, the first outermost (see the module docstring).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, mods: Sequence[Mod] | None = None) -> None:
+        self._mods = _check_mods(mods)
         self._handlers: dict[str, Handler] = {}
         self._lifespan: Lifespan | None = None
         self._warned = False
@@ -111,6 +130,11 @@ class ClientApp:
         """The message types this app answers, in registration order."""
         return list(self._handlers)
 
+    @property
+    def mods(self) -> list[Mod]:
+        """The mods around every handler, outermost first."""
+        return list(self._mods)
+
     def _register(self, kind: str, action: str | None) -> Callable[[H], H]:
         if callable(action):
             raise TypeError(f"use @client.{kind}() with parentheses")
@@ -141,11 +165,22 @@ class ClientApp:
         ``in_thread`` runs a plain ``def`` handler in a worker thread, so that it
         does not stall an event loop shared with other work; ``async def``
         handlers always run on the calling loop.
+
+        With mods, the chain runs where a plain handler would: in a worker thread
+        with ``in_thread``, else on the calling thread. An ``async def`` handler puts
+        the chain in a worker thread either way — plain mods can wait for it only
+        from there — and still runs on the calling loop, reached through
+        ``anyio.from_thread``.
         """
         handler = self._handlers.get(message.metadata.message_type)
         if handler is None:
             return self._unhandled(message)
         try:
+            if self._mods:
+                if in_thread or _is_async(handler):
+                    chain = self._chain(message, handler, _finish_from_thread)
+                    return await anyio.to_thread.run_sync(chain, message, context)
+                return self._chain(message, handler, _cannot_finish)(message, context)
             if in_thread and not _is_async(handler):
                 reply = await anyio.to_thread.run_sync(handler, message, context)
             else:
@@ -154,7 +189,7 @@ class ClientApp:
                 reply = await reply
         except (Exception, SystemExit) as exc:  # sys.exit() in a handler fails its reply only
             return self._failed(message, exc)
-        return _check_reply(message, reply)
+        return _check_reply(message, reply, _handler_name(message))
 
     def handle_blocking(
         self,
@@ -162,18 +197,36 @@ class ClientApp:
         context: Context,
         run: Callable[[Awaitable[Message]], Message],
     ) -> Message:
-        """:meth:`handle` for a process that owns its thread: a plain handler runs here and
-        now, and ``run`` (an event loop's ``run_until_complete``) finishes an async one."""
+        """:meth:`handle` for a process that owns its thread: a plain handler (or the
+        chain of mods) runs here and now, and ``run`` (an event loop's
+        ``run_until_complete``) finishes an async handler."""
         handler = self._handlers.get(message.metadata.message_type)
         if handler is None:
             return self._unhandled(message)
         try:
+            if self._mods:
+                return self._chain(message, handler, run)(message, context)
             reply = handler(message, context)
             if inspect.isawaitable(reply):
                 reply = run(reply)
         except (Exception, SystemExit) as exc:
             return self._failed(message, exc)
-        return _check_reply(message, reply)
+        return _check_reply(message, reply, _handler_name(message))
+
+    def _chain(self, message: Message, handler: Handler, finish: Finish) -> CallNext:
+        """The mods around ``handler`` as one ``call_next``; each link checks what its
+        mod (or, innermost, the handler) returned, so every mod gets a proper reply."""
+        handler_name = _handler_name(message)
+
+        def innermost(msg: Message, context: Context) -> Message:
+            reply = handler(msg, context)
+            finished = finish(reply) if inspect.isawaitable(reply) else reply
+            return _check_reply(msg, finished, handler_name)
+
+        call_next: CallNext = innermost
+        for mod in reversed(self._mods):
+            call_next = _link(mod, call_next)
+        return call_next
 
     def _unhandled(self, message: Message) -> Message:
         known = ", ".join(self.message_types) or "none"
@@ -194,37 +247,104 @@ class ClientApp:
         meta = message.metadata
         if self._warned:
             log.debug(
-                "%s handler raised on node %d", meta.message_type, meta.dst_node_id, exc_info=exc
+                "%s handler%s raised on node %d",
+                meta.message_type,
+                " or a mod" if self._mods else "",
+                meta.dst_node_id,
+                exc_info=exc,
             )
             return
         self._warned = True
         log.warning(
-            "%s handler raised on node %d (later failures are counted per round)",
+            "%s handler%s raised on node %d (later failures are counted per round)",
             meta.message_type,
+            " or a mod" if self._mods else "",
             meta.dst_node_id,
             exc_info=exc,
         )
 
 
-def _is_async(handler: Handler) -> bool:
-    """Whether calling ``handler`` returns a coroutine: an ``async def``, or an object
+def _is_async(function: object) -> bool:
+    """Whether calling ``function`` returns a coroutine: an ``async def``, or an object
     whose ``__call__`` is one."""
-    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
-        type(handler).__call__
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(
+        type(function).__call__
     )
 
 
-def _check_reply(message: Message, reply: object) -> Message:
-    kind = message.metadata.message_type
+def _check_mods(mods: object) -> list[Mod]:
+    """``mods`` as a list, each checked to be a plain callable taking three arguments."""
+    if mods is None:
+        return []
+    if not isinstance(mods, Sequence) or isinstance(mods, str | bytes):
+        raise TypeError(f"mods must be a list of mods, got {type(mods).__name__}")
+    for index, mod in enumerate(mods):
+        if not callable(mod):
+            raise TypeError(f"mods[{index}] must be callable, got {type(mod).__name__}")
+        name = _name(mod)
+        if _is_async(mod):
+            raise TypeError(
+                f"mods[{index}] ({name}) is async; a mod is a plain "
+                "def mod(msg, context, call_next) -> Message"
+            )
+        try:
+            inspect.signature(mod).bind(None, None, None)
+        except TypeError:
+            raise TypeError(f"mods[{index}] ({name}) must take (msg, context, call_next)") from None
+        except ValueError:
+            pass  # a builtin without a signature: trust it
+    return list(mods)
+
+
+def _link(mod: Mod, call_next: CallNext) -> CallNext:
+    """``mod`` with ``call_next`` bound, as the ``call_next`` of the mod outside it."""
+    name = f"mod {_name(mod)}"
+
+    def call(msg: Message, context: Context) -> Message:
+        return _check_reply(msg, mod(msg, context, call_next), name)
+
+    return call
+
+
+def _finish_from_thread(awaitable: Awaitable[Message]) -> object:
+    """Finish an async handler on the event loop that started this worker thread."""
+
+    async def wait() -> Message:
+        return await awaitable
+
+    return anyio.from_thread.run(wait)
+
+
+def _cannot_finish(awaitable: Awaitable[Message]) -> object:
+    """On the event loop's own thread a plain mod cannot wait for a coroutine."""
+    if inspect.iscoroutine(awaitable):
+        awaitable.close()
+    raise TypeError(
+        "the handler returned an awaitable, which mods running on the event loop thread "
+        "cannot wait for; declare the handler `async def` or run it with in_thread=True"
+    )
+
+
+def _name(function: object) -> str:
+    return str(getattr(function, "__name__", None) or repr(function))
+
+
+def _handler_name(message: Message) -> str:
+    return f"the {message.metadata.message_type} handler"
+
+
+def _check_reply(message: Message, reply: object, source: str) -> Message:
+    """``reply`` if it is a Message replying to ``message``, else an error reply
+    blaming ``source`` (the handler, or a mod)."""
     if not isinstance(reply, Message):
         return _error_reply(
             message,
-            f"the {kind} handler returned {type(reply).__name__}; it must return "
+            f"{source} returned {type(reply).__name__}; it must return "
             "Message(content, reply_to=msg)",
         )
     if reply.metadata.reply_to_message_id != message.metadata.message_id:
         return _error_reply(
-            message, f"the {kind} handler returned a Message that is not a reply to its message"
+            message, f"{source} returned a Message that is not a reply to its message"
         )
     return reply
 

@@ -44,6 +44,17 @@ def pack_message(msg: Message) -> bytes:
     return frame.encode(frame.MESSAGE, encode_message(msg, blobs), blobs)
 
 
+def encoded_size(msg: Message) -> int:
+    """The length of ``pack_message(msg)`` in bytes, without building the payload.
+
+    Only the msgpack header is encoded; arrays count by their byte size (a
+    non-contiguous array is still copied once, as the encoder would).
+    """
+    blobs: list[memoryview] = []
+    header = encode_message(msg, blobs)
+    return frame.parts_size(frame.encode_parts(frame.MESSAGE, header, blobs))
+
+
 def unpack_message(
     data: bytes | bytearray | memoryview, limits: DecodeLimits = DEFAULT_LIMITS
 ) -> Message:

@@ -1,0 +1,147 @@
+"""Differential-privacy math on ArrayRecords: update norms, clipping, Gaussian noise.
+
+Central differential privacy with fixed clipping (McMahan et al., 2018,
+"Learning Differentially Private Recurrent Language Models"; Geyer et al., 2017,
+"Differentially Private Federated Learning: A Client Level Perspective") bounds
+how far any one node can move the aggregate: each node's *update* — the arrays it
+replied with minus the arrays it was sent — is scaled down to an L2 norm of at
+most ``clipping_norm`` C, and Gaussian noise of standard deviation
+``noise_multiplier × C / m`` is added to the mean of the m = ``num_sampled_clients``
+clipped updates (:func:`noise_std`). The norm is taken over every element of
+every array together, as if the model were one flat vector.
+
+Pure numpy and no state: the strategies in
+:mod:`fedcore.strategy.dp_fixed_clipping` and the mods in :mod:`fedcore.mods`
+call these functions; a test can call them with hand-made records.
+
+Arithmetic is in float64 and each result is cast back to its array's dtype:
+integer arrays (counters such as a batch-norm ``num_batches_tracked``) are
+rounded to the nearest value the dtype holds, booleans thresholded at one half,
+so for them the bound holds only up to that rounding; float32 and float16 arrays
+meet it up to their own rounding. Complex arrays are refused (``TypeError``):
+real Gaussian noise on them would protect only their real parts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedcore.domain import ArrayRecord
+from fedcore.domain.records import NDArray
+
+CLIPPING_NORM_KEY = "clipping_norm"
+"""The train-config key under which a server sends nodes the clipping norm (Flower's key)."""
+
+
+@dataclass(frozen=True)
+class Clipped:
+    """The outcome of :func:`clip_update`."""
+
+    arrays: ArrayRecord
+    """The reply's arrays with the update clipped: ``sent + scale × (reply − sent)``."""
+    norm: float
+    """The L2 norm of the update before clipping."""
+    scale: float
+    """The factor the update was multiplied by: ``min(1, clipping_norm / norm)``."""
+
+    @property
+    def clipped(self) -> bool:
+        """Whether the update was longer than the clipping norm and so was scaled down."""
+        return self.scale < 1.0
+
+
+def noise_std(noise_multiplier: float, clipping_norm: float, num_sampled_clients: int) -> float:
+    """The standard deviation of the noise on a mean of ``num_sampled_clients`` updates,
+    each at most ``clipping_norm`` long: ``noise_multiplier × clipping_norm / m``."""
+    return noise_multiplier * clipping_norm / num_sampled_clients
+
+
+def update_norm(reply: ArrayRecord, sent: ArrayRecord) -> float:
+    """The L2 norm of ``reply − sent`` across all arrays, one array in float64 at a time.
+
+    ``ValueError`` if the two records differ in keys or shapes.
+    """
+    if set(reply) != set(sent):
+        raise ValueError(f"the reply has arrays {list(reply)}, but {list(sent)} were sent")
+    total = 0.0
+    for key, array in reply.items():
+        difference = _difference(key, array, sent)
+        total += float(np.dot(difference.reshape(-1), difference.reshape(-1)))
+    return math.sqrt(total)
+
+
+def clip_update(reply: ArrayRecord, sent: ArrayRecord, clipping_norm: float) -> Clipped:
+    """``reply`` with its update relative to ``sent`` scaled to at most ``clipping_norm``.
+
+    An update already within the norm leaves ``reply`` as it is (the same record,
+    not a copy). ``ValueError`` for a clipping norm that is not positive, records
+    that differ in keys or shapes, or an update with a NaN or infinite entry, which
+    no scaling could bound.
+    """
+    if not clipping_norm > 0:
+        raise ValueError(f"clipping_norm must be > 0, got {clipping_norm!r}")
+    norm = update_norm(reply, sent)
+    if not math.isfinite(norm):
+        raise ValueError(f"the update has non-finite entries (norm {norm}); it cannot be clipped")
+    if norm <= clipping_norm:
+        return Clipped(reply, norm, 1.0)
+    scale = clipping_norm / norm
+    arrays = ArrayRecord()
+    for key, array in reply.items():
+        base = sent[key].astype(np.float64)
+        arrays[key] = _cast(base + _difference(key, array, sent) * scale, array.dtype)
+    return Clipped(arrays, norm, scale)
+
+
+def add_gaussian_noise(arrays: ArrayRecord, std: float, rng: np.random.Generator) -> ArrayRecord:
+    """``arrays`` plus independent N(0, std²) noise on every element, drawn from ``rng``
+    array by array in key order (so a seeded ``rng`` gives the same noise every time).
+
+    A ``std`` of zero returns the arrays themselves, in a new record, and draws nothing.
+    """
+    if not (math.isfinite(std) and std >= 0):
+        raise ValueError(f"the noise std must be a finite number >= 0, got {std!r}")
+    noisy = ArrayRecord()
+    for key, array in arrays.items():
+        _check_real(key, array)
+        if std == 0:
+            noisy[key] = array
+            continue
+        noise = rng.normal(0.0, std, size=array.shape)
+        noisy[key] = _cast(array.astype(np.float64) + noise, array.dtype)
+    return noisy
+
+
+def _difference(key: str, array: NDArray, sent: ArrayRecord) -> NDArray:
+    """``array − sent[key]`` in float64, checking that the shapes match."""
+    base = sent[key]
+    if array.shape != base.shape:
+        raise ValueError(
+            f"array {key!r} has shape {list(array.shape)}, but was sent as {list(base.shape)}"
+        )
+    _check_real(key, array)
+    _check_real(key, base)
+    difference: NDArray = array.astype(np.float64) - base
+    return difference
+
+
+def _check_real(key: str, array: NDArray) -> None:
+    if array.dtype.kind == "c":
+        raise TypeError(
+            f"array {key!r} is complex ({array.dtype}); differential privacy here needs real arrays"
+        )
+
+
+def _cast(values: NDArray, dtype: np.dtype[Any]) -> NDArray:
+    """float64 ``values`` back to ``dtype``: integers rounded and saturated, booleans
+    thresholded at one half."""
+    if dtype.kind == "b":
+        return values >= 0.5
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return np.clip(np.rint(values), info.min, info.max).astype(dtype)
+    return values.astype(dtype)
