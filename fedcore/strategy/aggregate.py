@@ -34,11 +34,12 @@ def _accumulator_dtype(dtype: np.dtype[Any]) -> type[np.generic]:
 
 
 def _cast_back(total: NDArray, dtype: np.dtype[Any]) -> NDArray:
+    # np.asarray: arithmetic on a 0-d array (a batch-norm counter) yields a numpy scalar.
     if dtype.kind == "b":
-        return total >= 0.5
+        return np.asarray(total >= 0.5)
     if dtype.kind in "iu":
-        return np.rint(total).astype(dtype)
-    return total.astype(dtype)
+        return np.asarray(np.rint(total), dtype=dtype)
+    return np.asarray(total, dtype=dtype)
 
 
 def check_same_layout(expected: ArrayRecord, record: ArrayRecord) -> None:

@@ -76,3 +76,17 @@ def test_metrics_weighted_mean_excludes_the_weight_key() -> None:
     assert mean["hist"] == pytest.approx([0.25, 3.0])
     assert mean["extra"] == 7.0  # only b has it: its own value
     assert "num-examples" not in mean
+
+
+def test_zero_dimensional_arrays_average_to_arrays() -> None:
+    """Batch-norm's num_batches_tracked is a 0-d int64 tensor."""
+    records = [
+        ArrayRecord({"count": np.array(3, dtype=np.int64), "w": np.array(1.0, dtype=np.float32)}),
+        ArrayRecord({"count": np.array(6, dtype=np.int64), "w": np.array(2.0, dtype=np.float32)}),
+    ]
+    mean = weighted_average_arrays(records, [1.0, 2.0])
+    assert mean["count"].shape == ()
+    assert mean["count"].dtype == np.int64
+    assert int(mean["count"]) == 5
+    assert mean["w"].dtype == np.float32
+    assert float(mean["w"]) == pytest.approx(5 / 3)
