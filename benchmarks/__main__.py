@@ -21,7 +21,7 @@ CASES = [
     (workload, variant)
     for workload in ("W1", "W2", "W3")
     for variant in ("floor", "pool", "inline", "process")
-] + [("100k", "process"), ("W3", "accuracy")]
+] + [("100k", "process"), ("W3", "accuracy"), ("async", "race")]
 
 
 def _one(workload: str, variant: str) -> dict[str, Any]:
@@ -56,6 +56,16 @@ def main() -> None:
         if row["variant"] == "accuracy":
             accuracies = ", ".join(f"{a:.3f}" for a in row["accuracies"])
             print(f"W3 round-30 accuracy, seeds 0-4: {accuracies}; mean {row['mean']:.4f}")
+            continue
+        if row["variant"] == "race":
+            for entry in row["race"]:
+                reached = entry["seconds_to_target"]
+                print(
+                    f"async    {entry['strategy']:<9}{entry['seconds']:>9.3f} s; "
+                    f"accuracy {row['target']:g} after "
+                    + ("never" if reached is None else f"{reached:.2f} s")
+                    + f", final {entry['final_accuracy']:.3f}"
+                )
             continue
         ratios = []
         for floor in ("floor", "pool"):

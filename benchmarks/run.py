@@ -2,7 +2,7 @@
 
 ``python -m benchmarks.run W2 process`` — used by ``python -m benchmarks``. Variants:
 ``floor`` (one process, no orchestration), ``pool`` (a bare process pool), a backend
-name, or ``accuracy`` (W3 only).
+name, ``accuracy`` (W3 only) or ``race`` (async: FedBuff against FedAvg).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ WORKLOADS = {
     "W2": "benchmarks.w2",
     "W3": "benchmarks.w3",
     "100k": "benchmarks.scale",
+    "async": "benchmarks.async_fl",
 }
 
 
@@ -33,6 +34,8 @@ def case(workload: str, variant: str) -> dict[str, Any]:
     if variant == "accuracy":
         accuracies = [module.accuracy(seed) for seed in module.SEEDS]
         return row | {"accuracies": accuracies, "mean": mean(accuracies)}
+    if variant == "race":
+        return row | {"race": module.rows(), "target": module.TARGET}
     work: Callable[[], None]
     if variant == "floor":
         work = module.floor

@@ -1,0 +1,121 @@
+"""Every strategy learns the digits (issue 4's bar), and the comparison example's race runs."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import fedcore as fc
+import fedcore.strategy
+from fedcore.apps.loading import load_app
+from fedcore.mods import fixedclipping_mod
+from fedcore.strategy import DifferentialPrivacyClientSideFixedClipping, FedAvg, Strategy
+from fedcore.testing import round_reports
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "strategy-comparison"
+ROUNDS = 10
+LEARNERS = {"fedavg", "fedprox", "fedadam", "fedbuff"}
+"""The strategies that must reach 0.70 in ten rounds, not merely hold their ground."""
+
+pytestmark = pytest.mark.anyio
+
+
+def _module(name: str) -> ModuleType:
+    load_app(EXAMPLE)  # puts the app directory on sys.path
+    return importlib.import_module(f"strategy_comparison.{name}")
+
+
+def _start_accuracy() -> float:
+    task = _module("task")
+    _, _, x_test, y_test = task.dataset()
+    return float(task.evaluate(task.initial_model(), x_test, y_test)[1])
+
+
+async def _accuracies(
+    app: fc.App | Path, caplog: pytest.LogCaptureFixture, **config: object
+) -> list[float]:
+    with caplog.at_level(logging.INFO, logger="fedcore"):
+        await fc.simulate(
+            app,
+            nodes=30,
+            backend="inline",
+            seed=0,
+            run_config={**config, "num-server-rounds": ROUNDS},
+        )
+    return [float(r.server_metrics["accuracy"]) for r in round_reports(caplog.records)]
+
+
+def test_every_exported_strategy_is_in_the_race() -> None:
+    """A new strategy must join the example, and so the learning test below."""
+    server_app = _module("server_app")
+    config = fc.ConfigRecord({"learning-rate": 0.1})
+    raced = {type(server_app.build(name, 10, 30, config)) for name in server_app.STRATEGIES}
+    exported = {
+        value
+        for value in vars(fedcore.strategy).values()
+        if isinstance(value, type) and issubclass(value, Strategy) and not inspect.isabstract(value)
+    }
+    # Client-side DP needs the node's mod: tested on its own below.
+    assert exported - raced == {DifferentialPrivacyClientSideFixedClipping}
+    assert set(server_app.STRATEGIES) >= LEARNERS
+
+
+@pytest.mark.parametrize("strategy", _module("server_app").STRATEGIES)
+async def test_every_strategy_improves_or_holds_the_digits_model(
+    strategy: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    accuracies = await _accuracies(EXAMPLE, caplog, strategy=strategy)
+    assert len(accuracies) == ROUNDS
+    assert accuracies[-1] >= 0.96 * _start_accuracy()
+    if strategy in LEARNERS:
+        assert accuracies[-1] > 0.70
+
+
+async def test_client_side_differential_privacy_learns(caplog: pytest.LogCaptureFixture) -> None:
+    """The node half of client-side clipping is a mod; the server adds the noise."""
+    handlers, server_module = _module("client_app"), _module("server_app")
+    client = fc.ClientApp(mods=[fixedclipping_mod])
+    client.train()(handlers.train)
+    client.evaluate()(handlers.evaluate)
+    server = fc.ServerApp()
+
+    @server.main()
+    async def main(grid: fc.Grid, context: fc.Context) -> None:
+        task = _module("task")
+        per_round = context.run_config["nodes-per-round"]
+        strategy = DifferentialPrivacyClientSideFixedClipping(
+            FedAvg(fraction_train=0.5, fraction_evaluate=0.0, min_available_nodes=per_round),
+            noise_multiplier=0.01,
+            clipping_norm=5.0,
+            num_sampled_clients=15,
+        )
+        await strategy.start(
+            grid=grid,
+            initial_arrays=fc.ArrayRecord(task.initial_model()),
+            num_rounds=context.run_config["num-server-rounds"],
+            evaluate_fn=server_module.evaluate_on_server,
+        )
+
+    declared = load_app(EXAMPLE).config or {}
+    accuracies = await _accuracies(fc.App(server, client), caplog, **declared)
+    assert len(accuracies) == ROUNDS
+    assert accuracies[-1] > 0.70
+
+
+def test_the_race_reports_when_each_strategy_reached_the_target() -> None:
+    """compare.py's race with its slow nodes (timings are the benchmark's business)."""
+    load_app(EXAMPLE)
+    race = importlib.import_module("compare").race
+    for strategy in ("fedavg", "fedbuff"):
+        row = race(strategy, nodes=20, rounds=3, target=0.2)
+        assert row.strategy == strategy
+        assert 0.0 <= row.final_accuracy <= 1.0
+        assert row.rounds_to_target is not None
+        assert 1 <= row.rounds_to_target <= 3
+        assert row.seconds_to_target is not None
+        assert 0 < row.seconds_to_target <= row.seconds
