@@ -35,7 +35,7 @@ def case(workload: str, variant: str) -> dict[str, Any]:
         accuracies = [module.accuracy(seed) for seed in module.SEEDS]
         return row | {"accuracies": accuracies, "mean": mean(accuracies)}
     if variant == "race":
-        return row | {"race": module.rows(), "target": module.TARGET}
+        return row | {"race": module.rows()}
     work: Callable[[], None]
     if variant == "floor":
         work = module.floor

@@ -24,36 +24,54 @@ HERE = Path(__file__).resolve().parent
 RACE = {"base-delay": 0.05, "slow-fraction": 1 / 3, "slow-factor": 10.0}
 
 
-@dataclass
-class Row:
-    strategy: str
-    final_accuracy: float
-    rounds_to_target: int | None
-    seconds_to_target: float | None
+@dataclass(frozen=True)
+class Point:
+    """A finished round: when (seconds since the start), which, and the server's accuracy."""
+
     seconds: float
+    server_round: int
+    accuracy: float
+
+
+@dataclass
+class Run:
+    """One strategy's run: its accuracy after every round, and its total wall time."""
+
+    strategy: str
+    curve: list[Point]
+    seconds: float
+
+    @property
+    def final_accuracy(self) -> float:
+        return self.curve[-1].accuracy
+
+    def reached(self, target: float) -> Point | None:
+        """The first round whose accuracy reached ``target``, if any did."""
+        return next((point for point in self.curve if point.accuracy >= target), None)
 
 
 class _Stopwatch(logging.Handler):
     """Notes when each finished round's report is logged."""
 
-    def __init__(self) -> None:
+    def __init__(self, started: float) -> None:
         super().__init__()
-        self.reports: list[tuple[float, fc.strategy.RoundReport]] = []
+        self.started = started
+        self.curve: list[Point] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         report = getattr(record, "fedcore_round", None)
         if report is not None:
-            self.reports.append((time.monotonic(), report))
+            accuracy = float(report.server_metrics["accuracy"])
+            self.curve.append(Point(time.monotonic() - self.started, report.server_round, accuracy))
 
 
-def race(strategy: str, *, nodes: int, rounds: int, target: float, seed: int = 0) -> Row:
-    """One simulated run of ``strategy`` with slow nodes; when did it reach ``target``?"""
-    stopwatch = _Stopwatch()
+def race(strategy: str, *, nodes: int, rounds: int, seed: int = 0) -> Run:
+    """One simulated run of ``strategy`` with the slow nodes of :data:`RACE`."""
+    stopwatch = _Stopwatch(time.monotonic())
     logger = logging.getLogger("fedcore.strategy")
     logger.addHandler(stopwatch)
     level = logger.level
     logger.setLevel(logging.INFO)
-    started = time.monotonic()
     try:
         fc.run_simulation(
             HERE,
@@ -65,19 +83,7 @@ def race(strategy: str, *, nodes: int, rounds: int, target: float, seed: int = 0
     finally:
         logger.removeHandler(stopwatch)
         logger.setLevel(level)
-    seconds = time.monotonic() - started
-    reached = [
-        (when - started, report.server_round)
-        for when, report in stopwatch.reports
-        if report.server_metrics["accuracy"] >= target
-    ]
-    return Row(
-        strategy,
-        float(stopwatch.reports[-1][1].server_metrics["accuracy"]),
-        reached[0][1] if reached else None,
-        reached[0][0] if reached else None,
-        seconds,
-    )
+    return Run(strategy, stopwatch.curve, time.monotonic() - stopwatch.started)
 
 
 def main() -> None:
