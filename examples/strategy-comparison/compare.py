@@ -6,8 +6,9 @@
 Every strategy gets the same nodes, the same Dirichlet(0.5) split and the same node
 speeds (a seeded third of the nodes sleep ten times longer after training). For each
 it prints the final server accuracy, and the round and wall time at which the server's
-accuracy first reached the target. FedBuff's rounds are server steps, each made from
-half as many replies as a FedAvg round, so compare the seconds, not the rounds.
+accuracy first reached the target. FedBuff's rounds are server steps, each made from as
+many replies as a FedAvg round, but from replies to older models (stale ones count
+less), so compare the seconds rather than the rounds.
 """
 
 from __future__ import annotations
