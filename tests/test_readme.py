@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import re
 import subprocess
 import sys
@@ -44,3 +45,12 @@ def test_readme_example_runs_as_a_script(tmp_path: Path) -> None:
     )
     assert completed.returncode == 0, completed.stderr
     assert "readme example ok" in completed.stdout
+
+
+def test_readme_interactive_examples_print_what_they_show() -> None:
+    blocks = re.findall(r"```\n(>>> .*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
+    assert blocks, "README.md has no >>> examples"
+    runner = doctest.DocTestRunner()
+    for block in blocks:
+        runner.run(doctest.DocTestParser().get_doctest(block, {}, "README", str(README), 0))
+    assert runner.summarize(verbose=False).failed == 0
