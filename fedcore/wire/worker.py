@@ -20,11 +20,18 @@ Every pipe message is one of:
 Contexts carry ``node_config`` and ``run_config`` as lists of ``[key, value]``
 pairs whose values must be bool, int, float, str or bytes: a Context is checked on
 decode like a record.
+
+On the pipe each message is framed as ``multiprocessing.connection`` frames it — a
+big-endian signed 4-byte length, or ``-1`` and an unsigned 8-byte length from 2 GiB
+up — because a worker, which has nothing else to do, reads and writes its end with a
+blocking ``Connection``. The engine's end, on an event loop, frames with
+:func:`framed` and splits what it reads with :class:`Deframer`.
 """
 
 from __future__ import annotations
 
 import re
+import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -39,6 +46,8 @@ HELLO = b"+"
 FAILED = b"!"
 POINTER = b"@"
 RELEASE = b"-"
+_LENGTH = struct.Struct("!i")
+_LONG_LENGTH = struct.Struct("!Q")
 _SEGMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
 _CONFIG_VALUES = (bool, int, float, str, bytes)
 
@@ -245,3 +254,46 @@ def _decode_config(name: str, pairs: object) -> dict[str, Any]:
             fail(f"context {name} has a bad or repeated entry for {key!r}")
         config[key] = value
     return config
+
+
+def framed(*messages: bytes) -> bytes:
+    """``messages`` framed for the pipe, ready for one write."""
+    parts: list[bytes] = []
+    for message in messages:
+        if len(message) > 0x7FFFFFFF:
+            parts += [_LENGTH.pack(-1), _LONG_LENGTH.pack(len(message))]
+        else:
+            parts.append(_LENGTH.pack(len(message)))
+        parts.append(message)
+    return b"".join(parts)
+
+
+class Deframer:
+    """Splits bytes read from the pipe, in whatever pieces they came, into messages."""
+
+    def __init__(self) -> None:
+        self._pending = bytearray()
+
+    def feed(self, data: Buffer) -> list[bytes]:
+        """Take ``data``; return every message now complete, in order."""
+        pending = self._pending
+        pending += data
+        messages: list[bytes] = []
+        start = 0
+        while len(pending) - start >= _LENGTH.size:
+            (size,) = _LENGTH.unpack_from(pending, start)
+            header = _LENGTH.size
+            if size == -1:
+                if len(pending) - start < header + _LONG_LENGTH.size:
+                    break
+                (size,) = _LONG_LENGTH.unpack_from(pending, start + header)
+                header += _LONG_LENGTH.size
+            elif size < 0:
+                fail(f"a pipe frame claims a length of {size}")
+            end = start + header + size
+            if len(pending) < end:
+                break
+            messages.append(bytes(pending[start + header : end]))
+            start = end
+        del pending[:start]
+        return messages

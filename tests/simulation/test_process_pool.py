@@ -243,6 +243,26 @@ async def test_large_replies_reuse_a_few_segments() -> None:
     assert len(seen) <= 2 * 2 * PIPELINE_DEPTH + 1, sorted(seen)
 
 
+@pytest.mark.timeout(60, method="thread")  # a hang inside uvloop's C code ignores SIGALRM
+def test_payloads_near_the_inline_limit_cross_whole_under_uvloop() -> None:
+    """Tasks and outcomes of 16-63 KB go through the socket itself, several per worker,
+    on the event loop run_simulation picks (uvloop when installed). A channel that gave
+    up halfway through a frame would corrupt the stream or hang the round."""
+    sizes = [n * 1024 // 4 for n in (16, 24, 32, 40, 48, 56, 63)]
+
+    def main(grid: fc.SyncGrid, context: fc.Context) -> list[int]:
+        nodes = grid.get_node_ids()
+        totals = []
+        for size in sizes * 2:
+            model = fc.RecordDict({"arrays": fc.ArrayRecord({"w": np.ones(size, np.float32)})})
+            replies = grid.send_and_receive([fc.Message(model, n, "train") for n in nodes])
+            totals += [int(reply.content["arrays"]["w"].sum()) for reply in replies]
+        return totals
+
+    totals = fc.run_simulation(_app(main), nodes=24, max_workers=2, seed=0).value
+    assert totals == [size for size in sizes * 2 for _ in range(24)]
+
+
 def _processes_tagged(tag: str) -> list[int]:
     found = []
     for environ in Path("/proc").glob("[0-9]*/environ"):

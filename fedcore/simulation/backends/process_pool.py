@@ -12,6 +12,14 @@ reads several outcomes per wake-up. Once tasks take longer, it sends one job at 
 time, so no job queues behind a slow one while another worker is free. Nothing
 polls: a driver waits for its channel to become readable.
 
+The engine's end of each channel is a non-blocking socket read and written on the
+event loop (:class:`_Channel`); only the worker's end is a blocking
+``multiprocessing`` Connection. A blocking Connection on the loop would either stall
+it or — once the loop has put the socket in non-blocking mode to watch it, as uvloop
+does — give up halfway through a frame. Jobs in flight to one worker never add up to
+more than :data:`PIPELINE_BYTES`, well under a socket's buffer, so a driver's write
+always completes even while its worker is itself blocked writing outcomes.
+
 Payloads cross by the channel when small. A large message content is written once
 into a shared-memory segment that every task carrying that same content names —
 the model a round sends to 500 nodes is written once, not 500 times — and is
@@ -43,7 +51,6 @@ import time
 import weakref
 from collections import deque
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -61,7 +68,9 @@ from fedcore.simulation.backends.worker import WORKER_ENV, WorkerSpec
 from fedcore.wire import pack_recorddict_parts, parts_size
 from fedcore.wire.worker import (
     HELLO,
+    Deframer,
     failure_reason,
+    framed,
     pack_pointer,
     pack_release,
     pack_spec,
@@ -77,6 +86,9 @@ INLINE_LIMIT = 64 * 1024
 PIPELINE_DEPTH = 4
 """Jobs a worker may have in flight when its tasks are short: the one it runs and the
 next ones, waiting in its socket."""
+PIPELINE_BYTES = INLINE_LIMIT
+"""More jobs go to a worker only while those in flight add up to less than this; as a
+task is at most :data:`INLINE_LIMIT` bytes, in flight stays under twice that."""
 SHORT_TASK = 0.005
 """Seconds under which a task counts as short. A worker whose tasks take longer gets one
 job at a time, so that a quick job never waits behind a slow one while another worker
@@ -91,6 +103,45 @@ _WORKER_MAIN = "import sys; from fedcore.simulation.backends.worker import main;
 
 class WorkerDied(Exception):
     """A worker's channel reached end-of-file: the process is gone."""
+
+
+class _Channel:
+    """The engine's end of a worker's socket: whole messages, without blocking the loop."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        self._socket = sock
+        self._deframer = Deframer()
+
+    async def send(self, *messages: bytes) -> None:
+        """Write ``messages``; ``OSError`` if the worker has gone."""
+        data = memoryview(framed(*messages))
+        while data:
+            try:
+                data = data[self._socket.send(data) :]
+            except BlockingIOError:
+                await anyio.wait_writable(self._socket)
+
+    async def receive(self) -> list[bytes]:
+        """Wait for at least one whole message; return every one that has arrived.
+        ``EOFError`` once the worker has gone."""
+        while True:
+            await anyio.wait_readable(self._socket)
+            try:
+                data = self._socket.recv(1 << 18)
+            except BlockingIOError:
+                continue
+            except ConnectionResetError:
+                data = b""
+            if not data:
+                raise EOFError
+            messages = self._deframer.feed(data)
+            if messages:
+                return messages
+
+    def close(self) -> None:
+        """Close the socket (the worker sees end-of-file); call it once no task waits on it."""
+        self._socket.close()
 
 
 class _Worker:
@@ -112,26 +163,20 @@ class _Worker:
                 pass_fds=(theirs.fileno(),),
                 env={**os.environ, **environment, WORKER_ENV: "1"},
             )
-        self.connection = Connection(ours.detach())
-        self.connection.send_bytes(pack_spec(spec.as_dict()))
+        ours.sendall(framed(pack_spec(spec.as_dict())))  # small: fits the socket's buffer
+        self.channel = _Channel(ours)
 
     async def receive(self) -> list[bytes]:
-        """Wait for the channel, then read every message that has arrived."""
-        await anyio.wait_readable(self.connection.fileno())
-        received = []
+        """Every message that has arrived, once at least one has; ``WorkerDied`` at its end."""
         try:
-            received.append(self.connection.recv_bytes())
-            while self.connection.poll():
-                received.append(self.connection.recv_bytes())
+            return await self.channel.receive()
         except (EOFError, OSError):
-            if not received:
-                raise WorkerDied(await self.exit_description()) from None
-        return received
+            raise WorkerDied(await self.exit_description()) from None
 
-    def send(self, payload: bytes) -> None:
-        while self.releases:
-            self.connection.send_bytes(pack_release(self.releases.popleft()))
-        self.connection.send_bytes(payload)
+    async def send(self, payload: bytes) -> None:
+        """Send a job, after the releases that have piled up since the last one."""
+        releases = [pack_release(self.releases.popleft()) for _ in range(len(self.releases))]
+        await self.channel.send(*releases, payload)
 
     async def exit_description(self) -> str:
         with anyio.move_on_after(1.0):
@@ -148,7 +193,7 @@ class _Worker:
             self.process.kill()
 
     def close(self) -> None:
-        self.connection.close()
+        self.channel.close()
 
 
 @dataclass(eq=False)
@@ -289,15 +334,16 @@ class ProcessPoolBackend(Backend):
         while True:
             if not in_flight:
                 try:
-                    self._send(worker, in_flight, await self._jobs_out.receive())
+                    await self._send(worker, in_flight, await self._jobs_out.receive())
                 except anyio.EndOfStream:
                     return
                 started = self._clock.now()
-            while len(in_flight) < depth:
+            while len(in_flight) < depth and _bytes(in_flight) < PIPELINE_BYTES:
                 try:
-                    self._send(worker, in_flight, self._jobs_out.receive_nowait())
+                    job = self._jobs_out.receive_nowait()
                 except anyio.WouldBlock:
                     break
+                await self._send(worker, in_flight, job)
             if not in_flight:
                 continue
             head = in_flight[0]
@@ -323,13 +369,13 @@ class ProcessPoolBackend(Backend):
             short = (now - started) / len(outcomes) < SHORT_TASK
             depth, started = (PIPELINE_DEPTH if short else 1), now
 
-    def _send(self, worker: _Worker, in_flight: deque[_Job], job: _Job) -> None:
+    async def _send(self, worker: _Worker, in_flight: deque[_Job], job: _Job) -> None:
         if job.message.metadata.expires_at <= self._clock.now():
             job.fail(ErrorCode.MESSAGE_UNAVAILABLE, "the message expired before a worker was free")
             return
         in_flight.append(job)
         with contextlib.suppress(OSError):  # a worker that is gone shows in the next receive
-            worker.send(job.payload)
+            await worker.send(job.payload)
 
     def _settle(self, worker: _Worker, job: _Job, data: bytes) -> None:
         segment = pointer_target(data)
@@ -388,6 +434,10 @@ class ProcessPoolBackend(Backend):
         self._contents[id(content)] = (weakref.ref(content), name)
         weakref.finalize(content, _forget, self._contents, id(content), self._space.root / name)
         return name
+
+
+def _bytes(jobs: deque[_Job]) -> int:
+    return sum(len(job.payload) for job in jobs)
 
 
 def _forget(contents: dict[int, tuple[weakref.ref[RecordDict], str]], key: int, path: Path) -> None:
