@@ -10,10 +10,19 @@ and :class:`RecordDict`, which maps names to records. Values are checked when th
 stored, so a wrong type raises ``TypeError`` where the mistake is made rather than as
 a decoding error on some other machine. Numpy scalars are accepted and stored as the
 Python value they hold, which keeps the wire format free of numpy types.
+
+PyTorch is optional. An :class:`ArrayRecord` accepts torch tensors (so
+``ArrayRecord(model.state_dict())`` works) and gives them back with
+:meth:`ArrayRecord.to_torch_state_dict`, yet this module never imports torch to
+recognise one: it looks torch up in ``sys.modules``, because a program that never
+imported torch cannot hold a tensor. ``import fedcore`` therefore stays free of torch.
 """
 
 from __future__ import annotations
 
+import importlib
+import sys
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, TypeAlias, TypeVar
 
@@ -60,6 +69,54 @@ def check_array(key: str, value: object) -> NDArray:
     return value if type(value) is np.ndarray else value.view(np.ndarray)
 
 
+def _is_tensor(value: object) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _tensor_to_array(key: str, tensor: Any) -> NDArray:
+    """The tensor's data as a numpy array: detached, on the CPU, with the same dtype.
+
+    A CPU tensor's memory is shared, not copied (as ``Tensor.numpy()`` does); a tensor
+    on another device is copied to the CPU. Torch dtypes that numpy lacks (bfloat16,
+    float8, complex32, quantized) are refused rather than converted, so an array
+    always comes back with the dtype it was sent with.
+    """
+    try:
+        array: NDArray = tensor.numpy(force=True)
+    except (TypeError, RuntimeError) as exc:
+        raise TypeError(
+            f"ArrayRecord[{key!r}] is a torch tensor ({tensor.dtype}, {tensor.layout}, "
+            f"on {tensor.device}) that numpy cannot hold: {exc}. Convert it first, "
+            "e.g. tensor.float() for bfloat16 (exact) or tensor.to_dense() for sparse"
+        ) from exc
+    return array
+
+
+def _array_to_tensor(torch: Any, arr: NDArray) -> Any:
+    """A tensor of ``arr``'s dtype that shares its memory where torch allows that.
+
+    Torch has no read-only tensors, no negative strides and only native byte order,
+    so arrays that are read-only (those received in a message), reversed or
+    byte-swapped are copied first. Every dtype an ArrayRecord holds has a torch
+    equivalent from torch 2.3 on (which added uint16, uint32 and uint64).
+    """
+    shareable = arr.flags.writeable and arr.dtype.isnative and min(arr.strides, default=0) >= 0
+    if not shareable:
+        arr = arr.astype(arr.dtype.newbyteorder("="), order="C", copy=True)
+    return torch.from_numpy(arr)
+
+
+def _import_torch() -> Any:
+    try:
+        return importlib.import_module("torch")
+    except ImportError as exc:
+        raise ImportError(
+            "ArrayRecord.to_torch_state_dict needs PyTorch: pip install 'fedcore[torch]'",
+            name="torch",
+        ) from exc
+
+
 class _Record(MutableMapping[str, _T]):
     """A dict with a value check on every write."""
 
@@ -97,6 +154,13 @@ class ArrayRecord(_Record[NDArray]):
     become ``"0"``, ``"1"``, … in order. Arrays are stored as given, not copied.
     Arrays that arrive in a message are read-only views (of shared or received
     memory): copy one (``arr.copy()``) before updating it in place.
+
+    Torch tensors are accepted wherever an array is, so ``ArrayRecord(model.state_dict())``
+    works: each tensor is stored as a numpy array of the same dtype, detached and on
+    the CPU. Like ``Tensor.numpy()``, that array shares a CPU tensor's memory, so
+    build the record after training, not before more of it. Dtypes numpy lacks
+    (bfloat16, float8, quantized) raise ``TypeError``: convert them first (for
+    bfloat16, ``.float()`` is exact). :meth:`to_torch_state_dict` goes back.
     """
 
     __slots__ = ()
@@ -108,7 +172,7 @@ class ArrayRecord(_Record[NDArray]):
         if isinstance(arrays, ArrayRecord | Mapping):
             for key, value in arrays.items():
                 self[key] = value
-        elif isinstance(arrays, np.ndarray | str | bytes):
+        elif isinstance(arrays, np.ndarray | str | bytes) or _is_tensor(arrays):
             raise TypeError(
                 "ArrayRecord takes a mapping of names to arrays or a list of arrays, "
                 f"not a single {type(arrays).__name__}"
@@ -118,11 +182,24 @@ class ArrayRecord(_Record[NDArray]):
                 self[str(index)] = value
 
     def _check(self, key: str, value: object) -> NDArray:
+        if _is_tensor(value):
+            value = _tensor_to_array(key, value)
         return check_array(key, value)
 
     def to_numpy_ndarrays(self) -> list[NDArray]:
         """The arrays, in insertion order."""
         return list(self._data.values())
+
+    def to_torch_state_dict(self) -> OrderedDict[str, Any]:
+        """The arrays as CPU torch tensors, in insertion order, for ``model.load_state_dict``.
+
+        Dtypes are kept exactly. A tensor shares its array's memory where torch allows
+        it; read-only arrays — every array received in a message — are copied, since
+        torch cannot protect them from writes. Imports torch, which must be installed
+        (``pip install 'fedcore[torch]'``); otherwise raises ``ImportError``.
+        """
+        torch = _import_torch()
+        return OrderedDict((key, _array_to_tensor(torch, arr)) for key, arr in self._data.items())
 
     @property
     def nbytes(self) -> int:

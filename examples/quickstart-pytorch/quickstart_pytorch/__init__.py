@@ -1,0 +1,1 @@
+"""fedcore quickstart: a small PyTorch MLP on scikit-learn's digits."""
