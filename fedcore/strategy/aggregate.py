@@ -33,8 +33,10 @@ def _accumulator_dtype(dtype: np.dtype[Any]) -> type[np.generic]:
     return np.complex128 if dtype.kind == "c" else np.float64
 
 
-def _cast_back(total: NDArray, dtype: np.dtype[Any]) -> NDArray:
-    # np.asarray: arithmetic on a 0-d array (a batch-norm counter) yields a numpy scalar.
+def cast_back(total: NDArray, dtype: np.dtype[Any]) -> NDArray:
+    """A float64 (or complex128) result back in ``dtype``: integers rounded to the
+    nearest, booleans by majority. Always an array: arithmetic on a 0-d array (a
+    batch-norm counter) yields a numpy scalar, which an ArrayRecord refuses."""
     if dtype.kind == "b":
         return np.asarray(total >= 0.5)
     if dtype.kind in "iu":
@@ -122,7 +124,7 @@ class ArrayMean:
             raise ValueError("no arrays with a positive weight to average")
         return ArrayRecord(
             {
-                key: _cast_back(total / self._weight, self._layout[key].dtype)
+                key: cast_back(total / self._weight, self._layout[key].dtype)
                 for key, total in self._sums.items()
             }
         )
@@ -233,7 +235,7 @@ def _coordinate_wise(
         out = np.empty(reference.size, dtype=np.float64)
         for part, block in _blocks(records, key):
             out[part] = rule(block)
-        result[key] = _cast_back(out.reshape(reference.shape), reference.dtype)
+        result[key] = cast_back(out.reshape(reference.shape), reference.dtype)
     return ArrayRecord(result)
 
 

@@ -41,7 +41,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from fedcore.apps.grid import Grid
 from fedcore.domain import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from fedcore.strategy import arguments
-from fedcore.strategy.aggregate import ArrayMean, check_same_layout
+from fedcore.strategy.aggregate import ArrayMean, cast_back, check_same_layout
 from fedcore.strategy.base import Aggregation
 from fedcore.strategy.fedavg import FedAvg, MetricsAggregation
 from fedcore.strategy.result import EvaluateFn, Result, RoundReport
@@ -162,18 +162,14 @@ class FedBuff(FedAvg):
         return await run.drive(initial_arrays, evaluate_fn)
 
 
-def _step(base: ArrayRecord, step: dict[str, np.ndarray], scale: float) -> ArrayRecord:
+def _step(base: ArrayRecord, step: ArrayRecord, scale: float) -> ArrayRecord:
     """``base + scale × step``, each array back in its own dtype (integers rounded)."""
-    updated = {}
-    for key, array in base.items():
-        value = array.astype(np.float64) + scale * step[key]
-        if array.dtype.kind == "b":
-            updated[key] = value >= 0.5
-        elif array.dtype.kind in "iu":
-            updated[key] = np.rint(value).astype(array.dtype)
-        else:
-            updated[key] = value.astype(array.dtype)
-    return ArrayRecord(updated)
+    return ArrayRecord(
+        {
+            key: cast_back(array.astype(np.float64) + scale * step[key], array.dtype)
+            for key, array in base.items()
+        }
+    )
 
 
 class _Buffer(Aggregation):
@@ -230,7 +226,7 @@ class _Buffer(Aggregation):
         origin = strategy._sent[sent]
         check_same_layout(self._base, arrays)
         check_same_layout(self._base, origin)
-        update = {key: arrays[key].astype(np.float64) - origin[key] for key in arrays}
+        update = {key: np.asarray(arrays[key].astype(np.float64) - origin[key]) for key in arrays}
         return ArrayRecord(update), staleness
 
     @property
@@ -250,8 +246,7 @@ class _Buffer(Aggregation):
             return None, metrics
         # ArrayMean divides by Σ n·s; the step divides by Σ n, so stale updates count less.
         scale = strategy.server_learning_rate * self._updates.weight / self._examples
-        step = dict(self._updates.result().items())
-        return _step(self._base, step, scale), metrics
+        return _step(self._base, self._updates.result(), scale), metrics
 
 
 @dataclass

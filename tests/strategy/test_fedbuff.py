@@ -215,3 +215,23 @@ async def test_a_step_whose_nodes_all_fail_or_hang_closes_and_the_run_ends(
     assert "every node available failed" in caplog.text
     assert "no reply within the 0.2 s timeout" in caplog.text
     np.testing.assert_array_equal(outcome.value.arrays["w"], np.zeros(3))
+
+
+def test_zero_dimensional_arrays_stay_arrays() -> None:
+    strategy = FedBuff()
+    start = ArrayRecord({"count": np.array(4, dtype=np.int64), "w": np.array(1.0, np.float32)})
+    (sent,) = _sent(strategy, 1, start, [1])
+    content = RecordDict(
+        {
+            "arrays": ArrayRecord(
+                {"count": np.array(6, dtype=np.int64), "w": np.array(2.0, np.float32)}
+            ),
+            "metrics": MetricRecord({"num-examples": 3}),
+        }
+    )
+    arrays, _ = strategy.aggregate_train(1, [Message(content, reply_to=sent)])
+    assert arrays is not None
+    assert arrays["count"].shape == ()
+    assert int(arrays["count"]) == 6
+    assert arrays["w"].dtype == np.float32
+    assert float(arrays["w"]) == 2.0
