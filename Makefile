@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-all lint bench clean
+.PHONY: demo test test-all lint bench proto clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "fedcore needs Python >= 3.11, found " + sys.version.split()[0]'
@@ -29,6 +29,9 @@ lint: $(STAMP)
 
 bench: $(STAMP)  ## DESIGN.md section 7 workloads; figures to benchmarks/results.json
 	$(BIN)/python -m benchmarks
+
+proto: $(STAMP)  ## regenerate fedcore/wire/_pb from protos/ (commit the result; a test checks it)
+	$(BIN)/python -m fedcore.wire.protogen
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
