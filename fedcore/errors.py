@@ -11,7 +11,9 @@ them, as Python code is expected to.
     FedcoreError
     ├── UsageError (ValueError)     bad input from a person: a flag, a target, a config
     │   ├── AppLoadError            an app target that cannot be imported or is not an app
-    │   └── RunConfigError          a run-config key or value the app does not accept
+    │   ├── RunConfigError          a run-config key or value the app does not accept
+    │   └── BundleError             an app directory that cannot be packed, or a bundle
+    │                               refused on unpacking (wrong hash, unsafe, over a limit)
     ├── DecodeError (ValueError)    bytes that are not a valid payload
     ├── StateError                  a LinkState refused an operation
     │   ├── NotFoundError (LookupError)
@@ -43,6 +45,15 @@ class AppLoadError(UsageError):
 
 class RunConfigError(UsageError):
     """A run-config override names an undeclared key or has the wrong type."""
+
+
+class BundleError(UsageError):
+    """An app bundle that cannot be packed or that is refused on unpacking.
+
+    A UsageError on both sides: packing fails on what is in the user's app directory,
+    and a bundle refused on a node is still the user's app (or something posing as
+    it); either way the one-line message is what a person needs to read.
+    """
 
 
 class DecodeError(FedcoreError, ValueError):

@@ -69,12 +69,14 @@ def load_app(target: str | Path | App, *, cwd: Path | None = None) -> LoadedApp:
     return LoadedApp(app, client_ref=f"{text}.client")
 
 
-def _load_app_dir(path: Path) -> LoadedApp:
+def app_table(path: Path) -> dict[str, Any]:
+    """The ``[tool.fedcore.app]`` table of the app directory ``path``; ``AppLoadError``
+    if it has no pyproject.toml, an invalid one, or one without that table."""
     pyproject = path / "pyproject.toml"
     try:
         with pyproject.open("rb") as file:
             document = tomllib.load(file)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         raise AppLoadError(f"{path} has no pyproject.toml; an app directory needs one") from None
     except tomllib.TOMLDecodeError as exc:
         raise AppLoadError(f"{pyproject} is not valid TOML: {exc}") from None
@@ -83,6 +85,12 @@ def _load_app_dir(path: Path) -> LoadedApp:
         table = table.get(name) if isinstance(table, dict) else None
     if not isinstance(table, dict):
         raise AppLoadError(f"{pyproject} has no [tool.fedcore.app] table")
+    return table
+
+
+def _load_app_dir(path: Path) -> LoadedApp:
+    pyproject = path / "pyproject.toml"
+    table = app_table(path)
     refs = {}
     for half in ("server", "client"):
         ref = table.get(half)
