@@ -24,8 +24,10 @@ them, as Python code is expected to.
     │   ├── ReplyRejectedError      a reply to a message that expired or was answered by fedcore
     │   ├── RunFinishedError        messages pushed to a run that has finished
     │   └── InvalidTransitionError  a lifecycle move the transition table forbids
-    └── NotEnoughNodesError (TimeoutError)
-                                    waited for nodes past the timeout
+    ├── NotEnoughNodesError (TimeoutError)
+    │                               waited for nodes past the timeout
+    └── LinkUnavailableError (ConnectionError)
+                                    the link cannot be reached now; retry with backoff
 """
 
 from __future__ import annotations
@@ -98,3 +100,11 @@ class InvalidTransitionError(StateError):
 
 class NotEnoughNodesError(FedcoreError, TimeoutError):
     """Waiting for a minimum number of nodes ran past its timeout."""
+
+
+class LinkUnavailableError(FedcoreError, ConnectionError):
+    """The link cannot be reached now: nothing listens, the connection broke, or it shuts down.
+
+    The one failure of a fleet call that a node retries (with backoff): everything
+    else the link answers is final for that request.
+    """

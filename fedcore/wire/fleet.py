@@ -3,10 +3,10 @@
 Protobuf carries the envelope only (``protos/fedcore/v1/*.proto``): a message's
 metadata are protobuf fields, its records travel as ``bytes`` in fedcore's own
 RecordDict encoding (:mod:`fedcore.wire.records`). This module, with
-:mod:`fedcore.wire.protobuf` (untrusted bytes in) and :mod:`fedcore.wire.chunks`
-(payloads over the frame cap), is the door to the generated code in
-``fedcore.wire._pb``; the rest of fedcore sees domain objects and the few small
-types defined here.
+:mod:`fedcore.wire.protobuf` (untrusted bytes in), :mod:`fedcore.wire.chunks`
+(payloads over the frame cap) and :mod:`fedcore.wire.rpc` (each RPC's frames as
+bytes), is the door to the generated code in ``fedcore.wire._pb``; the rest of
+fedcore sees domain objects and the few small types defined here.
 
 Decoding checks every field and raises :class:`~fedcore.errors.DecodeError` for
 anything invalid. Encoding raises ``TypeError``/``ValueError`` for what the wire

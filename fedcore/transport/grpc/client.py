@@ -1,0 +1,275 @@
+"""The fleet API's client: a :class:`~fedcore.transport.fleet.FleetService` that is a link far away.
+
+Each method encodes its request with :mod:`fedcore.wire.fleet`, makes the call on
+grpclib's Channel, and decodes the answer, so a node calls the link exactly as it
+would call a service in its own process. Failures come back as fedcore's errors:
+INVALID_ARGUMENT as DecodeError, NOT_FOUND as the NotFoundError subclass the link
+named, and everything that means "the link is not there now" (nothing listens, the
+connection broke, UNAVAILABLE) as :class:`~fedcore.errors.LinkUnavailableError`.
+Deciding whether and when to try again is the node's business, not this module's.
+"""
+
+from __future__ import annotations
+
+import ssl as _ssl
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Iterable,
+    Mapping,
+    Sequence,
+)
+from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
+from types import TracebackType
+from typing import Self
+
+import grpclib.client
+import grpclib.const
+from grpclib.exceptions import GRPCError, StreamTerminatedError
+
+from fedcore.domain import Message, Run
+from fedcore.errors import (
+    DecodeError,
+    FedcoreError,
+    LinkUnavailableError,
+    MessageNotFoundError,
+    NodeNotFoundError,
+    NotFoundError,
+    RunNotFoundError,
+)
+from fedcore.transport.fleet import Buffer, FleetService, Transfer
+from fedcore.transport.grpc.frames import ERROR_TRAILER, RawCodec
+from fedcore.wire import rpc as wire
+from fedcore.wire.chunks import Digest
+from fedcore.wire.fleet import ConfigValue, PayloadRef, PushedReply
+from fedcore.wire.rpc import ChunkReader, ChunkWriter, FleetMethod, PulledMessages
+
+_Stream = grpclib.client.Stream[bytes, bytes]
+_LINK_ERRORS = (GRPCError, StreamTerminatedError, OSError)
+_NOT_FOUND = {
+    kind.__name__: kind
+    for kind in (NotFoundError, RunNotFoundError, NodeNotFoundError, MessageNotFoundError)
+}
+
+
+class _Call:
+    """One call's stream, and the exception of the caller's own code inside it, if any.
+
+    The caller's code (a transfer's consumer, the source of pushed chunks) runs
+    inside the call; its exceptions pass through untranslated, even an OSError.
+    """
+
+    def __init__(self, stream: _Stream) -> None:
+        self.stream = stream
+        self.caller_error: BaseException | None = None
+
+
+class GrpcFleetClient(FleetService):
+    """The fleet API of the link at ``host:port``; use it as an async context manager."""
+
+    def __init__(self, host: str, port: int, *, ssl: _ssl.SSLContext | None = None) -> None:
+        self._host, self._port, self._ssl = host, port, ssl
+        self._channel: grpclib.client.Channel | None = None
+
+    async def __aenter__(self) -> Self:
+        self._channel = grpclib.client.Channel(
+            self._host, self._port, codec=RawCodec(), ssl=self._ssl
+        )
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+
+    async def register_node(
+        self, node_config: Mapping[str, ConfigValue], heartbeat_interval: float
+    ) -> int:
+        request = wire.encode_register_node_request(node_config, heartbeat_interval)
+        response = await self._unary(FleetMethod.REGISTER_NODE, request)
+        return wire.decode_register_node_response(response)
+
+    async def unregister_node(self, node_id: int) -> None:
+        request = wire.encode_unregister_node_request(node_id)
+        wire.decode_unregister_node_response(
+            await self._unary(FleetMethod.UNREGISTER_NODE, request)
+        )
+
+    async def heartbeat(
+        self,
+        node_id: int,
+        heartbeat_interval: float,
+        working_message_ids: Sequence[str] = (),
+        lease_seconds: float | None = None,
+    ) -> list[str]:
+        request = wire.encode_heartbeat_request(
+            node_id, heartbeat_interval, working_message_ids, lease_seconds
+        )
+        response = await self._unary(FleetMethod.HEARTBEAT, request)
+        return wire.decode_heartbeat_response(response, node_id)
+
+    async def pull_messages(
+        self,
+        node_id: int,
+        limit: int = 1,
+        lease_seconds: float | None = None,
+        wait_seconds: float = 0.0,
+    ) -> PulledMessages:
+        request = wire.encode_pull_messages_request(node_id, limit, lease_seconds, wait_seconds)
+        response = await self._unary(FleetMethod.PULL_MESSAGES, request)
+        return wire.decode_pull_messages_response(response)
+
+    async def push_reply(
+        self, node_id: int, reply: Message, payload: PayloadRef | None = None
+    ) -> PushedReply:
+        request = wire.encode_push_reply_request(node_id, reply, payload)
+        response = await self._unary(FleetMethod.PUSH_REPLY, request)
+        return wire.decode_push_reply_response(response)
+
+    async def get_run(self, node_id: int, run_id: int) -> tuple[Run, Digest]:
+        request = wire.encode_get_run_request(node_id, run_id)
+        return wire.decode_get_run_response(await self._unary(FleetMethod.GET_RUN, request))
+
+    def get_bundle(self, node_id: int, run_id: int) -> AbstractAsyncContextManager[Transfer]:
+        request = wire.encode_get_bundle_request(node_id, run_id)
+        return self._download(FleetMethod.GET_BUNDLE, request)
+
+    def pull_payload(self, node_id: int, payload_id: str) -> AbstractAsyncContextManager[Transfer]:
+        request = wire.encode_pull_payload_request(node_id, payload_id)
+        return self._download(FleetMethod.PULL_PAYLOAD, request)
+
+    async def push_payload(
+        self,
+        node_id: int,
+        message_id: str,
+        digest: Digest,
+        chunks: AsyncIterable[Buffer] | Iterable[Buffer],
+    ) -> str:
+        writer = ChunkWriter(digest, upload=(node_id, message_id))
+        async with self._call(FleetMethod.PUSH_PAYLOAD) as call:
+            source = _each(chunks)
+            while True:
+                try:
+                    data = await anext(source)
+                except StopAsyncIteration:
+                    break
+                except BaseException as exc:
+                    call.caller_error = exc
+                    raise
+                for frame in writer.frames(data):
+                    await call.stream.send_message(frame)
+            for frame in writer.finish():
+                await call.stream.send_message(frame)
+            await call.stream.end()
+            response = await call.stream.recv_message()
+        return wire.decode_push_payload_response(_present(response))
+
+    # The calls ------------------------------------------------------------------------
+
+    async def _unary(self, method: FleetMethod, request: bytes) -> bytes:
+        async with self._call(method) as call:
+            await call.stream.send_message(request, end=True)
+            response = await call.stream.recv_message()
+        return _present(response)
+
+    @asynccontextmanager
+    async def _download(self, method: FleetMethod, request: bytes) -> AsyncIterator[Transfer]:
+        async with self._call(method) as call:
+            stream = call.stream
+            await stream.send_message(request, end=True)
+            reader = ChunkReader()
+            first = reader.chunk(_present(await stream.recv_message()))
+            finished = False
+
+            async def chunks() -> AsyncGenerator[Buffer, None]:
+                nonlocal finished
+                yield first
+                while True:
+                    try:
+                        frame = await stream.recv_message()
+                    except _LINK_ERRORS as exc:
+                        raise self._translated(exc, stream) from exc
+                    if frame is None:
+                        break
+                    yield reader.chunk(frame)
+                reader.finish()
+                finished = True
+
+            async with aclosing(chunks()) as data:
+                try:
+                    yield Transfer(reader.digest, data)
+                except BaseException as exc:
+                    call.caller_error = exc
+                    raise
+            if not finished:
+                await stream.cancel()
+
+    @asynccontextmanager
+    async def _call(self, method: FleetMethod) -> AsyncIterator[_Call]:
+        if self._channel is None:
+            raise RuntimeError("GrpcFleetClient is used outside its `async with` block")
+        cardinality = _CARDINALITIES.get(method, grpclib.const.Cardinality.UNARY_UNARY)
+        stream = self._channel.request(method.value, cardinality, bytes, bytes)
+        call = _Call(stream)
+        try:
+            async with stream:
+                yield call
+        except _LINK_ERRORS as exc:
+            if exc is call.caller_error:
+                raise
+            raise self._translated(exc, stream) from exc
+
+    def _translated(self, exc: BaseException, stream: _Stream) -> FedcoreError:
+        """The fedcore error for a failed call: what the status means, or the link being away."""
+        where = f"the link at {self._host}:{self._port}"
+        if not isinstance(exc, GRPCError):
+            return LinkUnavailableError(f"{where} is unavailable: {type(exc).__name__}: {exc}")
+        status, message = exc.status, exc.message or ""
+        if status is grpclib.const.Status.UNAVAILABLE:
+            return LinkUnavailableError(f"{where} is unavailable: {message}")
+        if status is grpclib.const.Status.INVALID_ARGUMENT:
+            return DecodeError(f"{where} refused the request: {message}")
+        if status is grpclib.const.Status.NOT_FOUND:
+            return _NOT_FOUND.get(_error_trailer(stream), NotFoundError)(message)
+        return FedcoreError(f"{where} failed the call with {status.name}: {message}")
+
+
+_CARDINALITIES = {
+    FleetMethod.GET_BUNDLE: grpclib.const.Cardinality.UNARY_STREAM,
+    FleetMethod.PULL_PAYLOAD: grpclib.const.Cardinality.UNARY_STREAM,
+    FleetMethod.PUSH_PAYLOAD: grpclib.const.Cardinality.STREAM_UNARY,
+}
+
+
+def _error_trailer(stream: _Stream) -> str:
+    """The ``fedcore-error`` trailer of a failed call, or "" without one.
+
+    grpclib fills ``trailing_metadata`` when it reads the status itself; when a
+    send fails because the link ended the call early, it raises the status from
+    the raw trailers (or trailers-only headers) of its HTTP/2 stream instead.
+    """
+    if stream.trailing_metadata is not None:
+        return str(stream.trailing_metadata.get(ERROR_TRAILER, ""))
+    raw = stream._stream.trailers or stream._stream.headers or []
+    return next((value for name, value in raw if name == ERROR_TRAILER), "")
+
+
+def _present(frame: bytes | None) -> bytes:
+    if frame is None:
+        raise DecodeError("the link ended the call without a response")
+    return frame
+
+
+async def _each(chunks: AsyncIterable[Buffer] | Iterable[Buffer]) -> AsyncIterator[Buffer]:
+    if isinstance(chunks, AsyncIterable):
+        async for data in chunks:
+            yield data
+    else:
+        for data in chunks:
+            yield data

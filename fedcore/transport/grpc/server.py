@@ -1,0 +1,283 @@
+"""The fleet API on gRPC: any :class:`~fedcore.transport.fleet.FleetService`, served by grpclib.
+
+Each RPC handler is an adapter: it reads request frames (capped before they are
+buffered, :func:`~fedcore.transport.grpc.frames.receive`), decodes them with
+:mod:`fedcore.wire.fleet`, calls the service, and encodes its answer. Errors end
+the call with a status, as ``fleet.proto`` says: DecodeError is INVALID_ARGUMENT;
+a NotFoundError is NOT_FOUND, with the error's class in the ``fedcore-error``
+trailer so that the client raises the same one; anything else is logged here and
+answered INTERNAL with no detail. Heartbeat and PushReply answer their expected
+refusals (unknown node; the reject reasons) in the response instead.
+
+Shutting down ends the calls in progress (a waiting pull among them) with
+UNAVAILABLE, which a node retries, and closes the connections that made calls:
+grpclib cancels handlers but leaves connections open, so the handlers note each
+call's connection (grpclib's private ``Stream._stream``, as in ``frames``).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import ssl as _ssl
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextlib import aclosing, asynccontextmanager
+from dataclasses import dataclass
+
+import anyio
+import grpclib.const
+import grpclib.server
+import h2.exceptions
+from grpclib.protocol import Connection
+
+from fedcore.errors import (
+    ConflictError,
+    DecodeError,
+    FedcoreError,
+    MessageNotFoundError,
+    NodeNotFoundError,
+    NotFoundError,
+    ReplyRejectedError,
+    RunFinishedError,
+)
+from fedcore.transport.fleet import FleetService, Transfer
+from fedcore.transport.grpc.frames import ERROR_TRAILER, RawCodec, receive
+from fedcore.wire import DEFAULT_LIMITS
+from fedcore.wire import rpc as wire
+from fedcore.wire.fleet import PushedReply
+from fedcore.wire.protobuf import FRAME_CAP, MAX_DETAIL
+from fedcore.wire.rpc import ChunkReader, ChunkWriter, FleetMethod
+
+log = logging.getLogger(__name__)
+
+_Stream = grpclib.server.Stream[bytes, bytes]
+_SHUTTING_DOWN = "the link is shutting down"
+_GOODBYE_SECONDS = 1.0
+"""How long a call cancelled by shutdown may take to tell its client so."""
+_REJECTIONS = (
+    DecodeError,
+    NodeNotFoundError,
+    MessageNotFoundError,
+    ConflictError,
+    ReplyRejectedError,
+    RunFinishedError,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetListener:
+    """Where the fleet API listens: the port is the bound one, also when 0 was asked for."""
+
+    host: str
+    port: int
+
+
+@asynccontextmanager
+async def serve_fleet(
+    service: FleetService,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    ssl: _ssl.SSLContext | None = None,
+    frame_cap: int = FRAME_CAP,
+    max_payload: int = DEFAULT_LIMITS.max_bytes,
+) -> AsyncIterator[FleetListener]:
+    """Serve ``service`` on ``host:port`` until the block ends; yield the bound address.
+
+    ``frame_cap`` bounds every request frame, ``max_payload`` a pushed payload's
+    declared size (checked on its first chunk). Leaving the block stops accepting
+    connections and ends the calls in progress with UNAVAILABLE.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.create_server((host, port), family=family)
+    handlers = _FleetHandlers(service, frame_cap, max_payload)
+    server = grpclib.server.Server([handlers], codec=RawCodec())
+    try:
+        await server.start(sock=sock, ssl=ssl)
+    except BaseException:
+        sock.close()
+        raise
+    bound = sock.getsockname()[1]
+    log.info("fleet API listening on %s:%d", host, bound)
+    try:
+        yield FleetListener(host, bound)
+    finally:
+        handlers.closing = True
+        server.close()  # stops listening and cancels the calls in progress: they end UNAVAILABLE
+        await server.wait_closed()
+        handlers.close_connections()
+
+
+class _FleetHandlers:
+    """grpclib's view of a FleetService: one handler per fleet method, all guarded."""
+
+    def __init__(self, service: FleetService, frame_cap: int, max_payload: int) -> None:
+        self._service = service
+        self._cap = frame_cap
+        self._max_payload = max_payload
+        self.closing = False
+        """Set when the server shuts down: calls end UNAVAILABLE and reach no service."""
+        self._connections: weakref.WeakSet[Connection] = weakref.WeakSet()
+
+    def close_connections(self) -> None:
+        """Close every connection that made a call: grpclib's close() leaves them open."""
+        for connection in list(self._connections):
+            connection.close()
+
+    def __mapping__(self) -> dict[str, grpclib.const.Handler]:
+        unary, server_streaming = (
+            grpclib.const.Cardinality.UNARY_UNARY,
+            grpclib.const.Cardinality.UNARY_STREAM,
+        )
+        methods: dict[
+            FleetMethod, tuple[Callable[[_Stream], Awaitable[None]], grpclib.const.Cardinality]
+        ] = {
+            FleetMethod.REGISTER_NODE: (self._register_node, unary),
+            FleetMethod.UNREGISTER_NODE: (self._unregister_node, unary),
+            FleetMethod.HEARTBEAT: (self._heartbeat, unary),
+            FleetMethod.PULL_MESSAGES: (self._pull_messages, unary),
+            FleetMethod.PUSH_REPLY: (self._push_reply, unary),
+            FleetMethod.GET_RUN: (self._get_run, unary),
+            FleetMethod.GET_BUNDLE: (self._get_bundle, server_streaming),
+            FleetMethod.PUSH_PAYLOAD: (self._push_payload, grpclib.const.Cardinality.STREAM_UNARY),
+            FleetMethod.PULL_PAYLOAD: (self._pull_payload, server_streaming),
+        }
+        return {
+            method.value: grpclib.const.Handler(
+                self._guarded(method, func), cardinality, bytes, bytes
+            )
+            for method, (func, cardinality) in methods.items()
+        }
+
+    def _guarded(
+        self, method: FleetMethod, handler: Callable[[_Stream], Awaitable[None]]
+    ) -> Callable[[_Stream], Awaitable[None]]:
+        """``handler`` with fedcore's errors turned into statuses, and nothing else leaking."""
+
+        async def guarded(stream: _Stream) -> None:
+            self._connections.add(stream._stream.connection)  # grpclib exposes no other handle
+            if self.closing:
+                await _end(stream, grpclib.const.Status.UNAVAILABLE, _SHUTTING_DOWN)
+                return
+            try:
+                await handler(stream)
+            except DecodeError as exc:
+                await _end(stream, grpclib.const.Status.INVALID_ARGUMENT, str(exc))
+            except NotFoundError as exc:
+                await _end(stream, grpclib.const.Status.NOT_FOUND, str(exc), type(exc).__name__)
+            except anyio.get_cancelled_exc_class():
+                if self.closing:
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(_GOODBYE_SECONDS):
+                        await _end(stream, grpclib.const.Status.UNAVAILABLE, _SHUTTING_DOWN)
+                raise
+            except Exception:
+                log.exception("fleet call %s failed", method.name)
+                await _end(stream, grpclib.const.Status.INTERNAL, "internal error")
+
+        return guarded
+
+    async def _request(self, stream: _Stream) -> bytes:
+        frame = await receive(stream, self._cap)
+        if frame is None:
+            raise DecodeError("the call carried no request")
+        return frame
+
+    async def _register_node(self, stream: _Stream) -> None:
+        node_config, interval = wire.decode_register_node_request(await self._request(stream))
+        node_id = await self._service.register_node(node_config, interval)
+        await stream.send_message(wire.encode_register_node_response(node_id))
+
+    async def _unregister_node(self, stream: _Stream) -> None:
+        node_id = wire.decode_unregister_node_request(await self._request(stream))
+        await self._service.unregister_node(node_id)
+        await stream.send_message(wire.encode_unregister_node_response())
+
+    async def _heartbeat(self, stream: _Stream) -> None:
+        node_id, interval, ids, lease = wire.decode_heartbeat_request(await self._request(stream))
+        try:
+            released = await self._service.heartbeat(node_id, interval, ids, lease)
+        except NodeNotFoundError:
+            response = wire.encode_heartbeat_response(known=False)
+        else:
+            response = wire.encode_heartbeat_response(known=True, released=released)
+        await stream.send_message(response)
+
+    async def _pull_messages(self, stream: _Stream) -> None:
+        node_id, limit, lease, wait = wire.decode_pull_messages_request(await self._request(stream))
+        pulled = await self._service.pull_messages(node_id, limit, lease, wait)
+        frame, sent = wire.encode_pull_messages_response(pulled)
+        if sent < len(pulled.messages):
+            log.warning(
+                "node %d leased %d messages, %d fit in one frame; the rest come again after "
+                "their leases",
+                node_id,
+                len(pulled.messages),
+                sent,
+            )
+        await stream.send_message(frame)
+
+    async def _push_reply(self, stream: _Stream) -> None:
+        node_id, reply, payload = wire.decode_push_reply_request(await self._request(stream))
+        outcome: PushedReply | FedcoreError
+        try:
+            outcome = await self._service.push_reply(node_id, reply, payload)
+        except _REJECTIONS as exc:
+            outcome = exc
+        await stream.send_message(wire.encode_push_reply_response(outcome))
+
+    async def _get_run(self, stream: _Stream) -> None:
+        node_id, run_id = wire.decode_get_run_request(await self._request(stream))
+        run, bundle = await self._service.get_run(node_id, run_id)
+        await stream.send_message(wire.encode_get_run_response(run, bundle))
+
+    async def _get_bundle(self, stream: _Stream) -> None:
+        node_id, run_id = wire.decode_get_bundle_request(await self._request(stream))
+        async with self._service.get_bundle(node_id, run_id) as transfer:
+            await _send_transfer(stream, transfer)
+
+    async def _pull_payload(self, stream: _Stream) -> None:
+        node_id, payload_id = wire.decode_pull_payload_request(await self._request(stream))
+        async with self._service.pull_payload(node_id, payload_id) as transfer:
+            await _send_transfer(stream, transfer)
+
+    async def _push_payload(self, stream: _Stream) -> None:
+        reader = ChunkReader(max_size=self._max_payload)
+        first = reader.upload(await self._request(stream))
+        done = False
+
+        async def chunks() -> AsyncGenerator[bytes, None]:
+            nonlocal done
+            yield first
+            while (frame := await receive(stream, self._cap)) is not None:
+                yield reader.upload(frame)
+            reader.finish()
+            done = True
+
+        node_id, message_id = reader.upload_ids
+        async with aclosing(chunks()) as data:
+            payload_id = await self._service.push_payload(node_id, message_id, reader.digest, data)
+        if not done:
+            raise RuntimeError("the fleet service returned before it had read the whole payload")
+        await stream.send_message(wire.encode_push_payload_response(payload_id))
+
+
+async def _send_transfer(stream: _Stream, transfer: Transfer) -> None:
+    writer = ChunkWriter(transfer.digest)
+    async for data in transfer.chunks:
+        for frame in writer.frames(data):
+            await stream.send_message(frame)
+    for frame in writer.finish():
+        await stream.send_message(frame)
+
+
+async def _end(
+    stream: _Stream, status: grpclib.const.Status, message: str, error: str | None = None
+) -> None:
+    metadata = {ERROR_TRAILER: error} if error else None
+    try:
+        await stream.send_trailing_metadata(
+            status=status, status_message=message[:MAX_DETAIL], metadata=metadata
+        )
+    except h2.exceptions.StreamClosedError:
+        log.debug("the client left before the %s status was sent", status.name)
