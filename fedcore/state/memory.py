@@ -131,13 +131,13 @@ class InMemoryLinkState(LinkState):
     def _fire_due(self) -> None:
         now = self._clock.now()
         while self._timers and self._timers[0][0] <= now:
-            _, _, kind, key = heapq.heappop(self._timers)
+            deadline, _, kind, key = heapq.heappop(self._timers)
             if kind == _EXPIRE:
                 self._expire_message(key, now)
             elif kind == _LEASE:
                 self._end_lease(*key)
             else:
-                self._check_node(key, now)
+                self._check_node(key, deadline)
 
     async def _reap(self) -> None:
         while True:
@@ -167,10 +167,12 @@ class InMemoryLinkState(LinkState):
         node_id = entry.message.metadata.dst_node_id
         self._message_topic.publish(node_id, node_id)
 
-    def _check_node(self, node_id: int, now: float) -> None:
-        # A node has one timer per heartbeat; only the first that finds it silent acts.
+    def _check_node(self, node_id: int, deadline: float) -> None:
+        # A node has one timer per heartbeat. A timer whose deadline a later heartbeat
+        # moved is stale and does nothing; the node went silent at its current
+        # deadline, which is when its own timer fires (after earlier expiries).
         node = self._nodes.get(node_id)
-        if node is None or not node.online or node.online_until > now:
+        if node is None or not node.online or node.online_until > deadline:
             return
         node.online = False
         self._fail_open_messages(node_id, "node went offline: no heartbeat in time")

@@ -755,7 +755,7 @@ class LinkStateConformance:
         await advance(fake_clock, 1.5)
         await state.push_reply(node_id, reply(pulled))
         meta = (await the_reply(state, run_id, message_id)).metadata
-        assert meta.created_at + meta.ttl == pytest.approx(pulled.metadata.expires_at)
+        assert meta.created_at + meta.ttl == pytest.approx(pulled.metadata.expires_at, abs=1e-6)
 
     async def test_a_reply_is_stamped_from_its_message_not_from_itself(
         self, state: LinkState, run_id: int, node_id: int
