@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Self
 
-from fedcore.domain import Message, Run, RunStatus
+from fedcore.domain import SERVER_NODE_ID, Error, ErrorCode, Message, Metadata, Run, RunStatus
+from fedcore.domain.message import assemble_message
 from fedcore.state.notify import Subscription
 
 DEFAULT_HEARTBEAT_PATIENCE = 2.0
@@ -164,3 +165,16 @@ class LinkState(ABC):
 
         Once per change: a node that stays offline is not announced again.
         """
+
+
+def check_heartbeat_interval(heartbeat_interval: float) -> None:
+    """Refuse a heartbeat interval that is not a positive number of seconds."""
+    if not heartbeat_interval > 0:
+        raise ValueError(f"heartbeat_interval must be positive, got {heartbeat_interval}")
+
+
+def unknown_message_reply(run_id: int, message_id: str) -> Message:
+    """The error reply ``get_replies`` gives for an id the run does not hold."""
+    metadata = Metadata(run_id=run_id, dst_node_id=SERVER_NODE_ID, reply_to_message_id=message_id)
+    reason = f"run {run_id} has no message {message_id!r} (never pushed, or already acknowledged)"
+    return assemble_message(metadata, error=Error(int(ErrorCode.MESSAGE_UNAVAILABLE), reason))

@@ -32,12 +32,10 @@ from fedcore.domain import (
     ErrorCode,
     Message,
     MessageStatus,
-    Metadata,
     Run,
     RunStatus,
     transition,
 )
-from fedcore.domain.message import assemble_message
 from fedcore.errors import (
     ConflictError,
     MessageNotFoundError,
@@ -46,7 +44,12 @@ from fedcore.errors import (
     RunFinishedError,
     RunNotFoundError,
 )
-from fedcore.state.base import DEFAULT_HEARTBEAT_PATIENCE, LinkState
+from fedcore.state.base import (
+    DEFAULT_HEARTBEAT_PATIENCE,
+    LinkState,
+    check_heartbeat_interval,
+    unknown_message_reply,
+)
 from fedcore.state.notify import Subscription, Topic
 
 
@@ -193,7 +196,7 @@ class InMemoryLinkState(LinkState):
     async def create_nodes(self, count: int, *, heartbeat_interval: float) -> list[int]:
         if count < 0:
             raise ValueError(f"cannot create {count} nodes")
-        _check_interval(heartbeat_interval)
+        check_heartbeat_interval(heartbeat_interval)
         self._fire_due()
         online_until = self._clock.now() + self._patience * heartbeat_interval
         created = []
@@ -214,7 +217,7 @@ class InMemoryLinkState(LinkState):
         self._node_topic.publish(node_id, node_id)
 
     async def heartbeat(self, node_id: int, *, heartbeat_interval: float) -> None:
-        _check_interval(heartbeat_interval)
+        check_heartbeat_interval(heartbeat_interval)
         self._fire_due()
         node = self._nodes.get(node_id)
         if node is None:
@@ -300,7 +303,7 @@ class InMemoryLinkState(LinkState):
         for message_id in message_ids:
             entry = self._messages.get(message_id)
             if entry is None or entry.message.metadata.run_id != run_id:
-                replies.append(_unknown_message_reply(run_id, message_id))
+                replies.append(unknown_message_reply(run_id, message_id))
             elif entry.reply is not None:
                 replies.append(entry.reply)
         return replies
@@ -409,14 +412,3 @@ class InMemoryLinkState(LinkState):
 
     def watch_nodes(self, callback: Callable[[int], None]) -> Subscription:
         return self._node_topic.subscribe(callback)
-
-
-def _check_interval(heartbeat_interval: float) -> None:
-    if not heartbeat_interval > 0:
-        raise ValueError(f"heartbeat_interval must be positive, got {heartbeat_interval}")
-
-
-def _unknown_message_reply(run_id: int, message_id: str) -> Message:
-    metadata = Metadata(run_id=run_id, dst_node_id=SERVER_NODE_ID, reply_to_message_id=message_id)
-    reason = f"run {run_id} has no message {message_id!r} (never pushed, or already acknowledged)"
-    return assemble_message(metadata, error=Error(int(ErrorCode.MESSAGE_UNAVAILABLE), reason))

@@ -95,7 +95,12 @@ from fedcore.errors import (
     RunNotFoundError,
     StateError,
 )
-from fedcore.state.base import DEFAULT_HEARTBEAT_PATIENCE, LinkState
+from fedcore.state.base import (
+    DEFAULT_HEARTBEAT_PATIENCE,
+    LinkState,
+    check_heartbeat_interval,
+    unknown_message_reply,
+)
 from fedcore.state.notify import Subscription, Topic
 from fedcore.state.sql import QUERIES, migrate
 from fedcore.wire import pack_recorddict, unpack_recorddict
@@ -349,7 +354,7 @@ class SqliteLinkState(LinkState):
     async def create_nodes(self, count: int, *, heartbeat_interval: float) -> list[int]:
         if count < 0:
             raise ValueError(f"cannot create {count} nodes")
-        _check_interval(heartbeat_interval)
+        check_heartbeat_interval(heartbeat_interval)
         return await self._transact(partial(self._create_nodes, count, heartbeat_interval))
 
     def _create_nodes(self, count: int, heartbeat_interval: float, now: float) -> list[int]:
@@ -378,7 +383,7 @@ class SqliteLinkState(LinkState):
         self._events.append(partial(self._node_topic.publish, node_id, node_id))
 
     async def heartbeat(self, node_id: int, *, heartbeat_interval: float) -> None:
-        _check_interval(heartbeat_interval)
+        check_heartbeat_interval(heartbeat_interval)
         await self._transact(partial(self._heartbeat, node_id, heartbeat_interval), durable=False)
 
     def _heartbeat(self, node_id: int, heartbeat_interval: float, now: float) -> None:
@@ -516,7 +521,7 @@ class SqliteLinkState(LinkState):
         for message_id in message_ids:
             row = self._row("message_and_reply", message_id=message_id)
             if row is None or row["run_id"] != run_id:
-                replies.append(_unknown_message_reply(run_id, message_id))
+                replies.append(unknown_message_reply(run_id, message_id))
             elif row["reply_id"] is not None:
                 replies.append(_reply_from(row))
         return replies
@@ -646,11 +651,6 @@ def _nothing(now: float) -> None:
     """The work of a transaction that only fires the timers due."""
 
 
-def _check_interval(heartbeat_interval: float) -> None:
-    if not heartbeat_interval > 0:
-        raise ValueError(f"heartbeat_interval must be positive, got {heartbeat_interval}")
-
-
 def _message_row(meta: Metadata) -> dict[str, Any]:
     """The columns of a stored message that an error reply to it is made from."""
     return {
@@ -705,9 +705,3 @@ def _repeated_reply(row: sqlite3.Row, reply: Message) -> str:
         raise ConflictError(f"message {row['message_id']!r} already has a different reply")
     reply_id: str = row["reply_id"]
     return reply_id
-
-
-def _unknown_message_reply(run_id: int, message_id: str) -> Message:
-    metadata = Metadata(run_id=run_id, dst_node_id=SERVER_NODE_ID, reply_to_message_id=message_id)
-    reason = f"run {run_id} has no message {message_id!r} (never pushed, or already acknowledged)"
-    return assemble_message(metadata, error=Error(int(ErrorCode.MESSAGE_UNAVAILABLE), reason))
