@@ -189,7 +189,7 @@ class ClientApp:
                 reply = await reply
         except (Exception, SystemExit) as exc:  # sys.exit() in a handler fails its reply only
             return self._failed(message, exc)
-        return _check_reply(message, reply, _handler_name(message))
+        return _check_reply(message, reply)
 
     def handle_blocking(
         self,
@@ -211,17 +211,16 @@ class ClientApp:
                 reply = run(reply)
         except (Exception, SystemExit) as exc:
             return self._failed(message, exc)
-        return _check_reply(message, reply, _handler_name(message))
+        return _check_reply(message, reply)
 
     def _chain(self, message: Message, handler: Handler, finish: Finish) -> CallNext:
         """The mods around ``handler`` as one ``call_next``; each link checks what its
         mod (or, innermost, the handler) returned, so every mod gets a proper reply."""
-        handler_name = _handler_name(message)
 
         def innermost(msg: Message, context: Context) -> Message:
             reply = handler(msg, context)
             finished = finish(reply) if inspect.isawaitable(reply) else reply
-            return _check_reply(msg, finished, handler_name)
+            return _check_reply(msg, finished)
 
         call_next: CallNext = innermost
         for mod in reversed(self._mods):
@@ -329,24 +328,22 @@ def _name(function: object) -> str:
     return str(getattr(function, "__name__", None) or repr(function))
 
 
-def _handler_name(message: Message) -> str:
-    return f"the {message.metadata.message_type} handler"
-
-
-def _check_reply(message: Message, reply: object, source: str) -> Message:
+def _check_reply(message: Message, reply: object, source: str | None = None) -> Message:
     """``reply`` if it is a Message replying to ``message``, else an error reply
-    blaming ``source`` (the handler, or a mod)."""
+    blaming ``source`` (a mod), or by default the handler of ``message``'s type.
+    The blame is put into words only on failure: this runs for every message."""
+    if isinstance(reply, Message) and (
+        reply.metadata.reply_to_message_id == message.metadata.message_id
+    ):
+        return reply
+    source = source or f"the {message.metadata.message_type} handler"
     if not isinstance(reply, Message):
         return _error_reply(
             message,
             f"{source} returned {type(reply).__name__}; it must return "
             "Message(content, reply_to=msg)",
         )
-    if reply.metadata.reply_to_message_id != message.metadata.message_id:
-        return _error_reply(
-            message, f"{source} returned a Message that is not a reply to its message"
-        )
-    return reply
+    return _error_reply(message, f"{source} returned a Message that is not a reply to its message")
 
 
 def _error_reply(message: Message, reason: str) -> Message:
