@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 from fedcore.domain import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from fedcore.strategy import arguments
@@ -36,6 +37,22 @@ from fedcore.strategy.result import Phase
 log = logging.getLogger("fedcore.strategy")
 
 MetricsAggregation = Callable[[list[RecordDict], str], MetricRecord]
+
+
+class FedAvgOptions(TypedDict, total=False):
+    """FedAvg's constructor arguments, for the variants that take them by keyword only
+    (``**options: Unpack[FedAvgOptions]``) instead of repeating each one."""
+
+    fraction_train: float
+    fraction_evaluate: float
+    min_train_nodes: int
+    min_evaluate_nodes: int
+    min_available_nodes: int
+    weighted_by_key: str
+    arrayrecord_key: str
+    configrecord_key: str
+    train_metrics_aggr_fn: MetricsAggregation | None
+    evaluate_metrics_aggr_fn: MetricsAggregation | None
 
 
 @dataclass(frozen=True)

@@ -24,13 +24,14 @@ differs from the moments' is refused with ``ValueError``.
 from __future__ import annotations
 
 from abc import abstractmethod
+from typing import Unpack
 
 import numpy as np
 
 from fedcore.domain import ArrayRecord
 from fedcore.domain.records import NDArray
 from fedcore.strategy import arguments
-from fedcore.strategy.fedavg import FedAvg, MetricsAggregation
+from fedcore.strategy.fedavg import FedAvg, FedAvgOptions
 from fedcore.strategy.optimizers import step_floats
 
 
@@ -45,33 +46,15 @@ class FedOpt(FedAvg):
     def __init__(
         self,
         *,
-        fraction_train: float = 1.0,
-        fraction_evaluate: float = 1.0,
-        min_train_nodes: int = 2,
-        min_evaluate_nodes: int = 2,
-        min_available_nodes: int = 2,
-        weighted_by_key: str = "num-examples",
-        arrayrecord_key: str = "arrays",
-        configrecord_key: str = "config",
-        train_metrics_aggr_fn: MetricsAggregation | None = None,
-        evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
         eta: float = 1e-1,
         eta_l: float = 1e-1,
         beta_1: float = 0.0,
         beta_2: float = 0.0,
         tau: float = 1e-3,
+        **options: Unpack[FedAvgOptions],
     ) -> None:
         super().__init__(
-            fraction_train=fraction_train,
-            fraction_evaluate=fraction_evaluate,
-            min_train_nodes=min_train_nodes,
-            min_evaluate_nodes=min_evaluate_nodes,
-            min_available_nodes=min_available_nodes,
-            weighted_by_key=weighted_by_key,
-            arrayrecord_key=arrayrecord_key,
-            configrecord_key=configrecord_key,
-            train_metrics_aggr_fn=train_metrics_aggr_fn,
-            evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn,
+            **options,
         )
         self.eta = arguments.positive("eta", eta)
         self.eta_l = arguments.positive("eta_l", eta_l)

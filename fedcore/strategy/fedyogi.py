@@ -10,8 +10,10 @@ correction (as in the paper and Flower 1.42). Defaults are Flower's:
 
 from __future__ import annotations
 
+from typing import Unpack
+
 from fedcore.domain.records import NDArray
-from fedcore.strategy.fedavg import MetricsAggregation
+from fedcore.strategy.fedavg import FedAvgOptions
 from fedcore.strategy.fedopt import FedOpt
 from fedcore.strategy.optimizers import yogi_step
 
@@ -22,38 +24,20 @@ class FedYogi(FedOpt):
     def __init__(
         self,
         *,
-        fraction_train: float = 1.0,
-        fraction_evaluate: float = 1.0,
-        min_train_nodes: int = 2,
-        min_evaluate_nodes: int = 2,
-        min_available_nodes: int = 2,
-        weighted_by_key: str = "num-examples",
-        arrayrecord_key: str = "arrays",
-        configrecord_key: str = "config",
-        train_metrics_aggr_fn: MetricsAggregation | None = None,
-        evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
         eta: float = 1e-2,
         eta_l: float = 0.0316,
         beta_1: float = 0.9,
         beta_2: float = 0.99,
         tau: float = 1e-3,
+        **options: Unpack[FedAvgOptions],
     ) -> None:
         super().__init__(
-            fraction_train=fraction_train,
-            fraction_evaluate=fraction_evaluate,
-            min_train_nodes=min_train_nodes,
-            min_evaluate_nodes=min_evaluate_nodes,
-            min_available_nodes=min_available_nodes,
-            weighted_by_key=weighted_by_key,
-            arrayrecord_key=arrayrecord_key,
-            configrecord_key=configrecord_key,
-            train_metrics_aggr_fn=train_metrics_aggr_fn,
-            evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn,
             eta=eta,
             eta_l=eta_l,
             beta_1=beta_1,
             beta_2=beta_2,
             tau=tau,
+            **options,
         )
 
     def adaptive_step(
