@@ -173,20 +173,8 @@ class DifferentialPrivacyServerSideFixedClipping(_FixedClipping):
     wrapped strategy sees it; the nodes need no mod.
     """
 
-    current_arrays: ArrayRecord | None
+    current_arrays: ArrayRecord | None = None
     """The arrays the latest :meth:`configure_train` sent (``None`` before the first)."""
-
-    def __init__(
-        self,
-        strategy: Strategy,
-        noise_multiplier: float,
-        clipping_norm: float,
-        num_sampled_clients: int,
-        *,
-        seed: int | None = None,
-    ) -> None:
-        super().__init__(strategy, noise_multiplier, clipping_norm, num_sampled_clients, seed=seed)
-        self.current_arrays = None
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, node_ids: Sequence[int]
