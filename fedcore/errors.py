@@ -23,7 +23,8 @@ them, as Python code is expected to.
     │   ├── ConflictError           same id, different content
     │   ├── ReplyRejectedError      a reply to a message that expired or was answered by fedcore
     │   ├── RunFinishedError        messages pushed to a run that has finished
-    │   └── InvalidTransitionError  a lifecycle move the transition table forbids
+    │   ├── InvalidTransitionError  a lifecycle move the transition table forbids
+    │   └── ClaimLostError          a fencing token that is no longer the run's claim
     ├── NotEnoughNodesError (TimeoutError)
     │                               waited for nodes past the timeout
     └── LinkUnavailableError (ConnectionError)
@@ -96,6 +97,13 @@ class RunFinishedError(StateError):
 
 class InvalidTransitionError(StateError):
     """A lifecycle move that the transition table does not allow."""
+
+
+class ClaimLostError(StateError):
+    """A claim's fencing token is stale: the claim expired and the run moved on without it.
+
+    The claimant must stop acting for the run: another exec may have claimed it since.
+    """
 
 
 class NotEnoughNodesError(FedcoreError, TimeoutError):

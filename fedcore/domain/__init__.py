@@ -17,7 +17,7 @@ from fedcore.domain.records import (
     Record,
     RecordDict,
 )
-from fedcore.domain.run import Run
+from fedcore.domain.run import LogLine, Run
 
 __all__ = [
     "DEFAULT_TTL",
@@ -27,6 +27,7 @@ __all__ = [
     "Context",
     "Error",
     "ErrorCode",
+    "LogLine",
     "Message",
     "MessageStatus",
     "Metadata",

@@ -9,9 +9,10 @@ rather than a state seen in production.
 Runs::
 
     pending ──> starting ──> running ──> finished:completed
-       │           │            ├──────> finished:failed
-       │           │            └──────> finished:stopped
-       └───────────┴──> finished:failed / finished:stopped   (never started)
+       ▲  │        │  │         ├──────> finished:failed
+       │  │        │  │         └──────> finished:stopped
+       │  └────────┴──┴──> finished:failed / finished:stopped   (never started)
+       └───────────┘  claim expired: the exec that claimed it is gone; try again
 
 Messages (ServerApp → node), inside a LinkState::
 
@@ -46,7 +47,9 @@ class RunStatus(StrEnum):
 
 RUN_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     RunStatus.PENDING: frozenset({RunStatus.STARTING, RunStatus.FAILED, RunStatus.STOPPED}),
-    RunStatus.STARTING: frozenset({RunStatus.RUNNING, RunStatus.FAILED, RunStatus.STOPPED}),
+    RunStatus.STARTING: frozenset(
+        {RunStatus.PENDING, RunStatus.RUNNING, RunStatus.FAILED, RunStatus.STOPPED}
+    ),
     RunStatus.RUNNING: frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.STOPPED}),
     RunStatus.COMPLETED: frozenset(),
     RunStatus.FAILED: frozenset(),

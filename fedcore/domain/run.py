@@ -21,3 +21,16 @@ class Run:
     status: RunStatus = RunStatus.PENDING
     reason: str = ""
     seed: int | None = None
+    bundle_hash: str = ""
+    """SHA-256 (hex) of the run's app bundle; empty for a simulation, which has none."""
+    created_at: float = 0.0
+    """When the run was created, on the LinkState's clock."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One line a run's ServerApp logged, numbered from 1 in the order the link got them."""
+
+    seq: int
+    time: float
+    text: str

@@ -1,10 +1,11 @@
 """LinkState: everything the link knows — nodes, runs, messages and their replies.
 
 One interface, several implementations (``memory.py`` for simulation and tests,
-``sqlite.py`` for deployment), and one conformance suite for all of them in
-``fedcore.testing.linkstate``. Every method is async so that an implementation may
-do I/O off the event loop; notifications (``watch_*``) are synchronous callbacks,
-see :mod:`fedcore.state.notify`.
+``sqlite.py`` for deployment), and one conformance suite for all of them, in two
+halves: ``fedcore.testing.linkstate`` (nodes, messages, replies) and
+``fedcore.testing.runstate`` (runs, claims, bundles, contexts, logs). Every method is
+async so that an implementation may do I/O off the event loop; notifications
+(``watch_*``) are synchronous callbacks, see :mod:`fedcore.state.notify`.
 
 Message flow and the promises kept (DESIGN.md §5):
 
@@ -18,21 +19,73 @@ Message flow and the promises kept (DESIGN.md §5):
   never waits on a message that can no longer complete.
 - ``get_replies`` returns replies until the ServerApp acknowledges them with
   ``ack_replies``; only then are message and reply deleted.
+- A node working on a message keeps its lease with ``renew_leases`` (sent with its
+  heartbeats), so a long ClientApp is not redelivered while it works.
+
+Runs in deployment (DESIGN.md §4, R5, R6). ``fedcore run`` stores the app bundle
+(``put_bundle``) and creates the run, ``pending``. An exec claims it with
+``claim_runs``: the run goes ``starting`` and the claim carries a fencing token and a
+launch secret. The exec renews the claim while it launches the ServerApp
+(``renew_claim``) and moves the run to ``running`` with ``start_run``; a claim that
+runs out while the run is ``starting`` sends it back to ``pending`` for another exec,
+at most :data:`MAX_CLAIM_ATTEMPTS` times, then ``finished:failed``. Once running, the
+ServerApp process keeps its run alive with ``heartbeat_run``; a run whose ServerApp
+misses ``patience × heartbeat_interval`` goes ``finished:failed``. Every status
+change is announced by ``watch_runs``. Logs (``append_logs``) and saved contexts
+(``save_context``) outlive the run, for ``fedcore log`` and for the record.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
-from fedcore.domain import SERVER_NODE_ID, Error, ErrorCode, Message, Metadata, Run, RunStatus
+from fedcore.domain import (
+    SERVER_NODE_ID,
+    Error,
+    ErrorCode,
+    LogLine,
+    Message,
+    Metadata,
+    RecordDict,
+    Run,
+    RunStatus,
+)
 from fedcore.domain.message import assemble_message
 from fedcore.state.notify import Subscription
 
 DEFAULT_HEARTBEAT_PATIENCE = 2.0
-"""A node is offline once ``patience × heartbeat_interval`` passes without a heartbeat."""
+"""A node is offline once ``patience × heartbeat_interval`` passes without a heartbeat.
+
+The same patience applies to a running run's ServerApp and its ``heartbeat_run``."""
+MAX_CLAIM_ATTEMPTS = 3
+"""How many claims of one run may run out before the run is ``finished:failed``."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunClaim:
+    """An exec's exclusive right to launch a run, until ``expires_at`` unless renewed.
+
+    ``token`` is the fencing token: strictly greater than every token handed out
+    before by this state, and checked by every call the claimant makes for the run
+    (``renew_claim``, ``start_run``, ``update_run_status``), which raise
+    :class:`~fedcore.errors.ClaimLostError` once a newer claim exists or the run moved
+    on. ``secret`` is the launch secret the ServerApp process presents to the
+    runtime API (:meth:`LinkState.check_run_secret`); the state keeps only its hash.
+    ``attempt`` counts the claims of this run, from 1.
+    """
+
+    run: Run
+    token: int
+    secret: str
+    attempt: int
+    expires_at: float
 
 
 class LinkState(ABC):
@@ -84,19 +137,137 @@ class LinkState(ABC):
     # Runs --------------------------------------------------------------------------
 
     @abstractmethod
-    async def create_run(self, run_config: dict[str, Any], *, seed: int | None = None) -> Run:
-        """Create a run in status ``pending``."""
+    async def create_run(
+        self, run_config: dict[str, Any], *, seed: int | None = None, bundle_hash: str = ""
+    ) -> Run:
+        """Create a run in status ``pending``, stamped with ``created_at``.
+
+        ``bundle_hash`` names a bundle stored with :meth:`put_bundle` (deployment);
+        an unknown one raises ``NotFoundError``. Empty: no bundle (simulation).
+        """
+
+    @abstractmethod
+    async def list_runs(self) -> list[Run]:
+        """Every run, finished ones included, oldest first."""
 
     @abstractmethod
     async def get_run(self, run_id: int) -> Run:
         """The run, or ``RunNotFoundError``."""
 
     @abstractmethod
-    async def update_run_status(self, run_id: int, status: RunStatus, reason: str = "") -> Run:
+    async def update_run_status(
+        self, run_id: int, status: RunStatus, reason: str = "", *, token: int | None = None
+    ) -> Run:
         """Move a run along its lifecycle table.
 
-        Finishing a run drops its undelivered messages and unacknowledged replies.
+        Finishing a run drops its undelivered messages and unacknowledged replies,
+        ends its claim and stops its ServerApp heartbeat timer; moving it back to
+        ``pending`` ends its claim too. With ``token``, the move is the claimant's: it
+        raises ``ClaimLostError`` unless ``token`` is the run's current claim (an exec
+        reporting its ServerApp's exit), and then nothing changes; without, it is the
+        operator's or the ServerApp's own (``fedcore stop``, the app finishing).
         """
+
+    @abstractmethod
+    def watch_runs(self, callback: Callable[[int], None]) -> Subscription:
+        """Call ``callback(run_id)`` when a run is created or changes status."""
+
+    # Claims: the exec's side ------------------------------------------------------
+
+    @abstractmethod
+    async def claim_runs(self, *, limit: int, lease: float) -> list[RunClaim]:
+        """Claim up to ``limit`` pending runs, oldest first: each goes ``starting``.
+
+        Each claim lasts ``lease`` seconds unless renewed. Claims made by concurrent
+        callers never overlap: one pending run goes to exactly one claim. A negative
+        ``limit`` or a ``lease`` that is not positive raises ``ValueError``.
+        """
+
+    @abstractmethod
+    async def renew_claim(self, run_id: int, token: int, *, lease: float) -> float:
+        """Extend the claim ``lease`` seconds from now; return its new expiry.
+
+        Raises ``ClaimLostError`` unless ``token`` is the run's current claim and the
+        run is still starting or running; ``RunNotFoundError`` for an unknown run.
+        """
+
+    @abstractmethod
+    async def start_run(self, run_id: int, token: int, *, heartbeat_interval: float) -> Run:
+        """The claimant launched the ServerApp: ``starting → running``.
+
+        From now on the run is alive while its ServerApp heartbeats
+        (:meth:`heartbeat_run`) at least every ``patience × heartbeat_interval``
+        seconds; the claim's own expiry no longer matters. Raises ``ClaimLostError``
+        for a stale ``token``, ``RunNotFoundError`` for an unknown run. Called again
+        with the same token once the run is running (a retry after a lost response),
+        it changes nothing and returns the run.
+        """
+
+    @abstractmethod
+    async def heartbeat_run(self, run_id: int, *, heartbeat_interval: float) -> Run:
+        """The run's ServerApp is alive; its next deadline is ``patience × interval`` away.
+
+        Raises ``RunFinishedError`` once the run has finished (stopped by an
+        operator, or failed): the ServerApp should end. A run that is not running
+        yet raises ``InvalidTransitionError``. A run moved to ``running`` without
+        :meth:`start_run` (by ``update_run_status``) is watched from its first heartbeat.
+        """
+
+    @abstractmethod
+    async def check_run_secret(self, run_id: int, secret: str) -> Run:
+        """The run, if ``secret`` is the launch secret of its current claim.
+
+        Anything else — an unknown run, a wrong secret, the secret of an earlier
+        claim or of a claim that ran out — raises ``RunNotFoundError`` alike: a caller
+        cannot tell a run that exists but is not theirs from one that does not exist
+        (DESIGN.md §6). The secret outlives the run's finishing, which ends the claim
+        for its exec but not for its ServerApp: that can still send its last logs and
+        learn from :meth:`heartbeat_run` that it should end.
+        """
+
+    # Bundles, contexts and logs ----------------------------------------------------
+
+    @abstractmethod
+    async def put_bundle(self, data: bytes) -> str:
+        """Store an app bundle and return its SHA-256 in hex; the same bytes are stored once."""
+
+    @abstractmethod
+    async def get_bundle(self, bundle_hash: str) -> bytes:
+        """The bundle stored under ``bundle_hash``, or ``NotFoundError``."""
+
+    @abstractmethod
+    async def save_context(self, run_id: int, node_id: int, state: RecordDict) -> None:
+        """Keep ``state`` as the context state of ``node_id`` in the run (replacing any).
+
+        ``node_id`` is :data:`~fedcore.domain.SERVER_NODE_ID` for the ServerApp's.
+        Raises ``RunNotFoundError``.
+        """
+
+    @abstractmethod
+    async def load_context(self, run_id: int, node_id: int) -> RecordDict:
+        """The state last saved for ``node_id`` in the run; empty when none was saved.
+
+        Raises ``RunNotFoundError``.
+        """
+
+    @abstractmethod
+    async def append_logs(self, run_id: int, lines: Sequence[str]) -> int:
+        """Append lines to the run's log and return the number of the last one.
+
+        Lines of a finished run are still accepted (a ServerApp's last words).
+        Raises ``RunNotFoundError``.
+        """
+
+    @abstractmethod
+    async def get_logs(self, run_id: int, *, after: int = 0, limit: int = 1000) -> list[LogLine]:
+        """Up to ``limit`` lines numbered above ``after``, in order.
+
+        Raises ``RunNotFoundError``; a negative ``limit``, ``ValueError``.
+        """
+
+    @abstractmethod
+    def watch_logs(self, run_id: int, callback: Callable[[int], None]) -> Subscription:
+        """Call ``callback(seq)`` with the number of the last line of every append."""
 
     # The ServerApp's side ------------------------------------------------------------
 
@@ -127,6 +298,19 @@ class LinkState(ABC):
         """
 
     # The node's side -----------------------------------------------------------------
+
+    @abstractmethod
+    async def renew_leases(
+        self, node_id: int, message_ids: Sequence[str], *, lease: float
+    ) -> list[str]:
+        """Extend to ``lease`` seconds from now the leases the node holds on these messages.
+
+        Returns, in the order given, the ids whose lease was not extended: not
+        leased to this node (any more) — expired, answered, of a finished run, or
+        unknown. A lease taken until the message expires (``lease=None`` on pulling)
+        becomes a lease of ``lease`` seconds. Raises ``NodeNotFoundError`` for an
+        unknown node, ``ValueError`` for a ``lease`` that is not positive.
+        """
 
     @abstractmethod
     async def pull_messages(
@@ -178,3 +362,45 @@ def unknown_message_reply(run_id: int, message_id: str) -> Message:
     metadata = Metadata(run_id=run_id, dst_node_id=SERVER_NODE_ID, reply_to_message_id=message_id)
     reason = f"run {run_id} has no message {message_id!r} (never pushed, or already acknowledged)"
     return assemble_message(metadata, error=Error(int(ErrorCode.MESSAGE_UNAVAILABLE), reason))
+
+
+def check_lease(lease: float) -> None:
+    """Refuse a lease (of a message or a claim) that is not a positive number of seconds."""
+    if not lease > 0:
+        raise ValueError(f"lease must be positive, got {lease}")
+
+
+def new_launch_secret() -> tuple[str, bytes]:
+    """A claim's launch secret, and its digest: all that a state keeps of it."""
+    secret = secrets.token_urlsafe(32)
+    return secret, _digest(secret)
+
+
+def secret_matches(digest: bytes | None, secret: str) -> bool:
+    """Whether ``secret`` is the one ``digest`` was made from, in constant time."""
+    return digest is not None and hmac.compare_digest(digest, _digest(secret))
+
+
+def _digest(secret: str) -> bytes:
+    # surrogatepass: a secret from the network may hold any str; it then only fails to match.
+    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).digest()
+
+
+def after_claim_expired(attempts: int) -> tuple[RunStatus, str]:
+    """Where a ``starting`` run goes when its claim runs out, and why (R5)."""
+    if attempts >= MAX_CLAIM_ATTEMPTS:
+        return RunStatus.FAILED, (
+            f"no exec launched the run: its claim ran out {attempts} times "
+            f"(the exec that claimed it died or hung each time)"
+        )
+    return RunStatus.PENDING, (
+        f"claim {attempts} ran out before its exec launched the run; waiting for another exec"
+    )
+
+
+def silent_serverapp_reason(patience: float, heartbeat_interval: float) -> str:
+    """Why a running run failed when its ServerApp stopped heartbeating (R4)."""
+    return (
+        f"the ServerApp went silent: no heartbeat for {patience * heartbeat_interval:g} s "
+        f"({patience:g} × its interval of {heartbeat_interval:g} s)"
+    )

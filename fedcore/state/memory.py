@@ -2,10 +2,12 @@
 
 Everything lives in dicts on the event loop thread, so each method runs without an
 await in between and is atomic by construction. Time-driven events — a TTL passing,
-a lease running out, a node missing its heartbeats — are timers on one heap, fired
-by a reaper task (started by ``async with``) that sleeps on the injected clock until
-the earliest deadline, and also checked at the top of every call so that a state
-used without its reaper never serves stale facts.
+a lease running out, a node missing its heartbeats, and those of runs (a claim running
+out, a ServerApp missing its heartbeats) — are timers on one heap, fired by a reaper
+task (started by ``async with``) that sleeps on the injected clock until the earliest
+deadline, and also checked at the top of every call so that a state used without its
+reaper never serves stale facts. This module holds nodes, messages, replies and
+leases; runs, claims, bundles, contexts and logs are :mod:`fedcore.state.memory_runs`.
 
 Ids come from a ``random.Random`` that a simulation seeds, so the same seed gives
 the same node ids — and therefore the same sampled cohorts — run after run.
@@ -18,7 +20,8 @@ import itertools
 import math
 import random
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 from types import TracebackType
 from typing import Any, Self
 
@@ -30,8 +33,10 @@ from fedcore.domain import (
     SERVER_NODE_ID,
     Error,
     ErrorCode,
+    LogLine,
     Message,
     MessageStatus,
+    RecordDict,
     Run,
     RunStatus,
     transition,
@@ -42,14 +47,16 @@ from fedcore.errors import (
     NodeNotFoundError,
     ReplyRejectedError,
     RunFinishedError,
-    RunNotFoundError,
 )
 from fedcore.state.base import (
     DEFAULT_HEARTBEAT_PATIENCE,
     LinkState,
+    RunClaim,
     check_heartbeat_interval,
+    check_lease,
     unknown_message_reply,
 )
+from fedcore.state.memory_runs import MemoryRuns
 from fedcore.state.notify import Subscription, Topic
 
 
@@ -69,15 +76,6 @@ class _Entry:
     generated: bool = False
 
 
-@dataclass(slots=True)
-class _RunRow:
-    run: Run
-    message_ids: set[str] = field(default_factory=set)
-
-
-_EXPIRE, _LEASE, _NODE = "expire", "lease", "node"
-
-
 class InMemoryLinkState(LinkState):
     """A :class:`~fedcore.state.base.LinkState` in dictionaries."""
 
@@ -92,11 +90,18 @@ class InMemoryLinkState(LinkState):
         self._ids = random.Random(seed)
         self._patience = heartbeat_patience
         self._nodes: dict[int, _Node] = {}
-        self._runs: dict[int, _RunRow] = {}
         self._messages: dict[str, _Entry] = {}
         self._open: dict[int, dict[str, None]] = {}
-        self._timers: list[tuple[float, int, str, Any]] = []
+        self._run_messages: dict[int, set[str]] = {}
+        self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._sequence = itertools.count()
+        self._runs = MemoryRuns(
+            self._clock,
+            self._ids,
+            heartbeat_patience,
+            schedule=self._schedule,
+            drop_messages=self._drop_run_messages,
+        )
         self._wakeup: anyio.Event | None = None
         self._task_group: TaskGroup | None = None
         self._message_topic: Topic[int, int] = Topic()
@@ -124,23 +129,19 @@ class InMemoryLinkState(LinkState):
 
     # Timers ----------------------------------------------------------------------
 
-    def _schedule(self, deadline: float, kind: str, key: Any) -> None:
+    def _schedule(self, deadline: float, fire: Callable[[], None]) -> None:
+        """Call ``fire`` once the clock reaches ``deadline``."""
         if math.isinf(deadline):
             return
-        heapq.heappush(self._timers, (deadline, next(self._sequence), kind, key))
+        heapq.heappush(self._timers, (deadline, next(self._sequence), fire))
         if self._timers[0][0] == deadline and self._wakeup is not None:
             self._wakeup.set()
 
     def _fire_due(self) -> None:
         now = self._clock.now()
         while self._timers and self._timers[0][0] <= now:
-            deadline, _, kind, key = heapq.heappop(self._timers)
-            if kind == _EXPIRE:
-                self._expire_message(key, now)
-            elif kind == _LEASE:
-                self._end_lease(*key)
-            else:
-                self._check_node(key, deadline)
+            _, _, fire = heapq.heappop(self._timers)
+            fire()
 
     async def _reap(self) -> None:
         while True:
@@ -150,11 +151,9 @@ class InMemoryLinkState(LinkState):
             with self._clock.move_on_after(delay):
                 await self._wakeup.wait()
 
-    def _expire_message(self, message_id: str, now: float) -> None:
+    def _expire_message(self, message_id: str) -> None:
         entry = self._messages.get(message_id)
         if entry is None or entry.status not in (MessageStatus.PENDING, MessageStatus.LEASED):
-            return
-        if now < entry.message.metadata.expires_at:
             return
         self._answer_with_error(
             entry,
@@ -203,7 +202,7 @@ class InMemoryLinkState(LinkState):
         for _ in range(count):
             node_id = self._new_id(self._nodes.__contains__)
             self._nodes[node_id] = _Node(heartbeat_interval, online_until)
-            self._schedule(online_until, _NODE, node_id)
+            self._schedule(online_until, partial(self._check_node, node_id, online_until))
             created.append(node_id)
             self._node_topic.publish(node_id, node_id)
         return created
@@ -226,7 +225,7 @@ class InMemoryLinkState(LinkState):
         was_online, node.online = node.online, True
         node.heartbeat_interval = heartbeat_interval
         node.online_until = self._clock.now() + self._patience * heartbeat_interval
-        self._schedule(node.online_until, _NODE, node_id)
+        self._schedule(node.online_until, partial(self._check_node, node_id, node.online_until))
         if not was_online:
             self._node_topic.publish(node_id, node_id)
 
@@ -235,42 +234,86 @@ class InMemoryLinkState(LinkState):
         now = self._clock.now()
         return [node_id for node_id, node in self._nodes.items() if node.online_until > now]
 
-    # Runs --------------------------------------------------------------------------
+    # Runs, claims, bundles, contexts and logs: see fedcore.state.memory_runs --------
 
-    def _run_row(self, run_id: int) -> _RunRow:
-        row = self._runs.get(run_id)
-        if row is None:
-            raise RunNotFoundError(f"no run {run_id}")
-        return row
+    async def create_run(
+        self, run_config: dict[str, Any], *, seed: int | None = None, bundle_hash: str = ""
+    ) -> Run:
+        self._fire_due()
+        return self._runs.create_run(run_config, seed, bundle_hash)
 
-    async def create_run(self, run_config: dict[str, Any], *, seed: int | None = None) -> Run:
-        run_id = self._new_id(self._runs.__contains__)
-        run = Run(run_id=run_id, run_config=dict(run_config), seed=seed)
-        self._runs[run_id] = _RunRow(run)
-        return Run(run.run_id, dict(run.run_config), run.status, run.reason, run.seed)
+    async def list_runs(self) -> list[Run]:
+        self._fire_due()
+        return self._runs.list_runs()
 
     async def get_run(self, run_id: int) -> Run:
-        run = self._run_row(run_id).run
-        return Run(run.run_id, dict(run.run_config), run.status, run.reason, run.seed)
+        self._fire_due()
+        return self._runs.get_run(run_id)
 
-    async def update_run_status(self, run_id: int, status: RunStatus, reason: str = "") -> Run:
-        row = self._run_row(run_id)
-        row.run.status = transition(row.run.status, status)
-        row.run.reason = reason
-        if status.finished:
-            for message_id in row.message_ids:
-                entry = self._messages.pop(message_id)
-                self._open.get(entry.message.metadata.dst_node_id, {}).pop(message_id, None)
-            row.message_ids.clear()
-        return await self.get_run(run_id)
+    async def update_run_status(
+        self, run_id: int, status: RunStatus, reason: str = "", *, token: int | None = None
+    ) -> Run:
+        self._fire_due()
+        return self._runs.update_run_status(run_id, status, reason, token)
+
+    def _drop_run_messages(self, run_id: int) -> None:
+        """A run finished: its messages and their replies go."""
+        for message_id in self._run_messages.pop(run_id, ()):
+            entry = self._messages.pop(message_id)
+            self._open.get(entry.message.metadata.dst_node_id, {}).pop(message_id, None)
+
+    def watch_runs(self, callback: Callable[[int], None]) -> Subscription:
+        return self._runs.watch_runs(callback)
+
+    async def claim_runs(self, *, limit: int, lease: float) -> list[RunClaim]:
+        self._fire_due()
+        return self._runs.claim_runs(limit, lease)
+
+    async def renew_claim(self, run_id: int, token: int, *, lease: float) -> float:
+        self._fire_due()
+        return self._runs.renew_claim(run_id, token, lease)
+
+    async def start_run(self, run_id: int, token: int, *, heartbeat_interval: float) -> Run:
+        self._fire_due()
+        return self._runs.start_run(run_id, token, heartbeat_interval)
+
+    async def heartbeat_run(self, run_id: int, *, heartbeat_interval: float) -> Run:
+        self._fire_due()
+        return self._runs.heartbeat_run(run_id, heartbeat_interval)
+
+    async def check_run_secret(self, run_id: int, secret: str) -> Run:
+        self._fire_due()
+        return self._runs.check_run_secret(run_id, secret)
+
+    async def put_bundle(self, data: bytes) -> str:
+        return self._runs.put_bundle(data)
+
+    async def get_bundle(self, bundle_hash: str) -> bytes:
+        return self._runs.get_bundle(bundle_hash)
+
+    async def save_context(self, run_id: int, node_id: int, state: RecordDict) -> None:
+        self._runs.save_context(run_id, node_id, state)
+
+    async def load_context(self, run_id: int, node_id: int) -> RecordDict:
+        return self._runs.load_context(run_id, node_id)
+
+    async def append_logs(self, run_id: int, lines: Sequence[str]) -> int:
+        return self._runs.append_logs(run_id, lines)
+
+    async def get_logs(self, run_id: int, *, after: int = 0, limit: int = 1000) -> list[LogLine]:
+        return self._runs.get_logs(run_id, after, limit)
+
+    def watch_logs(self, run_id: int, callback: Callable[[int], None]) -> Subscription:
+        return self._runs.watch_logs(run_id, callback)
 
     # The ServerApp's side ------------------------------------------------------------
 
     async def push_messages(self, run_id: int, messages: Sequence[Message]) -> list[str]:
         self._fire_due()
-        row = self._run_row(run_id)
-        if row.run.status.finished:
-            raise RunFinishedError(f"run {run_id} is {row.run.status}; it takes no messages")
+        status = self._runs.status(run_id)
+        if status.finished:
+            raise RunFinishedError(f"run {run_id} is {status}; it takes no messages")
+        run_messages = self._run_messages.setdefault(run_id, set())
         now = self._clock.now()
         ids = []
         for message in messages:
@@ -279,7 +322,7 @@ class InMemoryLinkState(LinkState):
             meta.message_id = self._new_message_id()
             entry = _Entry(message)
             self._messages[meta.message_id] = entry
-            row.message_ids.add(meta.message_id)
+            run_messages.add(meta.message_id)
             ids.append(meta.message_id)
             if not self._online(meta.dst_node_id):
                 self._answer_with_error(
@@ -287,7 +330,7 @@ class InMemoryLinkState(LinkState):
                 )
                 continue
             self._open.setdefault(meta.dst_node_id, {})[meta.message_id] = None
-            self._schedule(meta.expires_at, _EXPIRE, meta.message_id)
+            self._schedule(meta.expires_at, partial(self._expire_message, meta.message_id))
             self._message_topic.publish(meta.dst_node_id, meta.dst_node_id)
         return ids
 
@@ -298,7 +341,7 @@ class InMemoryLinkState(LinkState):
 
     async def get_replies(self, run_id: int, message_ids: Iterable[str]) -> list[Message]:
         self._fire_due()
-        self._run_row(run_id)
+        self._runs.status(run_id)
         replies = []
         for message_id in message_ids:
             entry = self._messages.get(message_id)
@@ -310,7 +353,7 @@ class InMemoryLinkState(LinkState):
 
     async def ack_replies(self, run_id: int, message_ids: Iterable[str]) -> None:
         self._fire_due()
-        row = self._run_row(run_id)
+        self._runs.status(run_id)
         known: dict[str, _Entry] = {}
         for message_id in message_ids:
             entry = self._messages.get(message_id)
@@ -321,9 +364,35 @@ class InMemoryLinkState(LinkState):
             known[message_id] = entry
         for message_id in known:
             del self._messages[message_id]
-            row.message_ids.discard(message_id)
+            self._run_messages[run_id].discard(message_id)
 
     # The node's side -----------------------------------------------------------------
+
+    async def renew_leases(
+        self, node_id: int, message_ids: Sequence[str], *, lease: float
+    ) -> list[str]:
+        check_lease(lease)
+        self._fire_due()
+        if node_id not in self._nodes:
+            raise NodeNotFoundError(f"no node {node_id}")
+        released = []
+        for message_id in message_ids:
+            entry = self._messages.get(message_id)
+            if (
+                entry is None
+                or entry.status is not MessageStatus.LEASED
+                or entry.message.metadata.dst_node_id != node_id
+            ):
+                released.append(message_id)
+                continue
+            entry.lease += 1
+            self._lease_until(entry, self._clock.now() + lease)
+        return released
+
+    def _lease_until(self, entry: _Entry, deadline: float) -> None:
+        """Start the entry's current lease (``entry.lease``), to run out at ``deadline``."""
+        lease = partial(self._end_lease, entry.message.metadata.message_id, entry.lease)
+        self._schedule(deadline, lease)
 
     async def pull_messages(
         self, node_id: int, *, limit: int | None = None, lease: float | None = None
@@ -341,7 +410,7 @@ class InMemoryLinkState(LinkState):
             entry.status = transition(entry.status, MessageStatus.LEASED)
             entry.lease += 1
             if lease is not None:
-                self._schedule(self._clock.now() + lease, _LEASE, (message_id, entry.lease))
+                self._lease_until(entry, self._clock.now() + lease)
             pulled.append(entry.message)
         return pulled
 

@@ -2,8 +2,9 @@
 
 A hypothesis state machine drives an InMemoryLinkState and a SqliteLinkState (on a file)
 through the same random steps: nodes register, heartbeat, fall silent and are deleted;
-messages are pushed (also to unknown nodes), pulled under leases, answered, answered
-again (the same reply, as after a lost response, or a different one) and acknowledged;
+messages are pushed (also to unknown nodes), pulled under leases that nodes renew,
+answered, answered again (the same reply, as after a lost response, or a different one)
+and acknowledged;
 the clock moves past leases, TTLs and heartbeat deadlines; the SQLite state is closed
 and reopened on its file. After every step it checks, on each state, the promises of
 DESIGN.md §5:
@@ -281,6 +282,23 @@ class LinkStates(RuleBasedStateMachine):
         for item in leased:
             redelivered = item in again
             assert redelivered != (item.message_id(MEMORY) in answered), (item.index, redelivered)
+
+    @rule(node=nodes, lease=st.sampled_from(LEASES[:-1]))
+    def renew_leases(self, node: Node, lease: float) -> None:
+        """A node still working renews its leases, naming every message sent so far: both
+        states refuse the same ones (not leased to it now), in the order named."""
+        outcomes = self.both(
+            lambda state, side: state.renew_leases(
+                node.ids[side], [item.message_id(side) for item in self.all_sent], lease=lease
+            )
+        )
+        refused = []
+        for side, outcome in enumerate(outcomes):
+            if isinstance(outcome, FedcoreError):
+                return
+            index = {item.message_id(side): item.index for item in self.all_sent}
+            refused.append([index[message_id] for message_id in outcome])
+        assert refused[MEMORY] == refused[SQLITE], "the states renewed different leases"
 
     @rule(
         node=nodes,

@@ -13,11 +13,19 @@ from fedcore.state.base import LinkState
 from fedcore.state.memory import InMemoryLinkState
 from fedcore.testing import FakeClock
 from fedcore.testing.linkstate import PATIENCE, LinkStateConformance
+from fedcore.testing.runstate import RunStateConformance
 
 pytestmark = pytest.mark.anyio
 
 
 class TestInMemoryLinkState(LinkStateConformance):
+    @pytest.fixture
+    async def state(self, fake_clock: FakeClock) -> AsyncIterator[LinkState]:
+        async with InMemoryLinkState(fake_clock, seed=0, heartbeat_patience=PATIENCE) as state:
+            yield state
+
+
+class TestInMemoryRunState(RunStateConformance):
     @pytest.fixture
     async def state(self, fake_clock: FakeClock) -> AsyncIterator[LinkState]:
         async with InMemoryLinkState(fake_clock, seed=0, heartbeat_patience=PATIENCE) as state:

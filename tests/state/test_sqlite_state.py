@@ -22,8 +22,10 @@ import pytest
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+import fedcore.state.database
 import fedcore.state.sql
 import fedcore.state.sqlite
+import fedcore.state.sqlite_runs
 from fedcore.domain import (
     ArrayRecord,
     ConfigRecord,
@@ -39,6 +41,7 @@ from fedcore.state.sql import SCHEMA_VERSION, split_statements
 from fedcore.state.sqlite import SqliteLinkState
 from fedcore.testing import FakeClock
 from fedcore.testing.linkstate import PATIENCE, LinkStateConformance
+from fedcore.testing.runstate import RunStateConformance
 
 pytestmark = pytest.mark.anyio
 
@@ -50,6 +53,16 @@ UNKNOWN_NODE = 424_242
 
 
 class TestSqliteLinkState(LinkStateConformance):
+    @pytest.fixture(params=["file", "memory"])
+    async def state(
+        self, request: pytest.FixtureRequest, fake_clock: FakeClock, tmp_path: Path
+    ) -> AsyncIterator[LinkState]:
+        path = tmp_path / "link.db" if request.param == "file" else ":memory:"
+        async with SqliteLinkState(path, fake_clock, seed=0, heartbeat_patience=PATIENCE) as state:
+            yield state
+
+
+class TestSqliteRunState(RunStateConformance):
     @pytest.fixture(params=["file", "memory"])
     async def state(
         self, request: pytest.FixtureRequest, fake_clock: FakeClock, tmp_path: Path
@@ -475,13 +488,15 @@ async def test_a_seed_beyond_64_bits_is_refused(path: Path, fake_clock: FakeCloc
 
 
 def test_every_named_query_is_used_and_every_used_query_exists() -> None:
-    source = Path(fedcore.state.sqlite.__file__).read_text(encoding="utf-8")
+    modules = [fedcore.state.sqlite, fedcore.state.sqlite_runs, fedcore.state.database]
+    source = "".join(Path(str(m.__file__)).read_text(encoding="utf-8") for m in modules)
     named = set(fedcore.state.sql.QUERIES)
     quoted = set(re.findall(r'"([a-z_]+)"', source))
     assert named <= quoted, f"queries.sql names unused queries: {named - quoted}"
-    calls = re.findall(r'self\._(?:execute|rows?)\(\s*"([a-z_]+)"', source)
+    calls = re.findall(r'(?:self|_db)\.(?:execute|rows?)\(\s*"([a-z_]+)"', source)
     calls += re.findall(r'QUERIES\["([a-z_]+)"\]', source)
-    assert set(calls) <= named, f"sqlite.py uses unknown queries: {set(calls) - named}"
+    assert calls, "the pattern finds no query calls: it no longer matches the code"
+    assert set(calls) <= named, f"the SQLite state uses unknown queries: {set(calls) - named}"
 
 
 def test_split_statements_keeps_comments_and_refuses_a_truncated_script() -> None:

@@ -1,19 +1,25 @@
 -- The statements of the SQLite LinkState, one per "-- name:" block.
 --
--- Parameters are named (:name). Message statuses are the values of
--- fedcore.domain.MessageStatus; the state checks every move against its table.
+-- Parameters are named (:name). Message and run statuses are the values of
+-- fedcore.domain.MessageStatus and RunStatus; the state checks every move against
+-- their tables before a statement makes it.
 
 -- Timers --------------------------------------------------------------------------
 
 -- name: next_deadline
--- The earliest moment something falls due: a heartbeat deadline, a lease running
--- out, a message expiring. NULL when nothing is watched.
+-- The earliest moment something falls due: a node's heartbeat deadline, a lease
+-- running out, a message expiring, a claim running out while its run is starting,
+-- a ServerApp's heartbeat deadline while its run is running. NULL when nothing is.
 SELECT min(deadline) FROM (
     SELECT min(online_until) AS deadline FROM nodes WHERE online = 1
     UNION ALL
     SELECT min(lease_until) FROM messages WHERE status = 'leased'
     UNION ALL
     SELECT min(expires_at) FROM messages WHERE status IN ('pending', 'leased')
+    UNION ALL
+    SELECT min(claim_until) FROM runs WHERE status = 'starting'
+    UNION ALL
+    SELECT min(alive_until) FROM runs WHERE status = 'running'
 );
 
 -- name: messages_expiring_at
@@ -32,11 +38,28 @@ ORDER BY position;
 -- name: end_lease
 UPDATE messages SET status = 'pending', lease_until = NULL WHERE message_id = :message_id;
 
+-- name: claims_ending_at
+SELECT run_id, attempts FROM runs
+WHERE status = 'starting' AND claim_until = :deadline
+ORDER BY position;
+
+-- name: server_apps_silent_at
+SELECT run_id, heartbeat_interval FROM runs
+WHERE status = 'running' AND alive_until = :deadline
+ORDER BY position;
+
 -- name: extend_online_nodes
 -- On opening: the time the link was down does not count against its nodes. Each
 -- node still online gets a full patience window from now to heartbeat again.
 UPDATE nodes SET online_until = max(online_until, :now + :patience * heartbeat_interval)
 WHERE online = 1;
+
+-- name: extend_running_runs
+-- On opening, the same for the ServerApps of running runs: they could not heartbeat
+-- a link that was down. (A claim's end is not moved: a starting run goes back to
+-- pending, which only lets another exec try.)
+UPDATE runs SET alive_until = max(alive_until, :now + :patience * heartbeat_interval)
+WHERE status = 'running' AND alive_until IS NOT NULL;
 
 -- Nodes ---------------------------------------------------------------------------
 
@@ -73,17 +96,90 @@ SELECT node_id FROM nodes WHERE online_until > :now ORDER BY position;
 SELECT 1 FROM runs WHERE run_id = :id;
 
 -- name: insert_run
-INSERT INTO runs (run_id, run_config, status, seed)
-VALUES (:run_id, :run_config, :status, :seed);
+INSERT INTO runs (run_id, position, run_config, status, seed, bundle_hash, created_at)
+VALUES (
+    :run_id, (SELECT coalesce(max(position), 0) + 1 FROM runs), :run_config, :status,
+    :seed, :bundle_hash, :created_at
+);
 
 -- name: run_status
 SELECT status FROM runs WHERE run_id = :run_id;
 
 -- name: get_run
-SELECT run_id, run_config, status, reason, seed FROM runs WHERE run_id = :run_id;
+SELECT
+    run_id, run_config, status, reason, seed, bundle_hash, created_at, attempts,
+    claim_token, secret_hash
+FROM runs WHERE run_id = :run_id;
+
+-- name: list_runs
+SELECT run_id, run_config, status, reason, seed, bundle_hash, created_at
+FROM runs ORDER BY position;
 
 -- name: update_run_status
 UPDATE runs SET status = :status, reason = :reason WHERE run_id = :run_id;
+
+-- name: end_claim
+-- The run finished: its exec's token is refused from now on; its ServerApp's launch
+-- secret is kept, for its last logs and to learn that the run is over.
+UPDATE runs SET claim_token = NULL, claim_until = NULL, alive_until = NULL
+WHERE run_id = :run_id;
+
+-- name: drop_claim
+-- The run is pending again: the claim, and whatever its exec launched, count no more.
+UPDATE runs SET claim_token = NULL, claim_until = NULL, secret_hash = NULL
+WHERE run_id = :run_id;
+
+-- Claims --------------------------------------------------------------------------
+
+-- name: pending_run_ids
+SELECT run_id FROM runs WHERE status = 'pending' ORDER BY position LIMIT :limit;
+
+-- name: next_token
+UPDATE fencing SET last_token = last_token + 1 RETURNING last_token;
+
+-- name: claim_run
+UPDATE runs SET
+    status = 'starting', reason = '', attempts = attempts + 1, claim_token = :token,
+    claim_until = :claim_until, secret_hash = :secret_hash
+WHERE run_id = :run_id;
+
+-- name: renew_claim
+UPDATE runs SET claim_until = :claim_until WHERE run_id = :run_id;
+
+-- name: watch_server_app
+UPDATE runs SET heartbeat_interval = :heartbeat_interval, alive_until = :alive_until
+WHERE run_id = :run_id;
+
+-- Bundles, contexts and logs ------------------------------------------------------
+
+-- name: insert_bundle
+INSERT INTO bundles (bundle_hash, data) VALUES (:bundle_hash, :data)
+ON CONFLICT (bundle_hash) DO NOTHING;
+
+-- name: bundle_exists
+SELECT 1 FROM bundles WHERE bundle_hash = :bundle_hash;
+
+-- name: get_bundle
+SELECT data FROM bundles WHERE bundle_hash = :bundle_hash;
+
+-- name: save_context
+INSERT INTO contexts (run_id, node_id, state) VALUES (:run_id, :node_id, :state)
+ON CONFLICT (run_id, node_id) DO UPDATE SET state = excluded.state;
+
+-- name: load_context
+SELECT state FROM contexts WHERE run_id = :run_id AND node_id = :node_id;
+
+-- name: last_log_seq
+SELECT coalesce(max(seq), 0) FROM logs WHERE run_id = :run_id;
+
+-- name: insert_log
+INSERT INTO logs (run_id, seq, time, text) VALUES (:run_id, :seq, :time, :text);
+
+-- name: get_logs
+SELECT seq, time, text FROM logs
+WHERE run_id = :run_id AND seq > :after
+ORDER BY seq
+LIMIT :limit;
 
 -- name: delete_run_messages
 -- Their replies go with them (ON DELETE CASCADE).
@@ -115,6 +211,11 @@ LIMIT :limit;
 -- name: lease_message
 UPDATE messages SET status = 'leased', lease_until = :lease_until
 WHERE message_id = :message_id;
+
+-- name: renew_lease
+-- Changes nothing unless the node holds the message's lease now.
+UPDATE messages SET lease_until = :lease_until
+WHERE message_id = :message_id AND dst_node_id = :node_id AND status = 'leased';
 
 -- name: open_messages_of_node
 SELECT message_id, run_id, dst_node_id, ttl FROM messages

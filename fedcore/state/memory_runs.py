@@ -1,0 +1,271 @@
+"""The in-memory LinkState's runs: their lifecycle, the exec's claims, bundles, contexts, logs.
+
+:class:`~fedcore.state.memory.InMemoryLinkState` answers these methods with a
+:class:`MemoryRuns`, after firing the timers due, as for every call; the methods here
+are synchronous, so each is atomic as the state's own are. Its two timers go on the
+state's heap: a claim running out while its run is ``starting`` (back to ``pending``,
+or ``finished:failed`` after :data:`~fedcore.state.base.MAX_CLAIM_ATTEMPTS` claims),
+and a running run's ServerApp missing its heartbeat deadline (``finished:failed``).
+Like the state's other timers, one whose deadline a renewal or heartbeat moved finds
+that out when it fires, and does nothing.
+
+Finishing a run clears its claim's token, so its exec's calls are refused, but keeps
+the digest of the claim's launch secret, so its ServerApp can still log and learn that
+the run is over; moving the run back to ``pending`` clears both. Saved contexts are
+kept packed by :mod:`fedcore.wire`, as the SQLite state keeps them: a later change to
+the caller's RecordDict does not reach the saved one, and both states refuse the same
+contents.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from fedcore.clock import Clock
+from fedcore.domain import SERVER_NODE_ID, LogLine, RecordDict, Run, RunStatus, transition
+from fedcore.errors import (
+    ClaimLostError,
+    InvalidTransitionError,
+    NotFoundError,
+    RunFinishedError,
+    RunNotFoundError,
+)
+from fedcore.state.base import (
+    RunClaim,
+    after_claim_expired,
+    check_heartbeat_interval,
+    check_lease,
+    new_launch_secret,
+    secret_matches,
+    silent_serverapp_reason,
+)
+from fedcore.state.notify import Subscription, Topic
+from fedcore.wire import pack_recorddict, unpack_recorddict
+
+
+@dataclass(slots=True)
+class _RunRow:
+    run: Run
+    attempts: int = 0  # claims made of the run
+    token: int | None = None  # the live claim's fencing token; None when no claim is
+    claim_until: float = math.inf
+    secret: bytes | None = None  # digest of the latest claim's launch secret
+    heartbeat_interval: float = math.inf
+    alive_until: float | None = None  # the ServerApp's deadline, once it is watched
+    logs: list[LogLine] = field(default_factory=list)
+    contexts: dict[int, bytes] = field(default_factory=dict)  # packed RecordDicts
+
+
+class MemoryRuns:
+    """Runs, claims, bundles, contexts and logs, in dictionaries.
+
+    ``schedule(deadline, fire)`` puts a timer on the state's heap; ``drop_messages``
+    deletes a finished run's messages and replies.
+    """
+
+    def __init__(
+        self,
+        clock: Clock,
+        ids: random.Random,
+        heartbeat_patience: float,
+        *,
+        schedule: Callable[[float, Callable[[], None]], None],
+        drop_messages: Callable[[int], None],
+    ) -> None:
+        self._clock = clock
+        self._ids = ids
+        self._patience = heartbeat_patience
+        self._schedule = schedule
+        self._drop_messages = drop_messages
+        self._runs: dict[int, _RunRow] = {}
+        self._bundles: dict[str, bytes] = {}
+        self._tokens = itertools.count(1)
+        self._run_topic: Topic[int, int] = Topic()
+        self._log_topic: Topic[int, int] = Topic()
+
+    # Runs --------------------------------------------------------------------------
+
+    def _row(self, run_id: int) -> _RunRow:
+        row = self._runs.get(run_id)
+        if row is None:
+            raise RunNotFoundError(f"no run {run_id}")
+        return row
+
+    def status(self, run_id: int) -> RunStatus:
+        """The run's status; ``RunNotFoundError``."""
+        return self._row(run_id).run.status
+
+    def create_run(self, run_config: dict[str, Any], seed: int | None, bundle_hash: str) -> Run:
+        if bundle_hash and bundle_hash not in self._bundles:
+            raise NotFoundError(f"no bundle {bundle_hash!r}")
+        while (run_id := self._ids.getrandbits(63)) <= SERVER_NODE_ID or run_id in self._runs:
+            continue
+        run = Run(
+            run_id=run_id,
+            run_config=dict(run_config),
+            seed=seed,
+            bundle_hash=bundle_hash,
+            created_at=self._clock.now(),
+        )
+        self._runs[run_id] = _RunRow(run)
+        self._run_topic.publish(run_id, run_id)
+        return _copy(run)
+
+    def list_runs(self) -> list[Run]:
+        return [_copy(row.run) for row in self._runs.values()]
+
+    def get_run(self, run_id: int) -> Run:
+        return _copy(self._row(run_id).run)
+
+    def update_run_status(
+        self, run_id: int, status: RunStatus, reason: str, token: int | None
+    ) -> Run:
+        row = self._row(run_id)
+        if token is not None:
+            _check_token(row, token)
+        self._move(row, status, reason)
+        return _copy(row.run)
+
+    def _move(self, row: _RunRow, status: RunStatus, reason: str) -> None:
+        """Move a run along its table and do what its new status asks."""
+        row.run.status = transition(row.run.status, status)
+        row.run.reason = reason
+        if status is RunStatus.PENDING:
+            row.token, row.secret = None, None
+        if status.finished:
+            row.token, row.alive_until = None, None
+            self._drop_messages(row.run.run_id)
+        self._run_topic.publish(row.run.run_id, row.run.run_id)
+
+    def watch_runs(self, callback: Callable[[int], None]) -> Subscription:
+        return self._run_topic.subscribe(callback)
+
+    # Claims: the exec's side ------------------------------------------------------
+
+    def claim_runs(self, limit: int, lease: float) -> list[RunClaim]:
+        if limit < 0:
+            raise ValueError(f"cannot claim {limit} runs")
+        check_lease(lease)
+        pending = [row for row in self._runs.values() if row.run.status is RunStatus.PENDING]
+        claims = []
+        for row in pending[:limit]:
+            secret, row.secret = new_launch_secret()
+            row.token, row.attempts = next(self._tokens), row.attempts + 1
+            self._claim_until(row, self._clock.now() + lease)
+            self._move(row, RunStatus.STARTING, "")
+            claims.append(
+                RunClaim(_copy(row.run), row.token, secret, row.attempts, row.claim_until)
+            )
+        return claims
+
+    def renew_claim(self, run_id: int, token: int, lease: float) -> float:
+        check_lease(lease)
+        row = self._row(run_id)
+        _check_token(row, token)
+        self._claim_until(row, self._clock.now() + lease)
+        return row.claim_until
+
+    def _claim_until(self, row: _RunRow, deadline: float) -> None:
+        row.claim_until = deadline
+        self._schedule(deadline, partial(self._check_claim, row, row.token, deadline))
+
+    def _check_claim(self, row: _RunRow, token: int | None, deadline: float) -> None:
+        if row.run.status is not RunStatus.STARTING or row.token != token:
+            return
+        if row.claim_until > deadline:
+            return
+        self._move(row, *after_claim_expired(row.attempts))
+
+    def start_run(self, run_id: int, token: int, heartbeat_interval: float) -> Run:
+        check_heartbeat_interval(heartbeat_interval)
+        row = self._row(run_id)
+        _check_token(row, token)
+        if row.run.status is not RunStatus.RUNNING:  # else a retry: nothing to do
+            self._move(row, RunStatus.RUNNING, "")
+            self._watch_server_app(row, heartbeat_interval)
+        return _copy(row.run)
+
+    def heartbeat_run(self, run_id: int, heartbeat_interval: float) -> Run:
+        check_heartbeat_interval(heartbeat_interval)
+        row = self._row(run_id)
+        if row.run.status.finished:
+            raise RunFinishedError(f"run {run_id} is {row.run.status}: its ServerApp should end")
+        if row.run.status is not RunStatus.RUNNING:
+            raise InvalidTransitionError(f"run {run_id} is {row.run.status}, not running yet")
+        self._watch_server_app(row, heartbeat_interval)
+        return _copy(row.run)
+
+    def _watch_server_app(self, row: _RunRow, heartbeat_interval: float) -> None:
+        row.heartbeat_interval = heartbeat_interval
+        row.alive_until = self._clock.now() + self._patience * heartbeat_interval
+        self._schedule(row.alive_until, partial(self._check_server_app, row, row.alive_until))
+
+    def _check_server_app(self, row: _RunRow, deadline: float) -> None:
+        if row.run.status is not RunStatus.RUNNING or row.alive_until is None:
+            return
+        if row.alive_until > deadline:
+            return
+        reason = silent_serverapp_reason(self._patience, row.heartbeat_interval)
+        self._move(row, RunStatus.FAILED, reason)
+
+    def check_run_secret(self, run_id: int, secret: str) -> Run:
+        row = self._runs.get(run_id)
+        if row is None or not secret_matches(row.secret, secret):
+            raise RunNotFoundError(f"no run {run_id}")
+        return _copy(row.run)
+
+    # Bundles, contexts and logs ----------------------------------------------------
+
+    def put_bundle(self, data: bytes) -> str:
+        bundle_hash = hashlib.sha256(data).hexdigest()
+        self._bundles.setdefault(bundle_hash, bytes(data))
+        return bundle_hash
+
+    def get_bundle(self, bundle_hash: str) -> bytes:
+        try:
+            return self._bundles[bundle_hash]
+        except KeyError:
+            raise NotFoundError(f"no bundle {bundle_hash!r}") from None
+
+    def save_context(self, run_id: int, node_id: int, state: RecordDict) -> None:
+        self._row(run_id).contexts[node_id] = pack_recorddict(state)
+
+    def load_context(self, run_id: int, node_id: int) -> RecordDict:
+        packed = self._row(run_id).contexts.get(node_id)
+        return RecordDict() if packed is None else unpack_recorddict(packed)
+
+    def append_logs(self, run_id: int, lines: Sequence[str]) -> int:
+        if isinstance(lines, str):
+            raise TypeError("append_logs takes a sequence of lines, not one str")
+        logs = self._row(run_id).logs
+        now = self._clock.now()
+        logs += [LogLine(seq, now, text) for seq, text in enumerate(lines, len(logs) + 1)]
+        if lines:
+            self._log_topic.publish(run_id, len(logs))
+        return len(logs)
+
+    def get_logs(self, run_id: int, after: int, limit: int) -> list[LogLine]:
+        if limit < 0:
+            raise ValueError(f"limit must not be negative, got {limit}")
+        first = max(after, 0)  # line n sits at index n - 1
+        return self._row(run_id).logs[first : first + limit]
+
+    def watch_logs(self, run_id: int, callback: Callable[[int], None]) -> Subscription:
+        return self._log_topic.subscribe(callback, run_id)
+
+
+def _copy(run: Run) -> Run:
+    return dataclasses.replace(run, run_config=dict(run.run_config))
+
+
+def _check_token(row: _RunRow, token: int) -> None:
+    if row.token is None or row.token != token:
+        raise ClaimLostError(f"token {token} is not the claim of run {row.run.run_id}")

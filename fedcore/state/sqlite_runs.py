@@ -1,0 +1,334 @@
+"""The SQLite LinkState's runs: their lifecycle, the exec's claims, bundles, contexts, logs.
+
+:class:`~fedcore.state.sqlite.SqliteLinkState` answers these methods with a
+:class:`SqliteRuns` on its :class:`~fedcore.state.database.Database`, and fires its
+timers: a claim running out while its run is ``starting`` (back to ``pending``, or
+``finished:failed`` after :data:`~fedcore.state.base.MAX_CLAIM_ATTEMPTS` claims), a
+running run's ServerApp missing its heartbeat deadline (``finished:failed``). Each
+public method here is one transaction; the private ones run inside one, in its thread.
+
+A claim is three columns of the run: its fencing token (from a one-row counter, so
+tokens only grow, across restarts too), its end, and the SHA-256 of its launch secret.
+Finishing a run clears the token, so its exec's calls are refused, but keeps the
+secret's hash, so its ServerApp can still log and learn that the run is over; moving
+the run back to ``pending`` clears both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import sqlite3
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+from fedcore.domain import SERVER_NODE_ID, ConfigRecord, LogLine, RecordDict, Run, RunStatus
+from fedcore.domain.lifecycle import transition
+from fedcore.errors import (
+    ClaimLostError,
+    InvalidTransitionError,
+    NotFoundError,
+    RunFinishedError,
+    RunNotFoundError,
+)
+from fedcore.state.base import (
+    RunClaim,
+    after_claim_expired,
+    check_heartbeat_interval,
+    check_lease,
+    new_launch_secret,
+    secret_matches,
+    silent_serverapp_reason,
+)
+from fedcore.state.database import INT64, Database
+from fedcore.state.notify import Subscription, Topic
+from fedcore.wire import pack_recorddict, unpack_recorddict
+
+_RUN_CONFIG = "run_config"
+
+
+class SqliteRuns:
+    """Runs, claims, bundles, contexts and logs, in the tables of ``db``."""
+
+    def __init__(self, db: Database, ids: random.Random, heartbeat_patience: float) -> None:
+        self._db = db
+        self._ids = ids
+        self._patience = heartbeat_patience
+        self._run_topic: Topic[int, int] = Topic()
+        self._log_topic: Topic[int, int] = Topic()
+
+    # Timers ------------------------------------------------------------------------
+
+    def fire(self, due: float, now: float) -> bool:
+        """Fire the claims and ServerApp deadlines stored for ``due``; say if there were."""
+        ending = self._db.rows("claims_ending_at", deadline=due)
+        for run_id, attempts in ending:
+            status, reason = after_claim_expired(attempts)
+            self._move(run_id, RunStatus.STARTING, status, reason)
+        silent = self._db.rows("server_apps_silent_at", deadline=due)
+        for run_id, heartbeat_interval in silent:
+            reason = silent_serverapp_reason(self._patience, heartbeat_interval)
+            self._move(run_id, RunStatus.RUNNING, RunStatus.FAILED, reason)
+        return bool(ending or silent)
+
+    def reopen(self, now: float) -> None:
+        """The link's downtime is not its ServerApps' silence: give each a full patience."""
+        self._db.execute("extend_running_runs", now=now, patience=self._patience)
+
+    # Runs --------------------------------------------------------------------------
+
+    async def create_run(
+        self, run_config: dict[str, Any], *, seed: int | None = None, bundle_hash: str = ""
+    ) -> Run:
+        if seed is not None and seed not in INT64:
+            raise ValueError(f"seed must fit in a signed 64-bit integer, got {seed}")
+        config = ConfigRecord(run_config)
+        packed = pack_recorddict(RecordDict({_RUN_CONFIG: config}))
+        return await self._db.transact(partial(self._create_run, packed, seed, bundle_hash))
+
+    def _create_run(self, run_config: bytes, seed: int | None, bundle_hash: str, now: float) -> Run:
+        if bundle_hash and self._db.row("bundle_exists", bundle_hash=bundle_hash) is None:
+            raise NotFoundError(f"no bundle {bundle_hash!r}")
+        while True:
+            run_id = self._ids.getrandbits(63)
+            if run_id > SERVER_NODE_ID and self._db.row("run_id_taken", id=run_id) is None:
+                break
+        self._db.execute(
+            "insert_run",
+            run_id=run_id,
+            run_config=run_config,
+            status=RunStatus.PENDING.value,
+            seed=seed,
+            bundle_hash=bundle_hash,
+            created_at=now,
+        )
+        self._db.notify(partial(self._run_topic.publish, run_id, run_id))
+        return self._get_run(run_id)
+
+    async def list_runs(self) -> list[Run]:
+        return await self._db.transact(
+            lambda now: [_run_from(row) for row in self._db.rows("list_runs")]
+        )
+
+    async def get_run(self, run_id: int) -> Run:
+        return await self._db.transact(lambda now: self._get_run(run_id))
+
+    def _run_row(self, run_id: int) -> sqlite3.Row:
+        row = self._db.row("get_run", run_id=run_id) if run_id in INT64 else None
+        if row is None:
+            raise RunNotFoundError(f"no run {run_id}")
+        return row
+
+    def _get_run(self, run_id: int) -> Run:
+        return _run_from(self._run_row(run_id))
+
+    def status(self, run_id: int) -> RunStatus:
+        """The run's status, in a transaction under way; ``RunNotFoundError``."""
+        row = self._db.row("run_status", run_id=run_id) if run_id in INT64 else None
+        if row is None:
+            raise RunNotFoundError(f"no run {run_id}")
+        return RunStatus(row["status"])
+
+    async def update_run_status(
+        self, run_id: int, status: RunStatus, reason: str = "", *, token: int | None = None
+    ) -> Run:
+        return await self._db.transact(
+            partial(self._update_run_status, run_id, status, reason, token)
+        )
+
+    def _update_run_status(
+        self, run_id: int, status: RunStatus, reason: str, token: int | None, now: float
+    ) -> Run:
+        row = self._run_row(run_id)
+        if token is not None:
+            _check_token(row, token)
+        self._move(run_id, RunStatus(row["status"]), status, reason)
+        return self._get_run(run_id)
+
+    def _move(self, run_id: int, current: RunStatus, status: RunStatus, reason: str) -> None:
+        """Move a run from ``current`` and do what its new status asks."""
+        transition(current, status)
+        self._db.execute("update_run_status", run_id=run_id, status=status.value, reason=reason)
+        if status is RunStatus.PENDING:
+            self._db.execute("drop_claim", run_id=run_id)
+        if status.finished:
+            self._db.execute("end_claim", run_id=run_id)
+            self._db.execute("delete_run_messages", run_id=run_id)
+        self._db.notify(partial(self._run_topic.publish, run_id, run_id))
+
+    def watch_runs(self, callback: Callable[[int], None]) -> Subscription:
+        return self._run_topic.subscribe(callback)
+
+    # Claims: the exec's side ------------------------------------------------------
+
+    async def claim_runs(self, *, limit: int, lease: float) -> list[RunClaim]:
+        if limit < 0:
+            raise ValueError(f"cannot claim {limit} runs")
+        check_lease(lease)
+        return await self._db.transact(partial(self._claim_runs, limit, lease))
+
+    def _claim_runs(self, limit: int, lease: float, now: float) -> list[RunClaim]:
+        claims = []
+        for (run_id,) in self._db.rows("pending_run_ids", limit=limit):
+            transition(RunStatus.PENDING, RunStatus.STARTING)
+            next_token = self._db.row("next_token")
+            assert next_token is not None  # the counter's one row, from the migration
+            token: int = next_token[0]
+            secret, digest = new_launch_secret()
+            claim_until = now + lease
+            self._db.execute(
+                "claim_run", run_id=run_id, token=token, claim_until=claim_until, secret_hash=digest
+            )
+            self._db.watch(claim_until)
+            self._db.notify(partial(self._run_topic.publish, run_id, run_id))
+            row = self._run_row(run_id)
+            claims.append(RunClaim(_run_from(row), token, secret, row["attempts"], claim_until))
+        return claims
+
+    async def renew_claim(self, run_id: int, token: int, *, lease: float) -> float:
+        check_lease(lease)
+        return await self._db.transact(partial(self._renew_claim, run_id, token, lease))
+
+    def _renew_claim(self, run_id: int, token: int, lease: float, now: float) -> float:
+        _check_token(self._run_row(run_id), token)
+        claim_until = now + lease
+        self._db.execute("renew_claim", run_id=run_id, claim_until=claim_until)
+        self._db.watch(claim_until)
+        return claim_until
+
+    async def start_run(self, run_id: int, token: int, *, heartbeat_interval: float) -> Run:
+        check_heartbeat_interval(heartbeat_interval)
+        return await self._db.transact(partial(self._start_run, run_id, token, heartbeat_interval))
+
+    def _start_run(self, run_id: int, token: int, heartbeat_interval: float, now: float) -> Run:
+        row = self._run_row(run_id)
+        _check_token(row, token)
+        status = RunStatus(row["status"])
+        if status is not RunStatus.RUNNING:  # else a retry: nothing to do
+            self._move(run_id, status, RunStatus.RUNNING, "")
+            self._watch_server_app(run_id, heartbeat_interval, now)
+        return self._get_run(run_id)
+
+    async def heartbeat_run(self, run_id: int, *, heartbeat_interval: float) -> Run:
+        check_heartbeat_interval(heartbeat_interval)
+        return await self._db.transact(
+            partial(self._heartbeat_run, run_id, heartbeat_interval), durable=False
+        )
+
+    def _heartbeat_run(self, run_id: int, heartbeat_interval: float, now: float) -> Run:
+        status = self.status(run_id)
+        if status.finished:
+            raise RunFinishedError(f"run {run_id} is {status}: its ServerApp should end")
+        if status is not RunStatus.RUNNING:
+            raise InvalidTransitionError(f"run {run_id} is {status}, not running yet")
+        self._watch_server_app(run_id, heartbeat_interval, now)
+        return self._get_run(run_id)
+
+    def _watch_server_app(self, run_id: int, heartbeat_interval: float, now: float) -> None:
+        alive_until = now + self._patience * heartbeat_interval
+        self._db.execute(
+            "watch_server_app",
+            run_id=run_id,
+            heartbeat_interval=heartbeat_interval,
+            alive_until=alive_until,
+        )
+        self._db.watch(alive_until)
+
+    async def check_run_secret(self, run_id: int, secret: str) -> Run:
+        return await self._db.transact(partial(self._check_run_secret, run_id, secret))
+
+    def _check_run_secret(self, run_id: int, secret: str, now: float) -> Run:
+        row = self._db.row("get_run", run_id=run_id) if run_id in INT64 else None
+        if row is None or not secret_matches(row["secret_hash"], secret):
+            raise RunNotFoundError(f"no run {run_id}")
+        return _run_from(row)
+
+    # Bundles, contexts and logs ----------------------------------------------------
+
+    async def put_bundle(self, data: bytes) -> str:
+        return await self._db.transact(partial(self._put_bundle, data))
+
+    def _put_bundle(self, data: bytes, now: float) -> str:
+        bundle_hash = hashlib.sha256(data).hexdigest()
+        self._db.execute("insert_bundle", bundle_hash=bundle_hash, data=data)
+        return bundle_hash
+
+    async def get_bundle(self, bundle_hash: str) -> bytes:
+        return await self._db.transact(partial(self._get_bundle, bundle_hash))
+
+    def _get_bundle(self, bundle_hash: str, now: float) -> bytes:
+        row = self._db.row("get_bundle", bundle_hash=bundle_hash)
+        if row is None:
+            raise NotFoundError(f"no bundle {bundle_hash!r}")
+        return bytes(row["data"])
+
+    async def save_context(self, run_id: int, node_id: int, state: RecordDict) -> None:
+        if node_id not in INT64:
+            raise ValueError(f"node_id must fit in a signed 64-bit integer, got {node_id}")
+        await self._db.transact(partial(self._save_context, run_id, node_id, state))
+
+    def _save_context(self, run_id: int, node_id: int, state: RecordDict, now: float) -> None:
+        self.status(run_id)
+        packed = pack_recorddict(state)
+        self._db.execute("save_context", run_id=run_id, node_id=node_id, state=packed)
+
+    async def load_context(self, run_id: int, node_id: int) -> RecordDict:
+        return await self._db.transact(partial(self._load_context, run_id, node_id))
+
+    def _load_context(self, run_id: int, node_id: int, now: float) -> RecordDict:
+        self.status(run_id)
+        if node_id not in INT64:  # no context was saved for it: save_context refuses it
+            return RecordDict()
+        row = self._db.row("load_context", run_id=run_id, node_id=node_id)
+        return RecordDict() if row is None else unpack_recorddict(row["state"])
+
+    async def append_logs(self, run_id: int, lines: Sequence[str]) -> int:
+        if isinstance(lines, str):
+            raise TypeError("append_logs takes a sequence of lines, not one str")
+        return await self._db.transact(partial(self._append_logs, run_id, list(lines)))
+
+    def _append_logs(self, run_id: int, lines: list[str], now: float) -> int:
+        self.status(run_id)
+        last_row = self._db.row("last_log_seq", run_id=run_id)
+        last: int = 0 if last_row is None else last_row[0]
+        for text in lines:
+            last += 1
+            self._db.execute("insert_log", run_id=run_id, seq=last, time=now, text=text)
+        if lines:
+            self._db.notify(partial(self._log_topic.publish, run_id, last))
+        return last
+
+    async def get_logs(self, run_id: int, *, after: int = 0, limit: int = 1000) -> list[LogLine]:
+        if limit < 0:
+            raise ValueError(f"limit must not be negative, got {limit}")
+        return await self._db.transact(partial(self._get_logs, run_id, after, limit))
+
+    def _get_logs(self, run_id: int, after: int, limit: int, now: float) -> list[LogLine]:
+        self.status(run_id)
+        last = INT64.stop - 1  # what SQLite can bind; no run has more lines
+        rows = self._db.rows(
+            "get_logs", run_id=run_id, after=max(0, min(after, last)), limit=min(limit, last)
+        )
+        return [LogLine(row["seq"], row["time"], row["text"]) for row in rows]
+
+    def watch_logs(self, run_id: int, callback: Callable[[int], None]) -> Subscription:
+        return self._log_topic.subscribe(callback, run_id)
+
+
+def _check_token(row: sqlite3.Row, token: int) -> None:
+    if row["claim_token"] is None or row["claim_token"] != token:
+        raise ClaimLostError(f"token {token} is not the claim of run {row['run_id']}")
+
+
+def _run_from(row: sqlite3.Row) -> Run:
+    config = unpack_recorddict(row["run_config"]).config_records[_RUN_CONFIG]
+    return Run(
+        run_id=row["run_id"],
+        run_config=dict(config),
+        status=RunStatus(row["status"]),
+        reason=row["reason"],
+        seed=row["seed"],
+        bundle_hash=row["bundle_hash"],
+        created_at=row["created_at"],
+    )
