@@ -11,7 +11,8 @@ nothing. Those views keep the whole received buffer alive while any of them live
 Layout, offsets from the start of the payload::
 
     0   b"FC"           magic
-    2   kind            b"R" a RecordDict, b"M" a Message; b"T", b"O", b"S" a worker's
+    2   kind            b"R" a RecordDict, b"M" a Message, b"B" a batch of Messages
+                        (see :mod:`fedcore.wire.batch`); b"T", b"O", b"S" a worker's
                         task, outcome and spec (see :mod:`fedcore.wire.worker`)
     3   version         FORMAT_VERSION; any other version is refused
     4   header length   uint32, big-endian
@@ -40,12 +41,14 @@ ALIGNMENT = 16
 MAGIC = b"FC"
 RECORDDICT = b"R"
 MESSAGE = b"M"
+BATCH = b"B"
 TASK = b"T"
 OUTCOME = b"O"
 SPEC = b"S"
 _KIND_NAMES = {
     RECORDDICT: "a RecordDict",
     MESSAGE: "a Message",
+    BATCH: "a message batch",
     TASK: "a worker task",
     OUTCOME: "a worker outcome",
     SPEC: "a worker spec",

@@ -1,0 +1,84 @@
+"""The control API in domain terms: what ``fedcore run / ls / log / stop`` ask of the link.
+
+:class:`ControlService` is implemented by the link over its LinkState
+(:mod:`fedcore.roles.link.control`); the HTTP server in
+:mod:`fedcore.transport.http.control` exposes any implementation as JSON, and
+:class:`~fedcore.transport.http.control.HttpControlClient` implements it remotely,
+so the CLI is written against this interface only. A remote implementation raises
+the same errors, plus :class:`~fedcore.errors.LinkUnavailableError` when the link
+cannot be reached.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+
+from fedcore.domain import LogLine, Run
+from fedcore.wire.fleet import ConfigValue
+
+__all__ = ["ControlService", "Health", "LogLine", "NodeInfo"]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """A node the link knows, as ``fedcore ls --nodes`` shows it."""
+
+    node_id: int
+    online: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """What ``GET /v1/health`` says: the link's version and what it holds now."""
+
+    version: str
+    runs_active: int
+    nodes_online: int
+
+
+class ControlService(ABC):
+    """The link's side of the control API."""
+
+    @abstractmethod
+    async def submit_run(self, bundle: bytes, run_config: Mapping[str, ConfigValue]) -> Run:
+        """Store ``bundle`` (a packed app directory) and create a pending run of it.
+
+        ``run_config`` is the complete run config (the app's defaults with the
+        user's overrides applied). A bundle that is not a valid app raises
+        :class:`~fedcore.errors.BundleError`; one over the link's size cap too.
+        """
+
+    @abstractmethod
+    async def list_runs(self) -> list[Run]:
+        """Every run the link knows, oldest first."""
+
+    @abstractmethod
+    async def get_run(self, run_id: int) -> Run:
+        """One run, or ``RunNotFoundError``."""
+
+    @abstractmethod
+    async def stop_run(self, run_id: int) -> Run:
+        """Stop a run that has not finished (``finished:stopped``).
+
+        A finished run is returned as it is.
+        """
+
+    @abstractmethod
+    def logs(self, run_id: int, *, after: int = 0, follow: bool = False) -> AsyncIterator[LogLine]:
+        """The run's log lines numbered above ``after``, in order.
+
+        Without ``follow`` the iteration ends with the last line stored now; with it,
+        it waits for new lines (by event, not by polling) and ends once the run has
+        finished and every line is out. ``RunNotFoundError`` for an unknown run,
+        raised on the first step.
+        """
+
+    @abstractmethod
+    async def list_nodes(self) -> list[NodeInfo]:
+        """The nodes online now."""
+
+    @abstractmethod
+    async def health(self) -> Health:
+        """The link is up and answering; a summary of what it holds."""

@@ -1,0 +1,351 @@
+"""The control API over HTTP: what ``fedcore run / ls / log / stop`` send to the link.
+
+:func:`control_app` serves any :class:`~fedcore.transport.control.ControlService`;
+:class:`HttpControlClient` is one, remotely. Bodies are JSON (see
+:mod:`fedcore.transport.http.bodies`; run ids are decimal strings), errors follow
+:mod:`fedcore.transport.http.errors`. The routes::
+
+    POST /v1/runs                    multipart/form-data: a part "config" (application/json,
+                                     the run config object), then a part "bundle"
+                                     (application/zip) -> 201, the run
+    GET  /v1/runs                    -> {"runs": [run, ...]}, oldest first
+    GET  /v1/runs/{run_id}           -> the run
+    POST /v1/runs/{run_id}/stop      -> the run
+    GET  /v1/runs/{run_id}/logs?after=N&follow=1
+                                     -> application/x-ndjson: one log line object per line,
+                                        as they come; a last {"status", "error", "message"}
+                                        line if the stream failed on the way
+    GET  /v1/nodes                   -> {"nodes": [{"node_id": "7", "online": true}, ...]}
+    GET  /v1/health                  -> {"version", "runs_active", "nodes_online"}
+
+With a token, every route but health requires ``Authorization: Bearer <token>``
+(401 otherwise). A submission must declare its length, which may not exceed what
+the bundle cap allows; with ``Expect: 100-continue`` (as the client sends) a refusal
+(401, 413) comes before any of the bundle is sent. Past the declared length, the
+bundle part is still counted as it arrives and refused once over the cap.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import ssl as _ssl
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from types import TracebackType
+from typing import Any, Self
+
+import aiohttp
+from aiohttp import BodyPartReader, MultipartReader, hdrs, web
+from aiohttp.http import HttpProcessingError
+
+from fedcore.apps.bundle import MAX_BUNDLE_BYTES
+from fedcore.domain import LogLine, Run
+from fedcore.errors import BundleError, DecodeError, FedcoreError, UsageError
+from fedcore.transport.control import ControlService, Health, NodeInfo
+from fedcore.transport.http import bodies
+from fedcore.transport.http.bodies import JSON, MAX_JSON_BYTES, dumps, loads
+from fedcore.transport.http.errors import (
+    INTERNAL,
+    error_document,
+    error_from,
+    expected_error,
+    too_large,
+    unauthorized,
+)
+from fedcore.transport.http.server import Handler, bearer, guarded, refuse_compressed
+from fedcore.transport.http.session import TIMEOUT, Body, Session
+from fedcore.wire.fleet import ConfigValue
+
+__all__ = ["HttpControlClient", "control_app"]
+
+log = logging.getLogger(__name__)
+
+MAX_CONFIG_BYTES = 1 << 20
+"""The largest run config part a submission may carry."""
+NDJSON = "application/x-ndjson"
+_MULTIPART_SLACK = 64 * 1024
+"""Room in a submission for the multipart framing around its two parts."""
+_CHUNK = 1 << 16
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_MULTIPART_FAULTS = (ValueError, RuntimeError, AssertionError, HttpProcessingError, Warning)
+"""What aiohttp's multipart reader raises on a malformed body (a bad Content-Disposition
+is a warning, an exception where warnings are errors)."""
+
+
+def control_app(
+    service: ControlService,
+    *,
+    token: str | None = None,
+    max_bundle_bytes: int = MAX_BUNDLE_BYTES,
+) -> web.Application:
+    """An aiohttp application serving ``service`` as the control API.
+
+    With ``token``, requests other than health must carry it as a bearer token.
+    ``max_bundle_bytes`` caps a submitted bundle.
+    """
+    handlers = _ControlHandlers(service, token, max_bundle_bytes)
+    app = web.Application(client_max_size=MAX_JSON_BYTES)
+    routes = app.router
+    routes.add_post(
+        "/v1/runs",
+        handlers.route(handlers.submit_run),
+        expect_handler=guarded(handlers.expect_submission),
+    )
+    routes.add_get("/v1/runs", handlers.route(handlers.list_runs), allow_head=False)
+    routes.add_get("/v1/runs/{run_id}", handlers.route(handlers.get_run), allow_head=False)
+    routes.add_post("/v1/runs/{run_id}/stop", handlers.route(handlers.stop_run))
+    routes.add_get("/v1/runs/{run_id}/logs", handlers.route(handlers.logs), allow_head=False)
+    routes.add_get("/v1/nodes", handlers.route(handlers.list_nodes), allow_head=False)
+    routes.add_get("/v1/health", handlers.route(handlers.health, public=True), allow_head=False)
+    return app
+
+
+class _ControlHandlers:
+    def __init__(self, service: ControlService, token: str | None, max_bundle: int) -> None:
+        self._service = service
+        self._token = token.encode() if token else None
+        self._max_bundle = max_bundle
+        self._max_submission = max_bundle + MAX_CONFIG_BYTES + _MULTIPART_SLACK
+
+    def route(self, handler: Handler, *, public: bool = False) -> Handler:
+        async def authorized(request: web.Request) -> web.StreamResponse:
+            if not public:
+                self._authorize(request)
+            return await handler(request)
+
+        return guarded(authorized)
+
+    def _authorize(self, request: web.BaseRequest) -> None:
+        if self._token is not None and not hmac.compare_digest(
+            bearer(request).encode(), self._token
+        ):
+            raise unauthorized()
+
+    async def expect_submission(self, request: web.Request) -> None:
+        """Refuse a submission before its body is sent, or let the client send it."""
+        if request.headers.get(hdrs.EXPECT, "").lower() != "100-continue":
+            raise web.HTTPExpectationFailed()
+        self._authorize(request)
+        self._check_submission_size(request)
+        if request.version == aiohttp.HttpVersion11:
+            await request.writer.write(_CONTINUE)
+
+    def _check_submission_size(self, request: web.BaseRequest) -> None:
+        refuse_compressed(request)
+        declared = request.content_length
+        if declared is None:
+            raise DecodeError("a run submission must declare its Content-Length")
+        if declared > self._max_submission:
+            raise too_large(
+                BundleError,
+                f"a submission of {declared} bytes is over the cap for a bundle of at most "
+                f"{self._max_bundle} bytes",
+            )
+
+    async def submit_run(self, request: web.Request) -> web.StreamResponse:
+        self._check_submission_size(request)
+        if request.content_type != "multipart/form-data":
+            raise DecodeError("a run submission must be multipart/form-data")
+        try:
+            reader = await request.multipart()
+            config = bodies.config_from_json(
+                loads(await _part(reader, "config", MAX_CONFIG_BYTES, UsageError))
+            )
+            bundle = await _part(reader, "bundle", self._max_bundle, BundleError)
+            if await reader.next() is not None:
+                raise DecodeError("a run submission has two parts: config and bundle")
+        except FedcoreError:
+            raise
+        except _MULTIPART_FAULTS as exc:
+            raise DecodeError(f"a malformed multipart body: {exc}") from exc
+        run = await self._service.submit_run(bundle, config)
+        return _json(bodies.run_to_json(run), status=201, location=f"/v1/runs/{run.run_id}")
+
+    async def list_runs(self, request: web.Request) -> web.StreamResponse:
+        runs = await self._service.list_runs()
+        return _json({"runs": [bodies.run_to_json(run) for run in runs]})
+
+    async def get_run(self, request: web.Request) -> web.StreamResponse:
+        return _json(bodies.run_to_json(await self._service.get_run(_run_id(request))))
+
+    async def stop_run(self, request: web.Request) -> web.StreamResponse:
+        return _json(bodies.run_to_json(await self._service.stop_run(_run_id(request))))
+
+    async def logs(self, request: web.Request) -> web.StreamResponse:
+        """The run's log lines, each written as soon as the service yields it.
+
+        The run is looked up first, so that an unknown one is a 404. Once the
+        stream has begun, a failure can only be told in the stream: its last line.
+        """
+        run_id = _run_id(request)
+        after = _query_id(request, "after")
+        follow = _query_flag(request, "follow")
+        await self._service.get_run(run_id)
+        response = web.StreamResponse(headers={hdrs.CONTENT_TYPE: NDJSON})
+        await response.prepare(request)
+        lines = self._service.logs(run_id, after=after, follow=follow)
+        try:
+            async for line in lines:
+                await response.write(dumps(bodies.log_line_to_json(line)) + b"\n")
+        except Exception as exc:
+            if isinstance(exc, ConnectionError) and not isinstance(exc, FedcoreError):
+                raise  # the client went away
+            status, document = expected_error(exc) or (500, error_document(None, INTERNAL))
+            if status == 500:
+                log.exception("the log stream of run %d failed", run_id)
+            await response.write(dumps({"status": status, **document}) + b"\n")
+        finally:
+            if isinstance(lines, AsyncGenerator):
+                await lines.aclose()
+        await response.write_eof()
+        return response
+
+    async def list_nodes(self, request: web.Request) -> web.StreamResponse:
+        nodes = await self._service.list_nodes()
+        return _json({"nodes": [bodies.node_to_json(node) for node in nodes]})
+
+    async def health(self, request: web.Request) -> web.StreamResponse:
+        return _json(bodies.health_to_json(await self._service.health()))
+
+
+async def _part(
+    reader: MultipartReader, name: str, cap: int, too_large_kind: type[FedcoreError]
+) -> bytes:
+    """The next part's bytes, which must be the part ``name``, refused once over ``cap``."""
+    part = await reader.next()
+    if not isinstance(part, BodyPartReader) or part.name != name:
+        raise DecodeError(f"a run submission's next part must be {name!r}")
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await part.read_chunk(_CHUNK):
+        size += len(chunk)
+        if size > cap:
+            raise too_large(too_large_kind, f"the {name} part is over the cap of {cap} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _json(document: object, *, status: int = 200, location: str | None = None) -> web.Response:
+    headers = {hdrs.LOCATION: location} if location else None
+    return web.Response(status=status, body=dumps(document), content_type=JSON, headers=headers)
+
+
+def _run_id(request: web.Request) -> int:
+    return bodies.id_from_json(request.match_info["run_id"], "the run id")
+
+
+def _query_id(request: web.Request, name: str) -> int:
+    return bodies.id_from_json(request.query.get(name, "0"), f"query parameter {name!r}")
+
+
+def _query_flag(request: web.Request, name: str) -> bool:
+    value = request.query.get(name, "0").lower()
+    if value not in ("0", "1", "false", "true"):
+        raise DecodeError(f"query parameter {name!r} must be 1 or 0, got {value[:20]!r}")
+    return value in ("1", "true")
+
+
+class HttpControlClient(ControlService):
+    """The control API of the link at ``host:port``; use it as an async context manager.
+
+    ``token`` is sent as a bearer token. ``timeout`` bounds each call (a followed
+    log only while connecting: it may stay quiet for as long as the run does).
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        ssl: _ssl.SSLContext | None = None,
+        token: str | None = None,
+        timeout: float = TIMEOUT,
+    ) -> None:
+        self._session = Session(host, port, ssl=ssl, timeout=timeout)
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    async def __aenter__(self) -> Self:
+        await self._session.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._session.close()
+
+    async def submit_run(self, bundle: bytes, run_config: Mapping[str, ConfigValue]) -> Run:
+        with aiohttp.MultipartWriter("form-data") as body:
+            config = body.append(dumps(bodies.config_to_json(run_config)), {"Content-Type": JSON})
+            config.set_content_disposition("form-data", name="config")
+            archive = body.append_payload(Body(bytes(bundle), "application/zip"))
+            archive.set_content_disposition("form-data", name="bundle", filename="bundle.zip")
+        return bodies.run_from_json(await self._json("POST", "/v1/runs", data=body, expect100=True))
+
+    async def list_runs(self) -> list[Run]:
+        return bodies.runs_from_json(await self._json("GET", "/v1/runs"))
+
+    async def get_run(self, run_id: int) -> Run:
+        return bodies.run_from_json(await self._json("GET", f"/v1/runs/{_id(run_id)}"))
+
+    async def stop_run(self, run_id: int) -> Run:
+        return bodies.run_from_json(await self._json("POST", f"/v1/runs/{_id(run_id)}/stop"))
+
+    async def logs(
+        self, run_id: int, *, after: int = 0, follow: bool = False
+    ) -> AsyncIterator[LogLine]:
+        session = self._session
+        params = {"after": _id(after), "follow": "1" if follow else "0"}
+        timeout = session.stream_timeouts() if follow else session.timeouts()
+        async with session.request(
+            "GET",
+            f"/v1/runs/{_id(run_id)}/logs",
+            headers=self._headers,
+            params=params,
+            timeout=timeout,
+        ) as response:
+            buffer, start = bytearray(), 0
+            while True:
+                end = buffer.find(b"\n", start)
+                if end >= 0:
+                    document = bodies.fields(loads(buffer[start:end]), "a log stream line")
+                    start = end + 1
+                    if "error" in document:
+                        status = document.get("status")
+                        status = status if type(status) is int else 500
+                        raise error_from(status, document, session.where)
+                    yield bodies.log_line_from_json(document)
+                    continue
+                del buffer[:start]
+                start = 0
+                if len(buffer) > MAX_JSON_BYTES:
+                    raise DecodeError(
+                        f"{session.where} sent a log line over {MAX_JSON_BYTES} bytes"
+                    )
+                chunk = await response.content.readany()
+                if not chunk:
+                    break
+                buffer += chunk
+            if buffer:
+                raise DecodeError(f"{session.where} ended the log stream inside a line")
+
+    async def list_nodes(self) -> list[NodeInfo]:
+        return bodies.nodes_from_json(await self._json("GET", "/v1/nodes"))
+
+    async def health(self) -> Health:
+        return bodies.health_from_json(await self._json("GET", "/v1/health"))
+
+    async def _json(
+        self, method: str, path: str, *, data: Any = None, expect100: bool = False
+    ) -> Any:
+        body = await self._session.call(
+            method, path, headers=self._headers, data=data, expect100=expect100
+        )
+        return loads(body)
+
+
+def _id(value: int) -> str:
+    """An id for a path or query, checked here: a bad one is the caller's bug."""
+    return bodies.id_to_json(value)

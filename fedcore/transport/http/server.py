@@ -1,0 +1,136 @@
+"""Serving an aiohttp application, and what every handler of fedcore's HTTP APIs shares.
+
+:func:`serve_http` binds a socket (port 0 picks a free one), serves an application
+on it and reports the bound port, as :func:`~fedcore.transport.grpc.serve_fleet`
+does for the fleet API. It configures aiohttp for untrusted peers: bodies are not
+decompressed (a gzip bomb stays a small body), and a handler is cancelled when its
+client goes away, so that a long wait (a followed log, a reply pull) does not hold
+on to the service for nobody.
+
+:func:`guarded` wraps each handler: fedcore's errors become answers by the table in
+:mod:`fedcore.transport.http.errors`; anything unexpected is logged here and answered
+500 with no detail. :func:`request_body` reads a body under a cap and refuses a larger
+one with 413 before buffering it: at once when the declared length is over, else as
+soon as the bytes received pass the cap.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import ssl as _ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TypeVar
+
+from aiohttp import hdrs, web
+
+from fedcore.errors import DecodeError, FedcoreError
+from fedcore.transport.http.bodies import read_at_most
+from fedcore.transport.http.errors import (
+    error_response,
+    expected_error,
+    internal_error,
+    too_large,
+)
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+R = TypeVar("R")
+SHUTDOWN_SECONDS = 5.0
+"""How long a stopping server lets the requests in progress finish before cancelling them."""
+
+
+@asynccontextmanager
+async def serve_http(
+    app: web.Application,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    name: str = "HTTP",
+    ssl: _ssl.SSLContext | None = None,
+    shutdown_seconds: float = SHUTDOWN_SECONDS,
+) -> AsyncIterator[int]:
+    """Serve ``app`` on ``host:port`` until the block ends; yield the bound port.
+
+    ``name`` says which API this is in the log line that reports the address.
+    Leaving the block stops accepting connections, gives the requests in progress
+    ``shutdown_seconds`` to finish, then cancels them.
+    """
+    # No access log: the runtime API answers several requests per round per run, and
+    # a line for each would drown what a person needs to read.
+    runner = web.AppRunner(
+        app,
+        handler_cancellation=True,
+        shutdown_timeout=shutdown_seconds,
+        auto_decompress=False,
+        access_log=None,
+    )
+    await runner.setup()
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.create_server((host, port), family=family)
+        try:
+            await web.SockSite(runner, sock, ssl_context=ssl).start()
+        except BaseException:
+            sock.close()
+            raise
+        bound: int = sock.getsockname()[1]
+        log.info("%s API listening on %s:%d", name, host, bound)
+        yield bound
+    finally:
+        await runner.cleanup()
+
+
+def guarded(
+    handler: Callable[[web.Request], Awaitable[R]],
+) -> Callable[[web.Request], Awaitable[R | web.Response]]:
+    """``handler`` with fedcore's errors as answers, and nothing unexpected leaking."""
+
+    async def guarded_handler(request: web.Request) -> R | web.Response:
+        try:
+            return await handler(request)
+        except web.HTTPException:
+            raise  # an answer already: a refused body, a missing token
+        except (FedcoreError, ValueError) as exc:
+            answer = expected_error(exc)
+            if answer is not None:
+                return error_response(*answer)
+            log.exception("%s %s failed", request.method, request.path)
+        except ConnectionError:
+            raise  # the client went away while being answered: aiohttp drops the connection
+        except Exception:
+            log.exception("%s %s failed", request.method, request.path)
+        return internal_error()
+
+    return guarded_handler
+
+
+async def request_body(request: web.Request, cap: int, too_large_kind: type[FedcoreError]) -> bytes:
+    """The request's body, at most ``cap`` bytes; over it, 413 naming ``too_large_kind``.
+
+    A compressed body (``Content-Encoding``) is refused: nothing fedcore sends is
+    compressed, and decompressing would let a small body grow past any cap.
+    """
+    refuse_compressed(request)
+    declared = request.content_length
+    if declared is not None and declared > cap:
+        raise too_large(too_large_kind, f"a body of {declared} bytes is over the cap of {cap}")
+    data = await read_at_most(request.content, cap)
+    if len(data) > cap:
+        raise too_large(too_large_kind, f"the body is over the cap of {cap} bytes")
+    return data
+
+
+def refuse_compressed(request: web.BaseRequest) -> None:
+    """Refuse a compressed body: it could decompress past any cap."""
+    encoding = request.headers.get(hdrs.CONTENT_ENCODING, "identity").strip().lower()
+    if encoding != "identity":
+        raise DecodeError(f"compressed bodies ({encoding[:20]}) are not accepted")
+
+
+def bearer(request: web.BaseRequest) -> str:
+    """The bearer credential of ``Authorization``, or "" when there is none."""
+    scheme, _, credential = request.headers.get(hdrs.AUTHORIZATION, "").partition(" ")
+    return credential.strip() if scheme.lower() == "bearer" else ""

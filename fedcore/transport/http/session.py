@@ -1,0 +1,165 @@
+"""The clients' side of HTTP: one aiohttp session to the link, and nothing of aiohttp leaking.
+
+:class:`Session` makes the requests of :class:`~fedcore.transport.http.control.HttpControlClient`
+and :class:`~fedcore.transport.http.runtime.HttpRuntimeClient`. An answer that is not
+2xx becomes the fedcore error that the table of :mod:`fedcore.transport.http.errors`
+gives; a link that cannot be reached (nothing listens, the connection broke or timed
+out, the answer was cut short) becomes :class:`~fedcore.errors.LinkUnavailableError`.
+Bodies are read under a cap, not decompressed, and never followed to a redirect.
+"""
+
+from __future__ import annotations
+
+import ssl as _ssl
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+from aiohttp.abc import AbstractStreamWriter
+
+from fedcore.errors import DecodeError, FedcoreError, LinkUnavailableError
+from fedcore.transport.http.bodies import MAX_JSON_BYTES, read_at_most
+from fedcore.transport.http.errors import MAX_ERROR_BYTES, answer_error
+
+TIMEOUT = 30.0
+"""Seconds to connect, and for the link to answer a call beyond any wait it was asked for."""
+_SLICE = 256 * 1024
+
+
+class Body(aiohttp.Payload):
+    """Bytes to send, written in slices with a known length.
+
+    aiohttp writes a ``bytes`` body to the socket in one piece, and warns when it is
+    large; a batch of models or a bundle is large. Written a slice at a time, the
+    body lets the event loop run between slices, and nothing is copied.
+    """
+
+    _value: bytes
+
+    def __init__(self, data: bytes, content_type: str) -> None:
+        super().__init__(data, content_type=content_type)
+
+    @property
+    def size(self) -> int:
+        return len(self._value)
+
+    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        return self._value.decode(encoding, errors)
+
+    async def write(self, writer: AbstractStreamWriter) -> None:
+        await self.write_with_length(writer, None)
+
+    async def write_with_length(
+        self, writer: AbstractStreamWriter, content_length: int | None
+    ) -> None:
+        view = memoryview(self._value)[:content_length]
+        for start in range(0, len(view), _SLICE):
+            await writer.write(view[start : start + _SLICE])
+
+
+class Session:
+    """Requests to the link at ``host:port``; :meth:`open` before, :meth:`close` after."""
+
+    def __init__(
+        self, host: str, port: int, *, ssl: _ssl.SSLContext | None, timeout: float
+    ) -> None:
+        self.where = f"the link at {host}:{port}"
+        self.timeout = timeout
+        name = f"[{host}]" if ":" in host else host  # an IPv6 address, as URLs write it
+        self._base = f"{'https' if ssl else 'http'}://{name}:{port}"
+        self._ssl = ssl
+        self._session: aiohttp.ClientSession | None = None
+
+    async def open(self) -> None:
+        connector = aiohttp.TCPConnector(ssl=self._ssl or True)
+        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def timeouts(self, wait: float = 0.0) -> aiohttp.ClientTimeout:
+        """A call whose answer may take ``wait`` seconds at the link, plus the usual.
+
+        Only connecting and waiting for the answer are bounded, not sending the
+        request: a large push takes as long as the network needs.
+        """
+        return aiohttp.ClientTimeout(sock_connect=self.timeout, sock_read=wait + self.timeout)
+
+    def stream_timeouts(self) -> aiohttp.ClientTimeout:
+        """A stream that may stay quiet indefinitely: only connecting is bounded."""
+        return aiohttp.ClientTimeout(sock_connect=self.timeout)
+
+    @asynccontextmanager
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        headers: Mapping[str, str],
+        timeout: aiohttp.ClientTimeout,
+        params: Mapping[str, str] | None = None,
+        data: Any = None,
+        expect100: bool = False,
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """A response with a 2xx status, to read inside the block.
+
+        Reading it inside the block translates aiohttp's errors too; the error of
+        any other status is raised before the block runs.
+        """
+        if self._session is None:
+            raise RuntimeError("the HTTP client is used outside its `async with` block")
+        try:
+            async with self._session.request(
+                method,
+                self._base + path,
+                headers=headers,
+                params=params,
+                data=data,
+                timeout=timeout,
+                expect100=expect100,
+                allow_redirects=False,
+            ) as response:
+                if not 200 <= response.status < 300:
+                    body = await read_at_most(response.content, MAX_ERROR_BYTES)
+                    raise answer_error(response.status, body, self.where)
+                yield response
+        except FedcoreError:
+            raise
+        except (aiohttp.ClientError, OSError) as exc:  # OSError: TimeoutError and raw resets
+            raise LinkUnavailableError(
+                f"{self.where} is unavailable: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    async def read(self, response: aiohttp.ClientResponse, cap: int) -> bytes:
+        """The body of ``response``; DecodeError if it is over ``cap`` bytes."""
+        data = await read_at_most(response.content, cap)
+        if len(data) > cap:
+            raise DecodeError(f"{self.where} answered with a body over the cap of {cap} bytes")
+        return data
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        headers: Mapping[str, str],
+        timeout: aiohttp.ClientTimeout | None = None,
+        params: Mapping[str, str] | None = None,
+        data: Any = None,
+        expect100: bool = False,
+        cap: int = MAX_JSON_BYTES,
+    ) -> bytes:
+        """Make a request and return the body of its 2xx answer."""
+        async with self.request(
+            method,
+            path,
+            headers=headers,
+            timeout=timeout or self.timeouts(),
+            params=params,
+            data=data,
+            expect100=expect100,
+        ) as response:
+            return await self.read(response, cap)

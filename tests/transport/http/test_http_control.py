@@ -1,0 +1,639 @@
+"""The control API over HTTP on loopback: every route, errors both ways, tokens, caps, garbage."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+import anyio
+import pytest
+from aiohttp import web
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fedcore.domain import LogLine, Run, RunStatus
+from fedcore.errors import (
+    BundleError,
+    ClaimLostError,
+    ConflictError,
+    DecodeError,
+    FedcoreError,
+    InvalidTransitionError,
+    LinkUnavailableError,
+    MessageNotFoundError,
+    NodeNotFoundError,
+    NotFoundError,
+    ReplyRejectedError,
+    RunConfigError,
+    RunFinishedError,
+    RunNotFoundError,
+    StateError,
+    UsageError,
+)
+from fedcore.transport.control import ControlService, Health, NodeInfo
+from fedcore.transport.http import HttpControlClient, control_app, serve_http
+from fedcore.transport.http.session import Body
+from fedcore.wire.fleet import ConfigValue
+
+pytestmark = pytest.mark.anyio
+
+BIG_ID = 2**62 + 12345  # well past 2^53: a double would round it
+TOKEN = "s3cret-token"
+ZIP = b"PK\x03\x04" + bytes(range(256)) * 4
+
+
+class FakeControl(ControlService):
+    """A ControlService in memory that records what reached it and fails on demand."""
+
+    def __init__(self) -> None:
+        self.runs: dict[int, Run] = {}
+        self.bundles: dict[int, bytes] = {}
+        self.lines: dict[int, list[LogLine]] = {}
+        self.nodes = [NodeInfo(BIG_ID + 1, True), NodeInfo(3, True)]
+        self.failure: Exception | None = None
+        """Raised by every call while set."""
+        self.stream_failure: Exception | None = None
+        """Raised by ``logs`` after the lines stored so far."""
+        self._changed = anyio.Event()
+
+    def add_run(self, status: RunStatus = RunStatus.RUNNING, **config: ConfigValue) -> Run:
+        run = Run(BIG_ID + len(self.runs), dict(config), status, seed=-(2**60), created_at=2.5)
+        run.bundle_hash = "ab" * 32
+        self.runs[run.run_id] = run
+        self.lines[run.run_id] = []
+        return run
+
+    def append(self, run_id: int, text: str) -> None:
+        lines = self.lines[run_id]
+        lines.append(LogLine(len(lines) + 1, 10.0 + len(lines), text))
+        self._notify()
+
+    def finish(self, run_id: int, status: RunStatus = RunStatus.COMPLETED) -> None:
+        self.runs[run_id].status = status
+        self._notify()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    def _check(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+
+    def _run(self, run_id: int) -> Run:
+        self._check()
+        if run_id not in self.runs:
+            raise RunNotFoundError(f"no run {run_id}")
+        return self.runs[run_id]
+
+    async def submit_run(self, bundle: bytes, run_config: Mapping[str, ConfigValue]) -> Run:
+        self._check()
+        if not bundle.startswith(b"PK"):
+            raise BundleError("the bundle is not a zip archive")
+        run = self.add_run(RunStatus.PENDING, **run_config)
+        self.bundles[run.run_id] = bundle
+        return run
+
+    async def list_runs(self) -> list[Run]:
+        self._check()
+        return list(self.runs.values())
+
+    async def get_run(self, run_id: int) -> Run:
+        return self._run(run_id)
+
+    async def stop_run(self, run_id: int) -> Run:
+        run = self._run(run_id)
+        if not run.status.finished:
+            self.finish(run_id, RunStatus.STOPPED)
+        return run
+
+    async def logs(
+        self, run_id: int, *, after: int = 0, follow: bool = False
+    ) -> AsyncIterator[LogLine]:
+        self._run(run_id)
+        seen = after
+        while True:
+            changed = self._changed
+            fresh = [line for line in self.lines[run_id] if line.seq > seen]
+            for line in fresh:
+                yield line
+            if fresh:
+                seen = fresh[-1].seq
+                continue
+            if self.stream_failure is not None:
+                raise self.stream_failure
+            if not follow or self.runs[run_id].status.finished:
+                return
+            await changed.wait()
+
+    async def list_nodes(self) -> list[NodeInfo]:
+        self._check()
+        return self.nodes
+
+    async def health(self) -> Health:
+        self._check()
+        return Health("9.9.9", runs_active=2, nodes_online=len(self.nodes))
+
+
+@asynccontextmanager
+async def served(
+    service: ControlService, *, client_token: str | None = None, **options: Any
+) -> AsyncIterator[tuple[HttpControlClient, str]]:
+    """A client of ``service`` served on 127.0.0.1, and the server's base URL."""
+    async with (
+        serve_http(control_app(service, **options), "127.0.0.1", 0, name="control") as port,
+        HttpControlClient("127.0.0.1", port, token=client_token) as client,
+    ):
+        yield client, f"http://127.0.0.1:{port}"
+
+
+@asynccontextmanager
+async def raw() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(auto_decompress=False) as session:
+        yield session
+
+
+def multipart(*parts: tuple[str, bytes, str]) -> aiohttp.MultipartWriter:
+    with aiohttp.MultipartWriter("form-data") as body:
+        for name, data, content_type in parts:
+            part = body.append_payload(Body(data, content_type))
+            part.set_content_disposition("form-data", name=name)
+    return body
+
+
+# ------------------------------------------------------------------- round trips
+
+
+async def test_a_submitted_run_keeps_its_config_and_bundle_exactly() -> None:
+    fake = FakeControl()
+    config: dict[str, ConfigValue] = {"rounds": 3, "lr": 0.25, "big": 2**63 - 1, "on": True}
+    config["name"] = "ünï"
+    async with served(fake) as (client, _):
+        run = await client.submit_run(ZIP, config)
+    assert run.run_id == BIG_ID
+    assert run.status is RunStatus.PENDING
+    assert run.run_config == config
+    assert {key: type(value) for key, value in run.run_config.items()} == {
+        key: type(value) for key, value in config.items()
+    }
+    assert fake.bundles[run.run_id] == ZIP
+    assert fake.runs[run.run_id].run_config == config
+
+
+async def test_runs_are_listed_shown_and_stopped() -> None:
+    fake = FakeControl()
+    first, second = fake.add_run(rounds=1), fake.add_run(RunStatus.COMPLETED)
+    async with served(fake) as (client, _):
+        assert await client.list_runs() == [first, second]
+        shown = await client.get_run(first.run_id)
+        assert shown == first
+        assert shown.seed == -(2**60)
+        assert shown.bundle_hash == "ab" * 32
+        stopped = await client.stop_run(first.run_id)
+        assert stopped.status is RunStatus.STOPPED
+        assert (await client.stop_run(second.run_id)).status is RunStatus.COMPLETED
+
+
+async def test_nodes_and_health() -> None:
+    fake = FakeControl()
+    async with served(fake) as (client, _):
+        assert await client.list_nodes() == fake.nodes
+        assert await client.health() == Health("9.9.9", 2, 2)
+
+
+async def test_ids_travel_as_strings_and_a_submission_has_a_location() -> None:
+    fake = FakeControl()
+    run = fake.add_run()
+    async with served(fake) as (_, url), raw() as session:
+        async with session.get(f"{url}/v1/runs/{run.run_id}") as response:
+            document = await response.json()
+        assert document["run_id"] == str(BIG_ID)
+        async with session.get(f"{url}/v1/nodes") as response:
+            assert (await response.json())["nodes"][0]["node_id"] == str(BIG_ID + 1)
+        body = multipart(("config", b"{}", "application/json"), ("bundle", ZIP, "application/zip"))
+        async with session.post(f"{url}/v1/runs", data=body) as response:
+            assert response.status == 201
+            created = await response.json()
+            assert response.headers["Location"] == f"/v1/runs/{created['run_id']}"
+
+
+async def test_logs_after_a_line_without_following() -> None:
+    fake = FakeControl()
+    run = fake.add_run()
+    for text in ("one", "two", "three"):
+        fake.append(run.run_id, text)
+    async with served(fake) as (client, _):
+        lines = [line async for line in client.logs(run.run_id)]
+        assert [line.text for line in lines] == ["one", "two", "three"]
+        assert lines[1] == LogLine(2, 11.0, "two")
+        assert [line.seq async for line in client.logs(run.run_id, after=2)] == [3]
+        assert [line async for line in client.logs(run.run_id, after=3)] == []
+
+
+async def test_following_logs_streams_lines_as_they_come_and_ends_with_the_run() -> None:
+    fake = FakeControl()
+    run = fake.add_run()
+    fake.append(run.run_id, "one")
+    send, receive = anyio.create_memory_object_stream[LogLine](10)
+    async with served(fake) as (client, _), receive, anyio.create_task_group() as tasks:
+
+        async def follow() -> None:
+            async with send:
+                async for line in client.logs(run.run_id, follow=True):
+                    await send.send(line)
+
+        tasks.start_soon(follow)
+        with anyio.fail_after(5):
+            assert (await receive.receive()).text == "one"
+            fake.append(run.run_id, "two")
+            assert (await receive.receive()).text == "two"
+            fake.append(run.run_id, "three")
+            fake.finish(run.run_id)
+            assert [line.text async for line in receive] == ["three"]
+
+
+async def test_logs_of_an_unknown_run_fail_on_the_first_step() -> None:
+    async with served(FakeControl()) as (client, _):
+        lines = client.logs(5, follow=True)
+        with pytest.raises(RunNotFoundError, match="no run 5"):
+            await anext(lines)
+
+
+async def test_a_stream_that_fails_midway_raises_the_error_after_the_lines() -> None:
+    fake = FakeControl()
+    run = fake.add_run()
+    fake.append(run.run_id, "one")
+    fake.stream_failure = RunNotFoundError("the run was deleted")
+    seen: list[str] = []
+    async with served(fake) as (client, _):
+
+        async def read_all() -> None:
+            async for line in client.logs(run.run_id):
+                seen.append(line.text)
+
+        with pytest.raises(RunNotFoundError, match="deleted"):
+            await read_all()
+        assert seen == ["one"]
+
+        fake.stream_failure = KeyError("/srv/secret/path")
+        with pytest.raises(FedcoreError, match="internal error") as caught:
+            await read_all()
+        assert type(caught.value) is FedcoreError
+        assert "secret" not in str(caught.value)
+
+
+# ------------------------------------------------------------------- errors both ways
+
+MAPPED = [
+    (RunNotFoundError("no run 7"), 404, RunNotFoundError),
+    (NodeNotFoundError("no node"), 404, NodeNotFoundError),
+    (MessageNotFoundError("no message"), 404, MessageNotFoundError),
+    (NotFoundError("nothing"), 404, NotFoundError),
+    (ConflictError("same id"), 409, ConflictError),
+    (RunFinishedError("finished"), 409, RunFinishedError),
+    (InvalidTransitionError("no move"), 409, InvalidTransitionError),
+    (ClaimLostError("stale"), 409, ClaimLostError),
+    (ReplyRejectedError("expired"), 409, ReplyRejectedError),
+    (StateError("refused"), 409, StateError),
+    (BundleError("bad zip"), 400, BundleError),
+    (RunConfigError("bad key"), 400, RunConfigError),
+    (UsageError("bad flag"), 400, UsageError),
+    (DecodeError("bad bytes"), 400, DecodeError),
+    (ValueError("bad value\nsecond line"), 400, DecodeError),
+    (LinkUnavailableError("shutting down"), 503, LinkUnavailableError),
+]
+
+
+@pytest.mark.parametrize(("raised", "status", "expected"), MAPPED, ids=lambda v: repr(v)[:40])
+async def test_errors_map_to_statuses_and_back_to_the_same_class(
+    raised: Exception, status: int, expected: type[Exception]
+) -> None:
+    fake = FakeControl()
+    run = fake.add_run()
+    fake.failure = raised
+    async with served(fake) as (client, url), raw() as session:
+        async with session.get(f"{url}/v1/runs/{run.run_id}") as response:
+            assert response.status == status
+            document = await response.json()
+        assert document["error"] == expected.__name__
+        assert "\n" not in document["message"]
+        with pytest.raises(expected) as caught:
+            await client.get_run(run.run_id)
+        assert type(caught.value) is expected
+        assert str(raised).split()[0] in str(caught.value)
+
+
+async def test_an_unexpected_error_is_a_500_without_detail_and_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake = FakeControl()
+    fake.failure = KeyError("/home/link/secret.db")
+    async with served(fake) as (client, url), raw() as session:
+        async with session.get(f"{url}/v1/runs") as response:
+            assert response.status == 500
+            text = await response.text()
+        assert "secret" not in text
+        assert "KeyError" not in text
+        assert json.loads(text) == {"error": "", "message": "internal error"}
+        with pytest.raises(FedcoreError) as caught:
+            await client.list_runs()
+        assert type(caught.value) is FedcoreError
+        assert "secret" not in str(caught.value)
+        logged = [r for r in caplog.records if r.name == "fedcore.transport.http.server"]
+        assert logged
+        assert logged[0].exc_info
+        fake.failure = None
+        assert await client.health()
+
+
+async def test_the_client_reads_answers_that_are_not_fedcore_ones() -> None:
+    async def teapot(request: web.Request) -> web.Response:
+        return web.Response(status=418, text="<html>I'm a teapot</html>")
+
+    async def not_json(request: web.Request) -> web.Response:
+        return web.Response(text="hello")
+
+    async def html_404(request: web.Request) -> web.Response:
+        return web.Response(status=404, text="<h1>Not Found</h1>")
+
+    async def proxy_502(request: web.Request) -> web.Response:
+        return web.Response(status=502, text="bad gateway")
+
+    async def forged(request: web.Request) -> web.Response:
+        return web.json_response({"error": "ConflictError", "message": "?"}, status=404)
+
+    app = web.Application()
+    app.router.add_get("/v1/health", teapot)
+    app.router.add_get("/v1/runs", not_json)
+    app.router.add_get("/v1/runs/1", html_404)
+    app.router.add_get("/v1/nodes", proxy_502)
+    app.router.add_get("/v1/runs/2", forged)
+    async with (
+        serve_http(app, "127.0.0.1", 0) as port,
+        HttpControlClient("127.0.0.1", port) as client,
+    ):
+        with pytest.raises(FedcoreError, match="HTTP 418: <html>I'm a teapot</html>") as caught:
+            await client.health()
+        assert type(caught.value) is FedcoreError
+        with pytest.raises(DecodeError, match="not a JSON document"):
+            await client.list_runs()
+        with pytest.raises(NotFoundError, match="Not Found") as missing:
+            await client.get_run(1)
+        assert type(missing.value) is NotFoundError
+        with pytest.raises(LinkUnavailableError, match="HTTP 502"):
+            await client.list_nodes()
+        with pytest.raises(NotFoundError) as forged_error:
+            await client.get_run(2)  # a 404 naming a ConflictError is still a NotFoundError
+        assert type(forged_error.value) is NotFoundError
+
+
+async def test_nothing_listening_is_link_unavailable() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    async with HttpControlClient("127.0.0.1", port) as client:
+        with pytest.raises(LinkUnavailableError, match=f"127.0.0.1:{port}"):
+            await client.health()
+        with pytest.raises(LinkUnavailableError):
+            await client.submit_run(ZIP, {})
+        with pytest.raises(LinkUnavailableError):
+            await anext(client.logs(1, follow=True))
+
+
+async def test_a_link_that_goes_away_mid_stream_is_link_unavailable() -> None:
+    fake = FakeControl()
+    run = fake.add_run()
+    fake.append(run.run_id, "one")
+    server = serve_http(control_app(fake), "127.0.0.1", 0, shutdown_seconds=0.1)
+    port = await server.__aenter__()
+    async with HttpControlClient("127.0.0.1", port) as client:
+        lines = client.logs(run.run_id, follow=True)
+        with anyio.fail_after(5):
+            assert (await anext(lines)).text == "one"
+            await server.__aexit__(None, None, None)
+            with pytest.raises(LinkUnavailableError):
+                await anext(lines)
+
+
+async def test_a_client_outside_its_block_says_so() -> None:
+    client = HttpControlClient("127.0.0.1", 1)
+    with pytest.raises(RuntimeError, match="async with"):
+        await client.health()
+
+
+# ------------------------------------------------------------------- the token
+
+
+async def test_with_a_token_every_route_but_health_requires_it() -> None:
+    fake = FakeControl()
+    run = fake.add_run()
+    fake.append(run.run_id, "one")
+    async with served(fake, token=TOKEN) as (_, url), raw() as session:
+        routes = [
+            ("GET", "/v1/runs"),
+            ("GET", f"/v1/runs/{run.run_id}"),
+            ("POST", f"/v1/runs/{run.run_id}/stop"),
+            ("GET", f"/v1/runs/{run.run_id}/logs"),
+            ("GET", "/v1/nodes"),
+            ("POST", "/v1/runs"),
+        ]
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
+            for method, path in routes:
+                async with session.request(method, url + path, headers=headers) as response:
+                    assert response.status == 401, (method, path, headers)
+                    assert response.headers["WWW-Authenticate"] == "Bearer"
+                    assert TOKEN not in await response.text()
+        async with session.get(f"{url}/v1/health") as response:
+            assert response.status == 200
+        good = {"Authorization": f"Bearer {TOKEN}"}
+        async with session.get(f"{url}/v1/runs", headers=good) as response:
+            assert response.status == 200
+    assert fake.runs[run.run_id].status is RunStatus.RUNNING  # the refused stop did nothing
+
+
+async def test_the_client_presents_its_token() -> None:
+    fake = FakeControl()
+    async with served(fake, token=TOKEN, client_token=TOKEN) as (client, _):
+        run = await client.submit_run(ZIP, {"a": 1})
+        assert await client.get_run(run.run_id) == run
+    async with served(fake, token=TOKEN, client_token="nope") as (client, _):
+        with pytest.raises(UsageError, match="bearer token"):
+            await client.list_runs()
+        with pytest.raises(UsageError, match="bearer token"):
+            await client.submit_run(ZIP, {})
+        assert await client.health()
+    assert len(fake.bundles) == 1
+
+
+# ------------------------------------------------------------------- caps and garbage
+
+
+async def test_a_bundle_over_the_cap_is_refused_before_it_is_sent() -> None:
+    fake = FakeControl()
+    async with served(fake, max_bundle_bytes=1000) as (client, _):
+        with pytest.raises(BundleError, match="over the cap"):
+            await client.submit_run(ZIP + bytes(3 << 20), {})
+        assert fake.bundles == {}
+        run = await client.submit_run(ZIP[:900], {})  # the server is fine, and takes this one
+        assert fake.bundles[run.run_id] == ZIP[:900]
+
+
+async def test_a_bundle_part_over_the_cap_is_refused_as_it_arrives() -> None:
+    # Declared length within the room for a config part: only counting the bundle finds it.
+    fake = FakeControl()
+    async with served(fake, max_bundle_bytes=1000) as (client, _):
+        with pytest.raises(BundleError, match="bundle part is over the cap of 1000"):
+            await client.submit_run(ZIP + bytes(5000), {})
+        assert fake.bundles == {}
+
+
+async def test_a_declared_length_over_the_cap_is_refused_without_reading_the_body() -> None:
+    fake = FakeControl()
+    async with served(fake) as (client, url):
+        port = int(url.rsplit(":", 1)[1])
+        request = (
+            b"POST /v1/runs HTTP/1.1\r\nHost: link\r\n"
+            b"Content-Type: multipart/form-data; boundary=b\r\n"
+            b"Content-Length: 1000000000\r\n\r\n" + bytes(100)
+        )
+        with anyio.fail_after(5):
+            async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+                await stream.send(request)  # and never the rest: a buffering server would wait
+                answer = await stream.receive()
+        assert answer.startswith(b"HTTP/1.1 413")
+        assert b'"error":"BundleError"' in answer
+        assert fake.bundles == {}
+        assert await client.health()
+
+
+GARBAGE: list[tuple[str, dict[str, str], bytes]] = [
+    ("not multipart", {"Content-Type": "application/zip"}, ZIP),
+    ("no boundary", {"Content-Type": "multipart/form-data"}, b"--x\r\n\r\n"),
+    ("no parts", {"Content-Type": "multipart/form-data; boundary=b"}, b"garbage"),
+    ("only the end", {"Content-Type": "multipart/form-data; boundary=b"}, b"--b--\r\n"),
+    (
+        "header soup",
+        {"Content-Type": "multipart/form-data; boundary=b"},
+        b"--b\r\nContent-Disposition: \x00\x01;;;=\r\n\r\n{}\r\n--b--\r\n",
+    ),
+    (
+        "long header",
+        {"Content-Type": "multipart/form-data; boundary=b"},
+        b"--b\r\nX: " + b"a" * 20000 + b"\r\n\r\n{}\r\n--b--\r\n",
+    ),
+    (
+        "compressed",
+        {"Content-Type": "multipart/form-data; boundary=b", "Content-Encoding": "gzip"},
+        b"x",
+    ),
+]
+
+
+@pytest.mark.parametrize(("what", "headers", "body"), GARBAGE, ids=[g[0] for g in GARBAGE])
+async def test_garbage_submissions_are_400(what: str, headers: dict[str, str], body: bytes) -> None:
+    fake = FakeControl()
+    async with served(fake) as (client, url), raw() as session:
+        async with session.post(f"{url}/v1/runs", data=body, headers=headers) as response:
+            assert response.status == 400, what
+            document = await response.json()
+        assert document["error"] == "DecodeError"
+        assert fake.bundles == {}
+        assert await client.health()
+
+
+@pytest.mark.parametrize(
+    ("parts", "match"),
+    [
+        ([("bundle", ZIP, "application/zip")], "must be 'config'"),
+        ([("config", b"{}", "application/json")], "must be 'bundle'"),
+        ([("config", b"{nope", "application/json"), ("bundle", ZIP, "x")], "not a JSON document"),
+        ([("config", b"[1]", "application/json"), ("bundle", ZIP, "x")], "must be an object"),
+        ([("config", b'{"a": [1]}', "application/json"), ("bundle", ZIP, "x")], "'a' must be"),
+        ([("config", b'{"a": 1, "a": 2}', "application/json"), ("bundle", ZIP, "x")], "repeats"),
+        ([("config", b'{"a": 99999999999999999999}', "x"), ("bundle", ZIP, "x")], "64 bits"),
+        ([("config", b"[" * 100000, "x"), ("bundle", ZIP, "x")], "not a JSON document"),
+        (
+            [("config", b"{}", "x"), ("bundle", ZIP, "x"), ("extra", b"", "x")],
+            "two parts",
+        ),
+    ],
+)
+async def test_malformed_parts_are_400(parts: list[tuple[str, bytes, str]], match: str) -> None:
+    fake = FakeControl()
+    async with (
+        served(fake) as (_, url),
+        raw() as session,
+        session.post(f"{url}/v1/runs", data=multipart(*parts)) as response,
+    ):
+        assert response.status == 400
+        assert match in (await response.json())["message"]
+    assert fake.bundles == {}
+
+
+async def test_a_config_part_over_its_cap_is_413() -> None:
+    fake = FakeControl()
+    config = json.dumps({"k": "x" * (2 << 20)}).encode()
+    async with served(fake) as (_, url), raw() as session:
+        body = multipart(("config", config, "application/json"), ("bundle", ZIP, "x"))
+        async with session.post(f"{url}/v1/runs", data=body) as response:
+            assert response.status == 413
+            assert (await response.json())["error"] == "UsageError"
+
+
+async def test_a_submission_must_declare_its_length() -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b"--b\r\n"
+
+    fake = FakeControl()
+    async with served(fake) as (_, url), raw() as session:
+        headers = {"Content-Type": "multipart/form-data; boundary=b"}
+        async with session.post(f"{url}/v1/runs", data=chunks(), headers=headers) as response:
+            assert response.status == 400
+            assert "Content-Length" in (await response.json())["message"]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/runs/abc",
+        "/v1/runs/-1",
+        "/v1/runs/007",
+        "/v1/runs/99999999999999999999",
+        "/v1/runs/9223372036854775808",
+        "/v1/runs/1/logs?after=x",
+        "/v1/runs/1/logs?after=-1",
+        "/v1/runs/1/logs?follow=maybe",
+    ],
+)
+async def test_bad_ids_and_queries_are_400(path: str) -> None:
+    fake = FakeControl()
+    fake.add_run()
+    async with served(fake) as (_, url), raw() as session, session.get(url + path) as response:
+        assert response.status == 400
+        assert (await response.json())["error"] == "DecodeError"
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(body=st.binary(max_size=300), boundary=st.sampled_from(["b", "x" * 70, "=?"]))
+async def test_random_multipart_bodies_are_never_a_500(body: bytes, boundary: str) -> None:
+    fake = FakeControl()
+    async with served(fake) as (_, url), raw() as session:
+        for data in (body, b"--" + boundary.encode() + b"\r\n" + body):
+            headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+            async with session.post(f"{url}/v1/runs", data=data, headers=headers) as response:
+                assert response.status in (201, 400, 413), await response.text()
+
+
+async def test_unknown_routes_and_methods_are_not_served() -> None:
+    async with served(FakeControl()) as (client, url), raw() as session:
+        async with session.get(f"{url}/v1/nope") as response:
+            assert response.status == 404
+        async with session.delete(f"{url}/v1/runs") as response:
+            assert response.status == 405
+        assert await client.health()
