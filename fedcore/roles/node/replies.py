@@ -1,0 +1,72 @@
+"""A reply on its way to the link: kept and retried until the link holds it, or refuses it for good.
+
+The node keeps a reply until ``push_reply`` returns: from then on the link holds it
+durably (R2). While the link is unavailable the push is retried with backoff, and
+every retry sends the same :class:`OutgoingReply`, built once, so that a retry of a
+push whose answer was lost is an identical duplicate: the link stores it once and
+says ``duplicate`` (R3).
+
+Content over :data:`~fedcore.wire.fleet.MAX_INLINE_CONTENT` goes first as a payload
+(``push_payload``, streamed from the encoded parts — views of the reply's arrays, not
+a copy) and the reply then names it. The link keeps a pushed payload only until the
+reply naming it is stored, and not across a restart, so a retried reply may find its
+payload gone (``DecodeError``): the payload is pushed again, once, and the reply with
+it. Any other refusal is final and raised for the caller to log and drop.
+"""
+
+from __future__ import annotations
+
+from fedcore.domain import Message
+from fedcore.errors import DecodeError, LinkUnavailableError
+from fedcore.roles.node.retry import Retrier
+from fedcore.transport.fleet import FleetService
+from fedcore.wire import Parts, pack_recorddict_parts, parts_size
+from fedcore.wire.chunks import Digest
+from fedcore.wire.fleet import MAX_INLINE_CONTENT, PayloadRef, PushedReply
+
+
+class OutgoingReply:
+    """A reply as it is pushed, with its content's encoding when that goes as a payload."""
+
+    __slots__ = ("_digest", "_parts", "payload", "reply")
+
+    def __init__(self, reply: Message) -> None:
+        self.reply = reply
+        self.payload: PayloadRef | None = None
+        """The payload the link holds for the content, once pushed."""
+        self._parts: Parts | None = None
+        self._digest: Digest | None = None
+        if reply.has_content():
+            parts = pack_recorddict_parts(reply.content)
+            if parts_size(parts) > MAX_INLINE_CONTENT:
+                self._parts, self._digest = parts, Digest.of(parts)
+
+    @property
+    def message_id(self) -> str:
+        """The id of the message this replies to."""
+        return self.reply.metadata.reply_to_message_id
+
+    async def push(self, fleet: FleetService, node_id: int, retry: Retrier) -> PushedReply:
+        """Push until the link holds the reply; raise the link's final refusal."""
+        backoff = retry.backoff()
+        payload_lost = False
+        while True:
+            try:
+                if self._parts is not None and self.payload is None:
+                    assert self._digest is not None
+                    payload_id = await fleet.push_payload(
+                        node_id, self.message_id, self._digest, self._parts
+                    )
+                    self.payload = PayloadRef(payload_id, self._digest)
+                pushed = await fleet.push_reply(node_id, self.reply, self.payload)
+            except LinkUnavailableError as exc:
+                retry.unavailable(exc)
+                await backoff.wait()
+                continue
+            except DecodeError:
+                if self.payload is None or payload_lost:
+                    raise
+                payload_lost, self.payload = True, None
+                continue
+            retry.available()
+            return pushed

@@ -1,0 +1,63 @@
+"""Calling the link again while it is away, and saying so once per outage.
+
+:class:`~fedcore.errors.LinkUnavailableError` is the one failure of a fleet call that
+a node retries: everything else the link answers is final for that request. Every
+loop and message task of a node retries on its own :class:`Backoff`, but they share
+one :class:`Retrier`, so a link that goes away is logged once ("unavailable") and
+once when it returns ("back"), however many calls noticed in between.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from fedcore.clock import Clock
+from fedcore.errors import LinkUnavailableError
+from fedcore.roles.node.backoff import Backoff, BackoffPolicy
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class Retrier:
+    """Retries fleet calls with backoff while the link is unavailable; tracks outages."""
+
+    def __init__(self, clock: Clock, policy: BackoffPolicy, seed: int | None) -> None:
+        self._clock = clock
+        self._policy = policy
+        self._seeds = random.Random(seed)
+        self._down_since: float | None = None
+
+    def backoff(self) -> Backoff:
+        """A fresh backoff with its own random stream, drawn from the seeded one."""
+        return Backoff(self._clock, self._policy, random.Random(self._seeds.getrandbits(64)))
+
+    async def __call__(self, call: Callable[[], Awaitable[T]]) -> T:
+        """``await call()`` until it does not raise LinkUnavailableError; its result."""
+        backoff = self.backoff()
+        while True:
+            try:
+                result = await call()
+            except LinkUnavailableError as exc:
+                self.unavailable(exc)
+                await backoff.wait()
+            else:
+                self.available()
+                return result
+
+    def unavailable(self, exc: LinkUnavailableError) -> None:
+        """A call found the link away; the first one of an outage logs it."""
+        if self._down_since is None:
+            self._down_since = self._clock.now()
+            log.warning("%s; retrying with backoff until it is back", exc)
+
+    def available(self) -> None:
+        """A call reached the link; the first one after an outage logs it."""
+        if self._down_since is not None:
+            away = self._clock.now() - self._down_since
+            self._down_since = None
+            log.info("the link is back after %.1f s", away)
