@@ -36,7 +36,8 @@ ALLOWED: dict[str, set[str]] = {
     | {"domain", "wire", "state", "transport", "apps", "roles", "simulation", "runtime"}
     | {"strategy", "mods", "__init__"},
     "testing": BASE
-    | {"domain", "wire", "state", "transport", "apps", "simulation", "strategy", "mods"},
+    | {"domain", "wire", "state", "transport", "apps", "simulation", "strategy", "mods"}
+    | {"runtime"},
     "__init__": {"apps", "domain", "simulation"},
 }
 

@@ -13,6 +13,8 @@ import sys
 import click
 
 from fedcore import __version__
+from fedcore.cli.runs import log, ls, run, stop
+from fedcore.cli.serve import serve
 from fedcore.cli.simulate import simulate
 from fedcore.cli.tracebacks import app_traceback
 from fedcore.errors import FedcoreError, UsageError
@@ -24,7 +26,8 @@ def cli() -> None:
     """fedcore: federated learning, simulated on one machine or deployed across many."""
 
 
-cli.add_command(simulate)
+for command in (simulate, serve, run, ls, log, stop):
+    cli.add_command(command)
 
 # click >= 8.2 raises this usage error to show a group's help when it gets no arguments.
 _NO_ARGS_IS_HELP: type[click.UsageError] | tuple[()] = getattr(

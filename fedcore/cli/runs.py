@@ -1,0 +1,180 @@
+"""``fedcore run / ls / log / stop``: submit and follow runs on a link's control API.
+
+Each command talks to the link at ``--link HOST:PORT`` (the control address,
+default 127.0.0.1:9093, or ``$FEDCORE_LINK``) and prints for a person, or with
+``--json`` one JSON document (``log``: one JSON object per line) for a program.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import click
+
+from fedcore.apps.bundle import pack_bundle
+from fedcore.apps.loading import app_table
+from fedcore.apps.run_config import flatten, resolve_run_config
+from fedcore.domain import LogLine, Run, RunStatus
+from fedcore.errors import AppLoadError, RunConfigError
+from fedcore.runtime.addresses import parse_address
+from fedcore.transport.control import ControlService
+from fedcore.transport.http.control import HttpControlClient
+
+T = TypeVar("T")
+
+LINK_ENV = "FEDCORE_LINK"
+TOKEN_ENV = "FEDCORE_CONTROL_TOKEN"
+EXIT_CODES = {RunStatus.COMPLETED: 0, RunStatus.FAILED: 1, RunStatus.STOPPED: 3}
+"""``fedcore run --stream``'s exit status for each way a run ends."""
+
+link_option = click.option(
+    "--link",
+    "link",
+    default=lambda: os.environ.get(LINK_ENV, "127.0.0.1:9093"),
+    show_default="127.0.0.1:9093, or $FEDCORE_LINK",
+    help="The link's control API address, HOST:PORT.",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
+
+
+@asynccontextmanager
+async def _control(link: str) -> AsyncIterator[ControlService]:
+    address = parse_address(link, what="--link")
+    token = os.environ.get(TOKEN_ENV)
+    async with HttpControlClient(address.host, address.port, token=token) as client:
+        yield client
+
+
+def _call(link: str, work: Callable[[ControlService], Awaitable[T]]) -> T:
+    async def main() -> T:
+        async with _control(link) as control:
+            return await work(control)
+
+    return anyio.run(main)
+
+
+def run_json(run: Run) -> dict[str, Any]:
+    """A run as ``--json`` prints it (the id as a string: 63-bit ids exceed JSON's doubles)."""
+    return {
+        "run_id": str(run.run_id),
+        "status": str(run.status),
+        "reason": run.reason,
+        "created_at": run.created_at,
+        "bundle_hash": run.bundle_hash,
+        "run_config": run.run_config,
+    }
+
+
+@click.command("run")
+@click.argument(
+    "app_dir", default=".", type=click.Path(exists=True, file_okay=False, path_type=Path)
+)
+@link_option
+@click.option("--run-config", default="", help='Overrides of declared keys: "k=v k2=v2".')
+@click.option(
+    "--stream",
+    is_flag=True,
+    help="Follow the ServerApp's log to the end; exit 0 completed, 1 failed, 3 stopped.",
+)
+@json_option
+def run(app_dir: Path, link: str, run_config: str, stream: bool, as_json: bool) -> None:
+    """Pack APP_DIR (default: here), submit it to the link as a new run, print its id."""
+    try:
+        table = app_table(app_dir)
+    except AppLoadError as exc:
+        raise click.UsageError(str(exc)) from None
+    declared = table.get("config", {})
+    if not isinstance(declared, dict):
+        raise RunConfigError(
+            f"{app_dir / 'pyproject.toml'}: [tool.fedcore.app.config] must be a table"
+        )
+    config = resolve_run_config(flatten(declared), run_config or None)
+    bundle = pack_bundle(app_dir)
+
+    async def submit(control: ControlService) -> int:
+        submitted = await control.submit_run(bundle.data, config)
+        if as_json and not stream:
+            click.echo(json.dumps(run_json(submitted)))
+        else:
+            click.echo(submitted.run_id if not stream else f"run {submitted.run_id} submitted")
+        if not stream:
+            return 0
+        async for line in control.logs(submitted.run_id, follow=True):
+            _echo_line(line, as_json)
+        final = await control.get_run(submitted.run_id)
+        _echo_end(final, as_json)
+        return EXIT_CODES.get(final.status, 1)
+
+    sys.exit(_call(link, submit))
+
+
+@click.command("ls")
+@link_option
+@click.option("--nodes", is_flag=True, help="List the online nodes instead of the runs.")
+@json_option
+def ls(link: str, nodes: bool, as_json: bool) -> None:
+    """List the link's runs (newest last), or its online nodes."""
+    if nodes:
+        found = _call(link, lambda control: control.list_nodes())
+        if as_json:
+            click.echo(json.dumps([{"node_id": str(n.node_id), "online": n.online} for n in found]))
+        else:
+            for node in found:
+                click.echo(node.node_id)
+        return
+    runs = _call(link, lambda control: control.list_runs())
+    if as_json:
+        click.echo(json.dumps([run_json(r) for r in runs]))
+        return
+    click.echo(f"{'RUN ID':<20}  {'STATUS':<18}  REASON")
+    for r in runs:
+        click.echo(f"{r.run_id:<20}  {r.status:<18}  {r.reason}")
+
+
+@click.command("log")
+@click.argument("run_id", type=int)
+@link_option
+@click.option("--follow", "-f", is_flag=True, help="Wait for new lines until the run finishes.")
+@json_option
+def log(run_id: int, link: str, follow: bool, as_json: bool) -> None:
+    """Print a run's ServerApp log."""
+
+    async def show(control: ControlService) -> None:
+        async for line in control.logs(run_id, follow=follow):
+            _echo_line(line, as_json)
+        if follow:
+            _echo_end(await control.get_run(run_id), as_json)
+
+    _call(link, show)
+
+
+@click.command("stop")
+@click.argument("run_id", type=int)
+@link_option
+@json_option
+def stop(run_id: int, link: str, as_json: bool) -> None:
+    """Stop a run: its ServerApp is ended and its messages are no longer delivered."""
+    stopped = _call(link, lambda control: control.stop_run(run_id))
+    click.echo(json.dumps(run_json(stopped)) if as_json else f"run {run_id}: {stopped.status}")
+
+
+def _echo_line(line: LogLine, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({"seq": line.seq, "time": line.time, "text": line.text}))
+    else:
+        click.echo(line.text)
+
+
+def _echo_end(final: Run, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(run_json(final)))
+    else:
+        reason = f": {final.reason}" if final.reason else ""
+        click.echo(f"run {final.run_id} {final.status}{reason}", err=True)

@@ -1,0 +1,185 @@
+"""``fedcore serve --role link|node``: run a long-lived role until Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import anyio
+import click
+
+from fedcore.apps.run_config import resolve_run_config
+from fedcore.runtime.addresses import parse_address
+from fedcore.runtime.link import LinkOptions, serve_link
+from fedcore.runtime.node import NodeOptions, serve_node
+from fedcore.runtime.tls import client_context, server_context
+
+ROLES = ("link", "node")
+
+
+@click.command()
+@click.option("--role", type=click.Choice(ROLES), required=True, help="Which role to serve.")
+@click.option(
+    "--fleet-address",
+    default="0.0.0.0:9092",
+    show_default=True,
+    help="[link] Where nodes connect (gRPC). Port 0 picks a free port.",
+)
+@click.option(
+    "--control-address",
+    default="127.0.0.1:9093",
+    show_default=True,
+    help="[link] Where `fedcore run/ls/log/stop` connect (HTTP).",
+)
+@click.option(
+    "--runtime-address",
+    default="127.0.0.1:0",
+    show_default=True,
+    help="[link] Where ServerApp processes connect (HTTP); loopback, as they run here.",
+)
+@click.option(
+    "--database",
+    default="fedcore-link.db",
+    show_default=True,
+    help="[link] The SQLite file holding runs, nodes and messages across restarts; "
+    "':memory:' keeps nothing.",
+)
+@click.option(
+    "--work-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Bundles and process output (default: .fedcore-link or .fedcore-node here).",
+)
+@click.option(
+    "--insecure", is_flag=True, help="Accept plaintext on listeners other machines can reach."
+)
+@click.option(
+    "--ssl-certfile",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="[link] TLS certificate.",
+)
+@click.option(
+    "--ssl-keyfile", type=click.Path(dir_okay=False, path_type=Path), help="[link] TLS key."
+)
+@click.option(
+    "--ssl-ca-certfile",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="[link] CA for client certificates: nodes must present one (mutual TLS).",
+)
+@click.option("--link", "link", help="[node] The link's fleet address, HOST:PORT.")
+@click.option(
+    "--node-config",
+    default="",
+    help='[node] This node\'s config: "partition-id=0 num-partitions=2".',
+)
+@click.option(
+    "--root-certificates",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="[node] CA certificates to verify the link with (TLS).",
+)
+@click.option(
+    "--heartbeat-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=5.0,
+    show_default=True,
+    help="[node] Seconds between heartbeats; the link gives up after twice that.",
+)
+@click.option(
+    "--max-concurrent",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="[node] Messages handled at once.",
+)
+@click.option(
+    "--ready-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the bound addresses and pid here (JSON) once serving (for scripts and tests).",
+)
+def serve(
+    role: str,
+    fleet_address: str,
+    control_address: str,
+    runtime_address: str,
+    database: str,
+    work_dir: Path | None,
+    insecure: bool,
+    ssl_certfile: Path | None,
+    ssl_keyfile: Path | None,
+    ssl_ca_certfile: Path | None,
+    link: str | None,
+    node_config: str,
+    root_certificates: Path | None,
+    heartbeat_interval: float,
+    max_concurrent: int,
+    ready_file: Path | None,
+) -> None:
+    """Serve a role until interrupted.
+
+    \b
+    link: the hub. Nodes connect to its fleet API; `fedcore run` submits runs to its
+          control API; it launches each run's ServerApp process (its exec role).
+    node: one device or data silo. Connects out to the link, runs ClientApps in a
+          process per run (its exec role), and needs no inbound port.
+    """
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if role == "link":
+        if (ssl_certfile is None) != (ssl_keyfile is None):
+            raise click.UsageError("--ssl-certfile and --ssl-keyfile go together")
+        tls = None
+        if ssl_certfile is not None and ssl_keyfile is not None:
+            tls = server_context(ssl_certfile, ssl_keyfile, ssl_ca_certfile, alpn=["h2"])
+        options = LinkOptions(
+            fleet_address=parse_address(fleet_address, what="--fleet-address"),
+            control_address=parse_address(control_address, what="--control-address"),
+            runtime_address=parse_address(runtime_address, what="--runtime-address"),
+            database=database,
+            work_dir=work_dir or Path(".fedcore-link"),
+            ready_file=ready_file,
+            fleet_ssl=tls,
+            insecure=insecure,
+        )
+        options.check()
+        _serve_until_signal(lambda: serve_link(options))
+        return
+    if link is None:
+        raise click.UsageError("--role node needs --link HOST:PORT (the link's fleet address)")
+    ssl = None
+    if root_certificates is not None:
+        ssl = client_context(root_certificates, alpn=["h2"])
+    elif not insecure and not parse_address(link, what="--link").is_loopback:
+        raise click.UsageError(
+            "connecting to a link on another machine needs TLS: give --root-certificates, "
+            "or --insecure to accept plaintext"
+        )
+    node_options = NodeOptions(
+        link=parse_address(link, what="--link"),
+        node_config=resolve_run_config(None, node_config) if node_config else {},
+        work_dir=work_dir or Path(".fedcore-node"),
+        heartbeat_interval=heartbeat_interval,
+        max_concurrent=max_concurrent,
+        ssl=ssl,
+        ready_file=ready_file,
+    )
+    _serve_until_signal(lambda: serve_node(node_options))
+
+
+def _serve_until_signal(serve_role: Callable[[], Awaitable[None]]) -> None:
+    async def main() -> None:
+        async with anyio.create_task_group() as tasks:
+
+            async def role() -> None:
+                await serve_role()
+                tasks.cancel_scope.cancel()
+
+            tasks.start_soon(role)
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for received in signals:
+                    logging.getLogger("fedcore").info("%s: shutting down", received.name)
+                    tasks.cancel_scope.cancel()
+                    return
+
+    anyio.run(main, backend_options={"use_uvloop": True})

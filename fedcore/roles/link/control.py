@@ -1,0 +1,114 @@
+"""The link's side of the control API: submit, list, show, follow and stop runs.
+
+:class:`LinkControl` implements :class:`~fedcore.transport.control.ControlService`
+over the LinkState. Submitting a run unpacks its bundle into the link's cache
+first (off the event loop): a bundle that is unsafe, over a limit or not an app is
+refused there, with the reason, before a run exists — and the exec that launches
+the run later finds it unpacked already.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+
+from fedcore.apps.bundle import unpack_bundle
+from fedcore.apps.loading import app_table
+from fedcore.domain import LogLine, Run, RunStatus
+from fedcore.errors import AppLoadError, BundleError
+from fedcore.state.base import LinkState
+from fedcore.transport.control import ControlService, Health, NodeInfo
+from fedcore.wire.fleet import ConfigValue
+
+log = logging.getLogger(__name__)
+
+LOG_PAGE = 1000
+"""Log lines read from the state per query while streaming a run's log."""
+
+
+class LinkControl(ControlService):
+    """The control API over ``state``; bundles unpack into ``bundle_cache``."""
+
+    def __init__(self, state: LinkState, bundle_cache: Path, *, version: str) -> None:
+        self._state = state
+        self._bundle_cache = bundle_cache
+        self._version = version
+
+    async def submit_run(self, bundle: bytes, run_config: Mapping[str, ConfigValue]) -> Run:
+        bundle_hash = await self._state.put_bundle(bundle)
+        await anyio.to_thread.run_sync(check_app_bundle, bundle, bundle_hash, self._bundle_cache)
+        seed = run_config.get("seed")
+        run = await self._state.create_run(
+            dict(run_config),
+            seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
+            bundle_hash=bundle_hash,
+        )
+        log.info("run %d submitted (bundle %s…)", run.run_id, bundle_hash[:12])
+        return run
+
+    async def list_runs(self) -> list[Run]:
+        return await self._state.list_runs()
+
+    async def get_run(self, run_id: int) -> Run:
+        return await self._state.get_run(run_id)
+
+    async def stop_run(self, run_id: int) -> Run:
+        run = await self._state.get_run(run_id)
+        if run.status.finished:
+            return run
+        log.info("run %d stopped by the operator", run_id)
+        return await self._state.update_run_status(
+            run_id, RunStatus.STOPPED, "stopped by the operator"
+        )
+
+    async def logs(
+        self, run_id: int, *, after: int = 0, follow: bool = False
+    ) -> AsyncIterator[LogLine]:
+        changed = anyio.Event()
+
+        def wake(_: int) -> None:
+            changed.set()
+
+        with self._state.watch_logs(run_id, wake), self._state.watch_runs(wake):
+            while True:
+                # Read the status before the lines: lines appended before the run
+                # finished are then all in the pages read after it.
+                finished = (await self._state.get_run(run_id)).status.finished
+                while lines := await self._state.get_logs(run_id, after=after, limit=LOG_PAGE):
+                    for line in lines:
+                        yield line
+                    after = lines[-1].seq
+                if not follow or finished:
+                    return
+                await changed.wait()
+                changed = anyio.Event()
+
+    async def list_nodes(self) -> list[NodeInfo]:
+        return [NodeInfo(node_id, online=True) for node_id in await self._state.get_node_ids()]
+
+    async def health(self) -> Health:
+        runs = await self._state.list_runs()
+        nodes = await self._state.get_node_ids()
+        active = sum(not run.status.finished for run in runs)
+        return Health(self._version, runs_active=active, nodes_online=len(nodes))
+
+
+def check_app_bundle(bundle: bytes, bundle_hash: str, cache: Path) -> Path:
+    """Unpack ``bundle`` into ``cache`` and check it declares a ServerApp and a ClientApp."""
+    app_dir = unpack_bundle(bundle, bundle_hash, cache)
+    try:
+        table = app_table(app_dir)
+    except AppLoadError:
+        # The error names the link's cache path, which is not the submitter's business.
+        raise BundleError(
+            "the bundle is not an app: its pyproject.toml is missing, invalid, "
+            "or has no [tool.fedcore.app] table"
+        ) from None
+    for half in ("server", "client"):
+        if not isinstance(table.get(half), str):
+            raise BundleError(f'the bundle\'s [tool.fedcore.app] needs {half} = "module:attr"')
+    return app_dir

@@ -1,0 +1,107 @@
+"""The link's side of the runtime API: a run's ServerApp process and its Grid.
+
+:class:`LinkRuntime` implements :class:`~fedcore.transport.runtime.RuntimeService`
+over the LinkState. Every call names its run, and the transport authenticates the
+launch secret first (:meth:`LinkRuntime.authenticate`), so a ServerApp can only
+touch its own run's messages, replies, context and log. Waits are event-driven:
+``get_node_ids`` with ``at_least`` sleeps on node notifications, ``pull_replies``
+on reply notifications, each until its ``wait_seconds`` run out.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import anyio
+
+from fedcore.clock import Clock
+from fedcore.domain import SERVER_NODE_ID, Message, RecordDict, Run, RunStatus
+from fedcore.errors import InvalidTransitionError
+from fedcore.state.base import LinkState
+from fedcore.transport.runtime import RuntimeService
+
+log = logging.getLogger(__name__)
+
+
+class LinkRuntime(RuntimeService):
+    """The runtime API over ``state``; waits follow ``clock``."""
+
+    def __init__(self, state: LinkState, clock: Clock) -> None:
+        self._state = state
+        self._clock = clock
+
+    async def authenticate(self, run_id: int, secret: str) -> Run:
+        return await self._state.check_run_secret(run_id, secret)
+
+    async def heartbeat(self, run_id: int, heartbeat_interval: float) -> Run:
+        return await self._state.heartbeat_run(run_id, heartbeat_interval=heartbeat_interval)
+
+    async def get_node_ids(
+        self, run_id: int, *, at_least: int = 0, wait_seconds: float = 0.0
+    ) -> list[int]:
+        changed = anyio.Event()
+
+        def wake(_: int) -> None:
+            changed.set()
+
+        deadline = self._clock.now() + wait_seconds
+        with self._state.watch_nodes(wake):
+            while len(node_ids := await self._state.get_node_ids()) < at_least:
+                remaining = deadline - self._clock.now()
+                if remaining <= 0:
+                    break
+                with self._clock.move_on_after(remaining):
+                    await changed.wait()
+                changed = anyio.Event()
+        return node_ids
+
+    async def push_messages(self, run_id: int, messages: Sequence[Message]) -> list[str]:
+        for message in messages:
+            if message.is_reply or not message.has_content():
+                raise ValueError("a ServerApp pushes messages with content, not replies")
+        return await self._state.push_messages(run_id, messages)
+
+    async def pull_replies(
+        self, run_id: int, message_ids: Sequence[str], *, wait_seconds: float = 0.0
+    ) -> list[Message]:
+        wanted = set(message_ids)
+        arrived = anyio.Event()
+
+        def wake(message_id: str) -> None:
+            if message_id in wanted:
+                arrived.set()
+
+        deadline = self._clock.now() + wait_seconds
+        with self._state.watch_replies(run_id, wake):
+            while not (replies := await self._state.get_replies(run_id, message_ids)):
+                remaining = deadline - self._clock.now()
+                if remaining <= 0:
+                    break
+                with self._clock.move_on_after(remaining):
+                    await arrived.wait()
+                arrived = anyio.Event()
+        return replies
+
+    async def ack_replies(self, run_id: int, message_ids: Sequence[str]) -> None:
+        await self._state.ack_replies(run_id, message_ids)
+
+    async def save_context(self, run_id: int, state: RecordDict) -> None:
+        await self._state.save_context(run_id, SERVER_NODE_ID, state)
+
+    async def load_context(self, run_id: int) -> RecordDict:
+        return await self._state.load_context(run_id, SERVER_NODE_ID)
+
+    async def append_logs(self, run_id: int, lines: Sequence[str]) -> None:
+        await self._state.append_logs(run_id, lines)
+
+    async def finish(self, run_id: int, status: RunStatus, reason: str = "") -> Run:
+        if status not in (RunStatus.COMPLETED, RunStatus.FAILED):
+            raise InvalidTransitionError(
+                f"a ServerApp ends its run completed or failed, not {status}"
+            )
+        run = await self._state.get_run(run_id)
+        if run.status.finished:
+            return run
+        log.info("run %d %s%s", run_id, status, f": {reason}" if reason else "")
+        return await self._state.update_run_status(run_id, status, reason)

@@ -1,0 +1,155 @@
+"""The link's composition root: state, the three APIs, and the ServerApp launcher.
+
+``fedcore serve --role link`` comes here. :func:`serve_link` opens the LinkState
+(SQLite on disk by default, ``:memory:`` for tests), serves the fleet API (gRPC),
+the control API and the runtime API (HTTP), starts the exec's launcher in the same
+process, writes the ready file, and serves until cancelled. Each piece is one
+``enter_async_context``; leaving unwinds them in reverse, so the launcher stops
+its ServerApps before the APIs close and the state is closed last.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl as _ssl
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from importlib.metadata import version
+from pathlib import Path
+
+import anyio
+
+from fedcore.clock import Clock, SystemClock
+from fedcore.roles.exec.launcher import LaunchSettings, ServerAppLauncher
+from fedcore.roles.link.control import LinkControl
+from fedcore.roles.link.fleet import LinkFleet
+from fedcore.roles.link.runtime import LinkRuntime
+from fedcore.runtime.addresses import Address, check_exposure
+from fedcore.runtime.ready import write_ready_file
+from fedcore.state.base import DEFAULT_HEARTBEAT_PATIENCE, LinkState
+from fedcore.state.memory import InMemoryLinkState
+from fedcore.transport.grpc.server import serve_fleet
+from fedcore.transport.http.control import control_app
+from fedcore.transport.http.runtime import runtime_app
+from fedcore.transport.http.server import serve_http
+
+log = logging.getLogger(__name__)
+
+MEMORY = ":memory:"
+FLEET_ADDRESS = Address("127.0.0.1", 9092)
+CONTROL_ADDRESS = Address("127.0.0.1", 9093)
+RUNTIME_ADDRESS = Address("127.0.0.1", 0)
+
+
+@dataclass(frozen=True)
+class LinkOptions:
+    """Everything ``fedcore serve --role link`` takes."""
+
+    fleet_address: Address = FLEET_ADDRESS
+    control_address: Address = CONTROL_ADDRESS
+    runtime_address: Address = RUNTIME_ADDRESS
+    database: str = "fedcore-link.db"
+    work_dir: Path = Path(".fedcore-link")
+    ready_file: Path | None = None
+    fleet_ssl: _ssl.SSLContext | None = None
+    control_ssl: _ssl.SSLContext | None = None
+    control_token: str | None = None
+    insecure: bool = False
+    heartbeat_patience: float = DEFAULT_HEARTBEAT_PATIENCE
+    launch: LaunchSettings = field(default_factory=LaunchSettings)
+
+    def check(self) -> None:
+        """Refuse plaintext listeners that other machines can reach, unless insecure."""
+        check_exposure(
+            self.fleet_address,
+            tls=self.fleet_ssl is not None,
+            insecure=self.insecure,
+            what="the fleet address",
+        )
+        check_exposure(
+            self.control_address,
+            tls=self.control_ssl is not None,
+            insecure=self.insecure,
+            what="the control address",
+        )
+        check_exposure(
+            self.runtime_address, tls=False, insecure=self.insecure, what="the runtime address"
+        )
+
+
+@asynccontextmanager
+async def open_state(database: str, clock: Clock, patience: float) -> AsyncIterator[LinkState]:
+    """The link's LinkState: SQLite in ``database``, or in memory for ``:memory:``."""
+    if database == MEMORY:
+        async with InMemoryLinkState(clock, heartbeat_patience=patience) as state:
+            yield state
+        return
+    from fedcore.state.sqlite import SqliteLinkState  # sqlite3 only where a file is used
+
+    Path(database).parent.mkdir(parents=True, exist_ok=True)
+    async with SqliteLinkState(database, clock, heartbeat_patience=patience) as sqlite_state:
+        yield sqlite_state
+
+
+async def serve_link(
+    options: LinkOptions,
+    clock: Clock | None = None,
+    *,
+    task_status: anyio.abc.TaskStatus[dict[str, Address]] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the link until cancelled; ``task_status`` gets the bound listener addresses."""
+    options.check()
+    clock = clock or SystemClock()
+    async with AsyncExitStack() as stack:
+        state = await stack.enter_async_context(
+            open_state(options.database, clock, options.heartbeat_patience)
+        )
+        fleet = options.fleet_address
+        listener = await stack.enter_async_context(
+            serve_fleet(LinkFleet(state, clock), fleet.host, fleet.port, ssl=options.fleet_ssl)
+        )
+        control = options.control_address
+        control_service = LinkControl(
+            state, options.work_dir / "bundles", version=version("fedcore")
+        )
+        control_port = await stack.enter_async_context(
+            serve_http(
+                control_app(control_service, token=options.control_token),
+                control.host,
+                control.port,
+                name="control",
+                ssl=options.control_ssl,
+            )
+        )
+        runtime = options.runtime_address
+        runtime_port = await stack.enter_async_context(
+            serve_http(
+                runtime_app(LinkRuntime(state, clock)), runtime.host, runtime.port, name="runtime"
+            )
+        )
+        bound = {
+            "fleet": Address(fleet.host, listener.port),
+            "control": Address(control.host, control_port),
+            "runtime": Address(runtime.host, runtime_port),
+        }
+        launcher = ServerAppLauncher(
+            state,
+            clock,
+            runtime_address=str(bound["runtime"]),
+            work_dir=options.work_dir,
+            settings=options.launch,
+        )
+        tasks = await stack.enter_async_context(anyio.create_task_group())
+        await tasks.start(launcher.serve)
+        if options.ready_file is not None:
+            write_ready_file(options.ready_file, bound)
+        log.info(
+            "link ready: fleet %s, control %s, runtime %s, state %s",
+            bound["fleet"],
+            bound["control"],
+            bound["runtime"],
+            options.database,
+        )
+        task_status.started(bound)
+        await anyio.sleep_forever()

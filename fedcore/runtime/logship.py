@@ -1,0 +1,120 @@
+"""Ship what a ServerApp process logs and prints to its run's log on the link.
+
+Records of the ``logging`` module and lines written to ``sys.stdout`` /
+``sys.stderr`` (``print``) are queued as they come — from the event loop or from
+the worker thread a plain ``def main`` runs in — and sent in batches by one task,
+which wakes when a line is queued. The output also still goes where it went
+before (the process's own stdout, kept in a file by the exec), so nothing depends
+on the link being reachable. Leaving the shipper sends what is still queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import sys
+from collections import deque
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Self, TextIO
+
+import anyio
+from anyio.abc import TaskGroup
+
+MAX_BATCH = 500
+"""Lines per call to the link."""
+MAX_QUEUED = 100_000
+"""Lines held while the link is away; past that the oldest are dropped."""
+MAX_LINE = 4096
+"""Characters kept of one line; a longer one is cut, so one print cannot flood the log."""
+
+
+class LogShipper:
+    """Queue log lines and send them with ``send(lines)`` in order."""
+
+    def __init__(self, send: Callable[[list[str]], Awaitable[None]]) -> None:
+        self._send = send
+        self._lines: deque[str] = deque(maxlen=MAX_QUEUED)
+        self._wake = anyio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._handler = _Handler(self.put)
+        self._streams: tuple[TextIO, TextIO] | None = None
+        self._task_group: TaskGroup | None = None
+
+    def put(self, text: str) -> None:
+        """Queue a line (from any thread)."""
+        self._lines.append(text[:MAX_LINE])
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+    async def __aenter__(self) -> Self:
+        self._loop = asyncio.get_running_loop()
+        self._handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        logging.getLogger().addHandler(self._handler)
+        self._streams = (sys.stdout, sys.stderr)
+        sys.stdout = _Tee(sys.stdout, self.put)
+        sys.stderr = _Tee(sys.stderr, self.put)
+        self._task_group = anyio.create_task_group()
+        await self._task_group.__aenter__()
+        self._task_group.start_soon(self._ship)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        logging.getLogger().removeHandler(self._handler)
+        assert self._streams is not None
+        assert self._task_group is not None
+        sys.stdout, sys.stderr = self._streams
+        self._task_group.cancel_scope.cancel()
+        await self._task_group.__aexit__(None, None, None)
+        self._loop = None
+        with anyio.CancelScope(shield=True):
+            await self._flush()
+
+    async def _ship(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            await self._flush()
+
+    async def _flush(self) -> None:
+        while self._lines:
+            batch = [self._lines.popleft() for _ in range(min(MAX_BATCH, len(self._lines)))]
+            await self._send(batch)
+
+
+class _Handler(logging.Handler):
+    def __init__(self, put: Callable[[str], None]) -> None:
+        super().__init__(logging.INFO)
+        self._put = put
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            for line in self.format(record).splitlines():
+                self._put(line)
+        except Exception:  # a logging handler must never raise into the code that logged
+            self.handleError(record)
+
+
+class _Tee(io.TextIOBase):
+    """A text stream that writes through to ``stream`` and queues each complete line."""
+
+    def __init__(self, stream: TextIO, put: Callable[[str], None]) -> None:
+        self._stream = stream
+        self._put = put
+        self._partial = ""
+
+    def write(self, text: str) -> int:
+        self._stream.write(text)
+        *lines, self._partial = (self._partial + text).split("\n")
+        for line in lines:
+            self._put(line)
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()

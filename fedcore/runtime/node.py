@@ -1,0 +1,80 @@
+"""The node's composition root: the fleet client, the node role, and its ClientApp processes.
+
+``fedcore serve --role node`` comes here. :func:`serve_node` connects to the link's
+fleet API (gRPC, TLS when given), runs the node role with a runner factory that
+gives each run one ClientApp process — the simulation's process pool with a single
+worker, so a crash is answered with code 8 and a replacement starts, and a message
+past its TTL gets code 3 — writes the ready file once registered, and serves until
+cancelled.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl as _ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import anyio.abc
+
+from fedcore.clock import Clock, SystemClock
+from fedcore.domain import Run
+from fedcore.roles.node import ClientAppRunner, Node, RunnerFactory
+from fedcore.runtime.addresses import Address
+from fedcore.runtime.ready import write_ready_file
+from fedcore.simulation.backends.process_pool import ProcessPoolBackend
+from fedcore.simulation.backends.sizing import PoolPlan
+from fedcore.transport.grpc.client import GrpcFleetClient
+from fedcore.wire.fleet import ConfigValue
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class NodeOptions:
+    """Everything ``fedcore serve --role node`` takes."""
+
+    link: Address
+    node_config: dict[str, ConfigValue]
+    work_dir: Path = Path(".fedcore-node")
+    heartbeat_interval: float = 5.0
+    max_concurrent: int = 1
+    ssl: _ssl.SSLContext | None = None
+    ready_file: Path | None = None
+
+
+def process_runner(clock: Clock) -> RunnerFactory:
+    """A runner factory giving each run one ClientApp worker process."""
+
+    def build(run: Run, app_dir: Path, client_ref: str) -> ClientAppRunner:
+        return ProcessPoolBackend(client_ref, app_dir, PoolPlan(1, ()), clock)
+
+    return build
+
+
+async def serve_node(
+    options: NodeOptions,
+    clock: Clock | None = None,
+    *,
+    task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve as a node until cancelled; ``task_status`` gets the node id once registered."""
+    clock = clock or SystemClock()
+    async with GrpcFleetClient(options.link.host, options.link.port, ssl=options.ssl) as fleet:
+        node = Node(
+            fleet,
+            node_config=options.node_config,
+            cache_dir=options.work_dir / "bundles",
+            runner_factory=process_runner(clock),
+            clock=clock,
+            heartbeat_interval=options.heartbeat_interval,
+            max_concurrent=options.max_concurrent,
+        )
+        async with node:
+            node_id = await node.wait_registered()
+            if options.ready_file is not None:
+                write_ready_file(options.ready_file, {})
+            log.info("node %d serving the link at %s", node_id, options.link)
+            task_status.started(node_id)
+            await anyio.sleep_forever()

@@ -1,0 +1,155 @@
+"""The ServerApp process of a deployed run: ``python -m fedcore.runtime.serverapp``.
+
+An exec starts it with four facts in its environment (never on the command line):
+the run id, the launch secret, the link's runtime API address and the unpacked app
+directory. It loads the app, runs ``main`` against a
+:class:`~fedcore.transport.runtime_grid.RuntimeGrid`, and ends the run itself:
+``finished:completed`` when ``main`` returns, ``finished:failed`` with the
+exception when it raises. Meanwhile it heartbeats, so the link fails the run if
+this process dies, and a heartbeat refused because the run has finished (an
+operator stopped it) ends the process. What the app logs and prints goes to the
+run's log (``fedcore log RUN_ID``), and also to this process's own output, which
+the exec keeps in a file.
+
+Exit status: 0 for a run completed or stopped, 1 for a run failed here, 2 when the
+process cannot start (a missing variable, an unreachable link).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import anyio
+
+from fedcore.apps.loading import load_app
+from fedcore.clock import Clock, SystemClock
+from fedcore.domain import SERVER_NODE_ID, Context, RecordDict, RunStatus
+from fedcore.errors import FedcoreError, RunFinishedError
+from fedcore.roles.exec.launcher import (
+    APP_DIR_ENV,
+    HEARTBEAT_ENV,
+    RUN_ID_ENV,
+    RUNTIME_ENV,
+    SECRET_ENV,
+)
+from fedcore.runtime.addresses import parse_address
+from fedcore.runtime.logship import LogShipper
+from fedcore.transport.http.runtime import HttpRuntimeClient
+from fedcore.transport.runtime_grid import RuntimeGrid
+
+log = logging.getLogger("fedcore.serverapp")
+
+
+class _Stopped(Exception):
+    """The link says the run has finished: stop ``main``."""
+
+
+async def serve_run(
+    run_id: int, secret: str, address: str, app_dir: Path, heartbeat: float, clock: Clock
+) -> int:
+    """Run the ServerApp of ``run_id``; return the process's exit status."""
+    target = parse_address(address, what="runtime API address")
+    async with HttpRuntimeClient(target.host, target.port, secret=secret) as client:
+        run = await client.authenticate(run_id, secret)
+        grid = RuntimeGrid(client, run, clock)
+        async with LogShipper(lambda lines: grid.call(lambda: client.append_logs(run_id, lines))):
+            context = Context(run_id, SERVER_NODE_ID, {}, RecordDict(), dict(run.run_config))
+            failure = await _main(grid, client, context, app_dir, heartbeat)
+            if isinstance(failure, _Stopped):
+                log.info("run %d was stopped; the ServerApp ends", run_id)
+                return 0
+            if failure is not None:
+                log.error("the ServerApp failed:\n%s", "".join(traceback.format_exception(failure)))
+                await grid.call(lambda: client.finish(run_id, RunStatus.FAILED, _one_line(failure)))
+                return 1
+            await grid.call(lambda: client.save_context(run_id, context.state))
+            await grid.call(lambda: client.finish(run_id, RunStatus.COMPLETED))
+            return 0
+
+
+async def _main(
+    grid: RuntimeGrid,
+    client: HttpRuntimeClient,
+    context: Context,
+    app_dir: Path,
+    heartbeat: float,
+) -> Exception | None:
+    """Run ``main`` beside the heartbeats; the exception that ended it, if any."""
+    run_id = context.run_id
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(_heartbeat, grid, client, run_id, heartbeat)
+            loaded = load_app(app_dir)
+            context.state = await grid.call(lambda: client.load_context(run_id))
+            await loaded.app.server.run(grid, context)
+            tasks.cancel_scope.cancel()
+    except ExceptionGroup as group:
+        return _first(group)
+    return None
+
+
+async def _heartbeat(
+    grid: RuntimeGrid, client: HttpRuntimeClient, run_id: int, every: float
+) -> None:
+    while True:
+        try:
+            await grid.call(lambda: client.heartbeat(run_id, every))
+        except RunFinishedError:
+            raise _Stopped from None
+        await grid.clock.sleep(every)
+
+
+def _first(group: ExceptionGroup[Exception]) -> Exception:
+    """The exception that ended ``main``: a stop wins over what the stop itself caused."""
+    stopped, _ = group.split(_Stopped)
+    found: Exception = stopped or group
+    while isinstance(found, ExceptionGroup):
+        found = found.exceptions[0]
+    return found
+
+
+def _one_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".splitlines()
+    return text[0][:500] if text else type(exc).__name__
+
+
+def main() -> None:
+    """The process's entry point: read the environment, run, exit with the status."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        run_id = int(os.environ[RUN_ID_ENV])
+        secret = os.environ.pop(SECRET_ENV)  # the app's own child processes do not need it
+        address = os.environ[RUNTIME_ENV]
+        app_dir = Path(os.environ[APP_DIR_ENV])
+        heartbeat = float(os.environ[HEARTBEAT_ENV])
+    except (KeyError, ValueError) as exc:
+        print(
+            f"error: a ServerApp process is started by an exec; missing or bad {exc}",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+    try:
+        code = anyio.run(
+            serve_run,
+            run_id,
+            secret,
+            address,
+            app_dir,
+            heartbeat,
+            SystemClock(),
+            backend_options={"use_uvloop": True},
+        )
+    except FedcoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

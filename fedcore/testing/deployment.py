@@ -1,0 +1,195 @@
+"""Real deployments for tests and benchmarks: a link and nodes as processes on loopback.
+
+:class:`Deployment` starts ``fedcore serve`` processes with ``--ready-file``, waits
+for each file (a condition with a deadline, never a fixed sleep), reads the bound
+ports from it, and on leaving kills every process it started — by pid, never by
+name — and waits for them. Output of each process goes to a file under the
+deployment's directory, and a process that dies before it is ready raises with the
+end of that file.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from fedcore.runtime.addresses import Address
+from fedcore.runtime.ready import read_ready_file
+
+FEDCORE = Path(sys.executable).parent / "fedcore"
+READY_DEADLINE = 30.0
+
+
+@dataclass
+class Server:
+    """A ``fedcore serve`` process and what its ready file said."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    output: Path
+    listeners: dict[str, Address] = field(default_factory=dict)
+
+    def address(self, listener: str) -> str:
+        return str(self.listeners[listener])
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.output.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return ""
+
+
+class Deployment:
+    """A link and its nodes under ``root``; use it as a context manager."""
+
+    def __init__(self, root: Path, *, heartbeat_interval: float = 1.0) -> None:
+        self.root = root
+        self.heartbeat_interval = heartbeat_interval
+        self.servers: list[Server] = []
+        self.link: Server | None = None
+
+    def __enter__(self) -> Self:
+        self.root.mkdir(parents=True, exist_ok=True)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        for server in reversed(self.servers):
+            self.stop(server)
+        for pid in self.app_pids():
+            _kill_pid(pid)
+
+    def app_pids(self) -> list[int]:
+        """ServerApp processes the links started that still run (they outlive a killed link)."""
+        alive = []
+        for pid_file in sorted(self.root.glob("link/runs/*.pid")):
+            pid = int(pid_file.read_text())
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except FileNotFoundError:
+                continue
+            if b"fedcore.runtime.serverapp" in cmdline:  # not a recycled pid
+                alive.append(pid)
+        return alive
+
+    def start_link(self, *extra: str, database: str | None = None) -> Server:
+        """Start a link on free loopback ports, its state in ``database`` (default: a file)."""
+        database = database or str(self.root / "link.db")
+        self.link = self._start(
+            "link",
+            [
+                "--role", "link",
+                "--fleet-address", "127.0.0.1:0",
+                "--control-address", "127.0.0.1:0",
+                "--database", database,
+                "--work-dir", str(self.root / "link"),
+                *extra,
+            ],
+        )  # fmt: skip
+        return self.link
+
+    def restart_link(self, *extra: str) -> Server:
+        """Start the link again on the same fleet port and database (after a kill)."""
+        assert self.link is not None
+        fleet = self.link.address("fleet")
+        control = self.link.address("control")
+        self.link = self._start(
+            "link",
+            [
+                "--role", "link",
+                "--fleet-address", fleet,
+                "--control-address", control,
+                "--database", str(self.root / "link.db"),
+                "--work-dir", str(self.root / "link"),
+                *extra,
+            ],
+        )  # fmt: skip
+        return self.link
+
+    def start_node(self, node_config: str, *extra: str) -> Server:
+        """Start a node connected to the link, with ``node_config``."""
+        assert self.link is not None
+        index = sum(server.name.startswith("node") for server in self.servers)
+        return self._start(
+            f"node{index}",
+            [
+                "--role", "node",
+                "--link", self.link.address("fleet"),
+                "--node-config", node_config,
+                "--heartbeat-interval", repr(self.heartbeat_interval),
+                "--work-dir", str(self.root / f"node{index}"),
+                *extra,
+            ],
+        )  # fmt: skip
+
+    def _start(self, name: str, args: list[str]) -> Server:
+        ready = self.root / f"{name}-{len(self.servers)}.ready"
+        output = self.root / f"{name}-{len(self.servers)}.out"
+        with output.open("wb") as sink:
+            process = subprocess.Popen(
+                [str(FEDCORE), "serve", *args, "--ready-file", str(ready)],
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                cwd=self.root,
+            )
+        server = Server(name, process, output)
+        self.servers.append(server)
+        deadline = time.monotonic() + READY_DEADLINE
+        while not ready.exists():
+            if process.poll() is not None:
+                raise RuntimeError(f"{name} exited with {process.returncode}:\n{server.tail()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name} not ready in {READY_DEADLINE:g} s:\n{server.tail()}")
+            time.sleep(0.02)
+        pid, server.listeners = read_ready_file(ready)
+        assert pid == process.pid
+        return server
+
+    def kill(self, server: Server) -> None:
+        """SIGKILL ``server`` and wait for it."""
+        if server.process.poll() is None:
+            os.kill(server.process.pid, signal.SIGKILL)
+        server.process.wait(timeout=30)
+
+    def stop(self, server: Server, grace: float = 10.0) -> None:
+        """SIGTERM ``server``, then SIGKILL after ``grace`` seconds."""
+        if server.process.poll() is None:
+            server.process.send_signal(signal.SIGTERM)
+            try:
+                server.process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self.kill(server)
+
+    def fedcore(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        """Run a ``fedcore`` command (against the link's control API, once there is a link)."""
+        environment = dict(os.environ)
+        if self.link is not None:
+            environment["FEDCORE_LINK"] = self.link.address("control")
+        return subprocess.run(
+            [str(FEDCORE), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=environment,
+            cwd=self.root,
+            check=False,
+        )
+
+
+def _kill_pid(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return

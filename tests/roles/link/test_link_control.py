@@ -1,0 +1,124 @@
+"""The link's control API over a LinkState: submitting bundles, following logs, stopping runs."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from fedcore.apps.bundle import pack_bundle
+from fedcore.domain import RunStatus
+from fedcore.errors import BundleError, RunNotFoundError
+from fedcore.roles.link.control import LinkControl
+from fedcore.state.memory import InMemoryLinkState
+from fedcore.testing import FakeClock
+
+pytestmark = pytest.mark.anyio
+
+APP_TOML = """
+[tool.fedcore.app]
+server = "app:server"
+client = "app:client"
+"""
+
+
+@pytest.fixture
+async def state(fake_clock: FakeClock) -> AsyncIterator[InMemoryLinkState]:
+    async with InMemoryLinkState(fake_clock, seed=0) as state:
+        yield state
+
+
+@pytest.fixture
+def control(state: InMemoryLinkState, tmp_path: Path) -> LinkControl:
+    return LinkControl(state, tmp_path / "cache", version="test")
+
+
+def _bundle(tmp_path: Path) -> bytes:
+    app = tmp_path / "app"
+    app.mkdir(exist_ok=True)
+    (app / "pyproject.toml").write_text(APP_TOML)
+    (app / "app.py").write_text("server = client = None\n")
+    return pack_bundle(app).data
+
+
+async def test_a_submitted_run_is_pending_with_its_config_and_bundle(
+    control: LinkControl, state: InMemoryLinkState, tmp_path: Path
+) -> None:
+    data = _bundle(tmp_path)
+    run = await control.submit_run(data, {"rounds": 3, "seed": 7})
+    assert run.status is RunStatus.PENDING
+    assert (run.run_config, run.seed) == ({"rounds": 3, "seed": 7}, 7)
+    assert await state.get_bundle(run.bundle_hash) == data
+    assert (tmp_path / "cache" / run.bundle_hash / "app.py").is_file()
+    assert [r.run_id for r in await control.list_runs()] == [run.run_id]
+
+
+async def test_a_bundle_that_is_not_an_app_is_refused_without_a_run(
+    control: LinkControl, tmp_path: Path
+) -> None:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:  # pack_bundle itself would refuse this one
+        archive.writestr("pyproject.toml", "[project]\nname = 'x'\n")
+    with pytest.raises(BundleError, match=r"tool\.fedcore\.app") as caught:
+        await control.submit_run(buffer.getvalue(), {})
+    assert str(tmp_path) not in str(caught.value)
+    with pytest.raises(BundleError):
+        await control.submit_run(b"not a zip", {})
+    assert await control.list_runs() == []
+
+
+async def test_stop_finishes_a_run_once(control: LinkControl, tmp_path: Path) -> None:
+    run = await control.submit_run(_bundle(tmp_path), {})
+    stopped = await control.stop_run(run.run_id)
+    assert (stopped.status, stopped.reason) == (RunStatus.STOPPED, "stopped by the operator")
+    assert (await control.stop_run(run.run_id)).status is RunStatus.STOPPED
+    with pytest.raises(RunNotFoundError):
+        await control.stop_run(12345)
+
+
+async def test_logs_follow_new_lines_and_end_when_the_run_finishes(
+    control: LinkControl, state: InMemoryLinkState, tmp_path: Path
+) -> None:
+    run = await control.submit_run(_bundle(tmp_path), {})
+    await state.append_logs(run.run_id, ["one", "two"])
+    seen: list[str] = []
+
+    async def follow() -> None:
+        async for line in control.logs(run.run_id, after=1, follow=True):
+            seen.append(line.text)
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(follow)
+        await anyio.wait_all_tasks_blocked()
+        assert seen == ["two"]
+        await state.append_logs(run.run_id, ["three"])
+        await anyio.wait_all_tasks_blocked()
+        assert seen == ["two", "three"]
+        await state.append_logs(run.run_id, ["last words"])
+        await state.update_run_status(run.run_id, RunStatus.FAILED, "boom")
+    assert seen == ["two", "three", "last words"]
+
+
+async def test_logs_without_follow_end_at_the_last_line(
+    control: LinkControl, state: InMemoryLinkState, tmp_path: Path
+) -> None:
+    run = await control.submit_run(_bundle(tmp_path), {})
+    await state.append_logs(run.run_id, [f"line {i}" for i in range(2500)])
+    lines = [line async for line in control.logs(run.run_id)]
+    assert [line.seq for line in lines] == list(range(1, 2501))
+    with pytest.raises(RunNotFoundError):
+        [line async for line in control.logs(12345)]
+
+
+async def test_health_and_nodes_count_what_is_live(
+    control: LinkControl, state: InMemoryLinkState, tmp_path: Path
+) -> None:
+    await state.create_nodes(2, heartbeat_interval=1.0)
+    await control.submit_run(_bundle(tmp_path), {})
+    health = await control.health()
+    assert (health.version, health.runs_active, health.nodes_online) == ("test", 1, 2)
+    assert len(await control.list_nodes()) == 2

@@ -1,0 +1,205 @@
+"""The link's runtime API over a LinkState, and the RuntimeGrid a deployed ServerApp uses."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+
+from fedcore import ConfigRecord, Message, RecordDict
+from fedcore.domain import Run, RunStatus
+from fedcore.errors import (
+    InvalidTransitionError,
+    LinkUnavailableError,
+    NotEnoughNodesError,
+    RunNotFoundError,
+)
+from fedcore.roles.link.runtime import LinkRuntime
+from fedcore.state.memory import InMemoryLinkState
+from fedcore.testing import FakeClock
+from fedcore.transport.runtime_grid import RuntimeGrid
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def state(fake_clock: FakeClock) -> AsyncIterator[InMemoryLinkState]:
+    async with InMemoryLinkState(fake_clock, seed=0) as state:
+        yield state
+
+
+@pytest.fixture
+async def claimed(state: InMemoryLinkState) -> tuple[Run, str]:
+    await state.create_run({"k": 1})
+    (claim,) = await state.claim_runs(limit=1, lease=10.0)
+    run = await state.start_run(claim.run.run_id, claim.token, heartbeat_interval=100.0)
+    return run, claim.secret
+
+
+@pytest.fixture
+def runtime(state: InMemoryLinkState, fake_clock: FakeClock) -> LinkRuntime:
+    return LinkRuntime(state, fake_clock)
+
+
+def _message(node_id: int, value: int) -> Message:
+    return Message(RecordDict({"config": ConfigRecord({"v": value})}), node_id, "train")
+
+
+async def test_only_the_launch_secret_authenticates(
+    runtime: LinkRuntime, claimed: tuple[Run, str]
+) -> None:
+    run, secret = claimed
+    assert (await runtime.authenticate(run.run_id, secret)).run_id == run.run_id
+    for run_id, guess in [(run.run_id, "wrong"), (run.run_id + 1, secret)]:
+        with pytest.raises(RunNotFoundError):
+            await runtime.authenticate(run_id, guess)
+
+
+async def test_pull_replies_waits_for_the_first_reply(
+    runtime: LinkRuntime, state: InMemoryLinkState, claimed: tuple[Run, str]
+) -> None:
+    run, _ = claimed
+    node = await state.create_node(heartbeat_interval=math.inf)
+    ids = await runtime.push_messages(run.run_id, [_message(node, 1)])
+    got: list[list[Message]] = []
+
+    async def pull() -> None:
+        got.append(await runtime.pull_replies(run.run_id, ids, wait_seconds=30.0))
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(pull)
+        await anyio.wait_all_tasks_blocked()
+        assert not got
+        (message,) = await state.pull_messages(node)
+        await state.push_reply(node, Message(RecordDict(), reply_to=message))
+    assert [r.metadata.reply_to_message_id for r in got[0]] == ids
+    # Not acknowledged yet: a lost response is pulled again.
+    assert len(await runtime.pull_replies(run.run_id, ids)) == 1
+    await runtime.ack_replies(run.run_id, ids)
+    (gone,) = await runtime.pull_replies(run.run_id, ids)
+    assert gone.has_error()
+
+
+async def test_get_node_ids_waits_for_enough_nodes(
+    runtime: LinkRuntime, state: InMemoryLinkState, claimed: tuple[Run, str], fake_clock: FakeClock
+) -> None:
+    run, _ = claimed
+    got: list[list[int]] = []
+
+    async def wait() -> None:
+        got.append(await runtime.get_node_ids(run.run_id, at_least=2, wait_seconds=5.0))
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(wait)
+        await state.create_node(heartbeat_interval=math.inf)
+        await anyio.wait_all_tasks_blocked()
+        assert not got
+        await state.create_node(heartbeat_interval=math.inf)
+    assert len(got[0]) == 2
+    assert len(await runtime.get_node_ids(run.run_id, at_least=5, wait_seconds=0.0)) == 2
+
+
+async def test_finish_by_the_serverapp_and_a_finished_run_is_left_as_is(
+    runtime: LinkRuntime, claimed: tuple[Run, str]
+) -> None:
+    run, _ = claimed
+    with pytest.raises(InvalidTransitionError):
+        await runtime.finish(run.run_id, RunStatus.STOPPED)
+    done = await runtime.finish(run.run_id, RunStatus.COMPLETED)
+    assert done.status is RunStatus.COMPLETED
+    again = await runtime.finish(run.run_id, RunStatus.FAILED, "late")
+    assert (again.status, again.reason) == (RunStatus.COMPLETED, "")
+
+
+async def test_context_round_trips(runtime: LinkRuntime, claimed: tuple[Run, str]) -> None:
+    run, _ = claimed
+    assert dict(await runtime.load_context(run.run_id)) == {}
+    state = RecordDict({"c": ConfigRecord({"round": 3})})
+    await runtime.save_context(run.run_id, state)
+    assert (await runtime.load_context(run.run_id))["c"]["round"] == 3
+
+
+async def test_the_runtime_grid_sends_and_receives_through_the_service(
+    runtime: LinkRuntime, state: InMemoryLinkState, claimed: tuple[Run, str], fake_clock: FakeClock
+) -> None:
+    run, _ = claimed
+    grid = RuntimeGrid(runtime, run, fake_clock)
+    nodes = await state.create_nodes(3, heartbeat_interval=math.inf)
+    assert sorted(await grid.wait_for_nodes(3, timeout=1.0)) == sorted(nodes)
+
+    async def answer() -> None:
+        for value, node in enumerate(reversed(nodes)):
+            await anyio.wait_all_tasks_blocked()  # the grid waits for each reply in turn
+            (message,) = await state.pull_messages(node)
+            reply = RecordDict({"config": ConfigRecord({"v": value})})
+            await state.push_reply(node, Message(reply, reply_to=message))
+
+    async with anyio.create_task_group() as tasks:
+        messages = [_message(node, 0) for node in nodes]
+        ids = await grid.push_messages(messages)
+        assert [m.metadata.message_id for m in messages] == ids
+        tasks.start_soon(answer)
+        replies = [reply async for reply in grid.receive(ids)]
+    assert [r.metadata.src_node_id for r in replies] == list(reversed(nodes))
+    # Acknowledged once received: the state holds them no more.
+    assert all(r.has_error() for r in await state.get_replies(run.run_id, ids))
+
+
+async def test_the_runtime_grid_gives_up_waiting_for_nodes_at_its_timeout(
+    runtime: LinkRuntime, claimed: tuple[Run, str], fake_clock: FakeClock
+) -> None:
+    run, _ = claimed
+    grid = RuntimeGrid(runtime, run, fake_clock, long_poll=1.0)
+    async with anyio.create_task_group() as tasks:
+
+        async def tick() -> None:
+            while True:
+                await anyio.wait_all_tasks_blocked()
+                fake_clock.advance(0.5)
+
+        tasks.start_soon(tick)
+        start = fake_clock.now()
+        with pytest.raises(NotEnoughNodesError):
+            await grid.wait_for_nodes(1, timeout=3.0)
+        assert 3.0 <= fake_clock.now() - start <= 3.5
+        tasks.cancel_scope.cancel()
+
+
+class _Flaky(LinkRuntime):
+    """Unavailable for the first ``failures`` calls of get_node_ids."""
+
+    def __init__(self, state: InMemoryLinkState, clock: FakeClock, failures: int) -> None:
+        super().__init__(state, clock)
+        self.failures = failures
+
+    async def get_node_ids(
+        self, run_id: int, *, at_least: int = 0, wait_seconds: float = 0.0
+    ) -> list[int]:
+        if self.failures:
+            self.failures -= 1
+            raise LinkUnavailableError("link restarting")
+        return await super().get_node_ids(run_id, at_least=at_least, wait_seconds=wait_seconds)
+
+
+async def test_the_runtime_grid_rides_out_a_link_restart_within_its_patience(
+    state: InMemoryLinkState, claimed: tuple[Run, str], fake_clock: FakeClock
+) -> None:
+    run, _ = claimed
+    async with anyio.create_task_group() as tasks:
+
+        async def tick() -> None:
+            while True:
+                await anyio.wait_all_tasks_blocked()
+                fake_clock.advance(1.0)
+
+        tasks.start_soon(tick)
+        grid = RuntimeGrid(_Flaky(state, fake_clock, failures=5), run, fake_clock)
+        assert await grid.get_node_ids() == []
+        impatient = RuntimeGrid(
+            _Flaky(state, fake_clock, failures=1000), run, fake_clock, link_patience=10.0
+        )
+        with pytest.raises(LinkUnavailableError):
+            await impatient.get_node_ids()
+        tasks.cancel_scope.cancel()
