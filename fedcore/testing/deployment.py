@@ -100,16 +100,18 @@ class Deployment:
         return self.link
 
     def restart_link(self, *extra: str) -> Server:
-        """Start the link again on the same fleet port and database (after a kill)."""
+        """Start the link again on the same ports and database (after a kill)."""
         assert self.link is not None
         fleet = self.link.address("fleet")
         control = self.link.address("control")
+        runtime = self.link.address("runtime")  # where the surviving ServerApps reconnect
         self.link = self._start(
             "link",
             [
                 "--role", "link",
                 "--fleet-address", fleet,
                 "--control-address", control,
+                "--runtime-address", runtime,
                 "--database", str(self.root / "link.db"),
                 "--work-dir", str(self.root / "link"),
                 *extra,
@@ -156,6 +158,14 @@ class Deployment:
         pid, server.listeners = read_ready_file(ready)
         assert pid == process.pid
         return server
+
+    def wait_for_file(self, path: Path, deadline: float = READY_DEADLINE) -> None:
+        """Wait until ``path`` exists (a marker an app leaves), or raise after ``deadline`` s."""
+        give_up = time.monotonic() + deadline
+        while not path.exists():
+            if time.monotonic() > give_up:
+                raise TimeoutError(f"{path} did not appear in {deadline:g} s")
+            time.sleep(0.01)
 
     def kill(self, server: Server) -> None:
         """SIGKILL ``server`` and wait for it."""

@@ -61,9 +61,10 @@ class LaunchSettings:
     ``claim_lease``: seconds a claim lasts unless renewed (renewed every third of
     it while the run starts). ``app_heartbeat``: the interval the ServerApp
     heartbeats at; the run fails after patience × that without one.
-    ``max_runs``: ServerApp processes at once. ``stop_grace``: seconds between
-    terminating and killing the process of a stopped run. ``command``: what
-    starts a ServerApp process (tests put a stand-in here).
+    ``max_runs``: ServerApp processes at once. ``stop_grace``: seconds the
+    process of a finished run gets to exit by itself, and then between terminating
+    and killing it. ``command``: what starts a ServerApp process (tests put a
+    stand-in here).
     """
 
     claim_lease: float = 10.0
@@ -207,6 +208,11 @@ class ServerAppLauncher:
             while not (await self._state.get_run(run_id)).status.finished:
                 await changed.wait()
                 changed = anyio.Event()
+        # A ServerApp that finished its run itself is on its way out (shipping its last
+        # log lines); one that was stopped learns it from its next heartbeat. Either way
+        # it gets the grace period to exit by itself before it is terminated.
+        with self._clock.move_on_after(self._settings.stop_grace):
+            await process.wait()
         await self._end(process)
 
     async def _end(self, process: anyio.abc.Process) -> None:

@@ -102,6 +102,8 @@ async def test_a_stopped_run_has_its_process_terminated(
         exited = os.pidfd_open(int(await pid_file.read_text()))
         try:
             await state.update_run_status(run.run_id, RunStatus.STOPPED, "operator")
+            await anyio.wait_all_tasks_blocked()
+            fake_clock.advance(5.1)  # the grace to exit by itself, then it is terminated
             with anyio.fail_after(20):
                 await anyio.wait_readable(exited)  # a pidfd turns readable when its process ends
         finally:

@@ -1,0 +1,131 @@
+"""RELIABILITY.md on a real deployment: kills and crashes of each process, and a link restart.
+
+Short intervals as RELIABILITY.md asks: heartbeat 1 s, patience 2. The chaos app
+(``chaos_app/``) logs every reply it gets as a JSON line with its error code and
+arrival time, and leaves marker files the tests wait for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fedcore.testing.deployment import Deployment
+
+CHAOS_APP = Path(__file__).resolve().parent / "chaos_app"
+HEARTBEAT = 1.0
+PATIENCE = 2.0
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture
+def federation(tmp_path: Path) -> Iterator[Deployment]:
+    with Deployment(tmp_path, heartbeat_interval=HEARTBEAT) as deployment:
+        deployment.start_link()
+        for index in range(3):
+            deployment.start_node(f"partition-id={index} num-partitions=3")
+        (tmp_path / "markers").mkdir()
+        yield deployment
+
+
+def _submit(federation: Deployment, **config: Any) -> str:
+    config.setdefault("marker-dir", str(federation.root / "markers"))
+    text = " ".join(f"{key}={json.dumps(value)}" for key, value in config.items())
+    submitted = federation.fedcore("run", str(CHAOS_APP), "--run-config", text)
+    assert submitted.returncode == 0, submitted.stderr
+    return submitted.stdout.strip()
+
+
+def _follow(federation: Deployment, run_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The run's final state and the replies its ServerApp logged, once it has finished."""
+    followed = federation.fedcore("log", run_id, "--follow", "--json")
+    assert followed.returncode == 0, followed.stderr
+    *lines, final = [json.loads(line) for line in followed.stdout.splitlines()]
+    replies = []
+    for line in lines:
+        text = line["text"]
+        if text.startswith("{"):
+            replies.append(json.loads(text))
+    return final, replies
+
+
+def _by_round(replies: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    rounds: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for reply in replies:
+        rounds[reply["round"]].append(reply)
+    return rounds
+
+
+def test_a_node_killed_mid_round_is_answered_with_code_5_in_time_and_the_run_goes_on(
+    federation: Deployment,
+) -> None:
+    hold = {"hold-partition": 0, "hold-round": 2, "hold-seconds": 60}
+    run_id = _submit(federation, rounds=3, **hold)
+    federation.wait_for_file(federation.root / "markers" / "held")
+    node0 = next(server for server in federation.servers if server.name == "node0")
+    killed_at = time.time()
+    federation.kill(node0)
+    final, replies = _follow(federation, run_id)
+    assert final["status"] == "finished:completed", final
+    rounds = _by_round(replies)
+    (lost,) = [reply for reply in rounds[2] if reply["code"] is not None]
+    assert lost["code"] == 5
+    assert lost["at"] - killed_at <= PATIENCE * HEARTBEAT + 1.0
+    assert sorted(r["partition"] for r in rounds[2] if r["code"] is None) == [1, 2]
+    assert sorted(r["partition"] for r in rounds[3]) == [1, 2]
+
+
+def test_a_crashed_clientapp_process_is_code_8_and_the_next_round_is_fine(
+    federation: Deployment,
+) -> None:
+    run_id = _submit(federation, rounds=3, **{"crash-partition": 1, "crash-round": 2})
+    final, replies = _follow(federation, run_id)
+    assert final["status"] == "finished:completed", final
+    rounds = _by_round(replies)
+    assert sorted((r["partition"], r["code"]) for r in rounds[2] if r["code"] is not None) == [
+        (None, 8)
+    ]
+    assert sorted(r["partition"] for r in rounds[3] if r["code"] is None) == [0, 1, 2]
+
+
+def test_a_killed_serverapp_fails_its_run_at_once(federation: Deployment) -> None:
+    run_id = _submit(federation, rounds=100_000, delay=0.05)
+    federation.wait_for_file(federation.root / "markers" / "round-3")
+    (pid,) = federation.app_pids()
+    killed_at = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    final, _ = _follow(federation, run_id)
+    assert final["status"] == "finished:failed", final
+    assert final["reason"] == "the ServerApp process was killed by SIGKILL"
+    # The exec sees its child exit: seconds (CLI start-up included), not a heartbeat timeout.
+    assert time.monotonic() - killed_at < 5.0
+    assert federation.app_pids() == []
+
+
+def test_the_link_killed_and_restarted_on_its_database_loses_no_reply(
+    federation: Deployment,
+) -> None:
+    run_id = _submit(federation, rounds=20, delay=0.1)
+    federation.wait_for_file(federation.root / "markers" / "round-5")
+    assert federation.link is not None
+    federation.kill(federation.link)
+    federation.restart_link()
+    final, replies = _follow(federation, run_id)
+    assert final["status"] == "finished:completed", final
+    rounds = _by_round(replies)
+    assert sorted(rounds) == list(range(1, 21))
+    for number, got in rounds.items():
+        assert sorted((r["partition"], r["code"]) for r in got) == [
+            (0, None),
+            (1, None),
+            (2, None),
+        ], f"round {number}: {got}"
