@@ -1,0 +1,107 @@
+"""TLS on the fleet API: nodes verify the link's certificate; plaintext exposure is refused."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fedcore.testing.deployment import FEDCORE, Deployment
+
+CHAOS_APP = Path(__file__).resolve().parent / "chaos_app"
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _certificate(folder: Path, name: str) -> tuple[Path, Path]:
+    """A self-signed P-256 certificate for 127.0.0.1, and its key."""
+    cert, key = folder / f"{name}.pem", folder / f"{name}.key"
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+            "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1",
+            "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+@pytest.fixture
+def secured(tmp_path: Path) -> Iterator[tuple[Deployment, Path]]:
+    cert, key = _certificate(tmp_path, "link")
+    with Deployment(tmp_path / "deployment") as deployment:
+        deployment.start_link("--ssl-certfile", str(cert), "--ssl-keyfile", str(key))
+        yield deployment, cert
+
+
+def test_nodes_that_trust_the_link_run_an_app_over_tls(secured: tuple[Deployment, Path]) -> None:
+    deployment, cert = secured
+    for index in range(2):
+        deployment.start_node(f"partition-id={index}", "--root-certificates", str(cert))
+    done = deployment.fedcore(
+        "run", str(CHAOS_APP), "--stream", "--json", "--run-config", "rounds=2 min-nodes=2"
+    )
+    assert done.returncode == 0, done.stderr
+    final = json.loads(done.stdout.splitlines()[-1])
+    assert final["status"] == "finished:completed"
+
+
+REGISTER = """
+import sys, anyio
+from pathlib import Path
+from fedcore.runtime.tls import client_context
+from fedcore.transport.grpc.client import GrpcFleetClient
+
+async def main(host, port, ca):
+    ssl = client_context(Path(ca), alpn=["h2"]) if ca else None
+    async with GrpcFleetClient(host, int(port), ssl=ssl) as fleet:
+        print(await fleet.register_node({}, 1.0))
+
+anyio.run(main, *sys.argv[1:])
+"""
+
+
+def _register(address: str, ca: Path | None) -> subprocess.CompletedProcess[str]:
+    """Register from a client process of its own, as a node would, trusting ``ca``."""
+    host, port = address.rsplit(":", 1)
+    return subprocess.run(
+        [sys.executable, "-c", REGISTER, host, port, str(ca or "")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_a_client_with_another_ca_or_without_tls_is_refused_and_the_link_stays_up(
+    secured: tuple[Deployment, Path], tmp_path: Path
+) -> None:
+    deployment, cert = secured
+    assert deployment.link is not None
+    fleet = deployment.link.address("fleet")
+    stranger, _ = _certificate(tmp_path, "stranger")
+    untrusted = _register(fleet, stranger)
+    assert "LinkUnavailableError" in untrusted.stderr
+    assert "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr
+    plaintext = _register(fleet, None)
+    assert "LinkUnavailableError" in plaintext.stderr
+    trusted = _register(fleet, cert)
+    assert trusted.returncode == 0, trusted.stderr
+    assert int(trusted.stdout) > 0
+
+
+def test_a_listener_other_machines_can_reach_needs_tls_or_insecure(tmp_path: Path) -> None:
+    refused = subprocess.run(
+        [str(FEDCORE), "serve", "--role", "link", "--fleet-address", "0.0.0.0:0",
+         "--control-address", "127.0.0.1:0", "--database", ":memory:"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert refused.returncode == 2
+    assert "reachable from other machines but has no TLS" in refused.stderr
+    assert "--insecure" in refused.stderr
