@@ -72,6 +72,25 @@ class Grid(ABC):
         return [reply async for reply in self.receive(ids, timeout=timeout)]
 
 
+def pushable(messages: Iterable[Message]) -> list[Message]:
+    """``messages`` as a list, if each may be pushed: a new Message with content.
+
+    Every Grid checks this before sending, so the error is the same in simulation
+    and deployment, and raised where the ServerApp made the mistake.
+    """
+    batch = list(messages)
+    for message in batch:
+        if not isinstance(message, Message):
+            raise TypeError(f"push_messages takes Messages, got {type(message).__name__}")
+        if message.is_reply or not message.has_content():
+            raise ValueError("a ServerApp pushes messages with content, not replies")
+        if message.metadata.message_id:
+            raise ValueError(
+                f"message {message.metadata.message_id} was pushed already; build a new Message"
+            )
+    return batch
+
+
 class SyncGrid:
     """A blocking :class:`Grid` for a plain ``def main`` running in a worker thread.
 

@@ -20,7 +20,7 @@ import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import TypeVar
 
-from fedcore.apps.grid import Grid
+from fedcore.apps.grid import Grid, pushable
 from fedcore.clock import Clock
 from fedcore.domain import Message, Run
 from fedcore.errors import LinkUnavailableError, NotEnoughNodesError
@@ -100,16 +100,7 @@ class RuntimeGrid(Grid):
             log.info("waiting for nodes: %d of %d online", len(node_ids), count)
 
     async def push_messages(self, messages: Iterable[Message]) -> list[str]:
-        batch = list(messages)
-        for message in batch:
-            if not isinstance(message, Message):
-                raise TypeError(f"push_messages takes Messages, got {type(message).__name__}")
-            if message.is_reply or not message.has_content():
-                raise ValueError("a ServerApp pushes messages with content, not replies")
-            if message.metadata.message_id:
-                raise ValueError(
-                    f"message {message.metadata.message_id} was pushed already; build a new Message"
-                )
+        batch = pushable(messages)
         run_id = self._run.run_id
         ids = await self.call(lambda: self._service.push_messages(run_id, batch))
         for message, message_id in zip(batch, ids, strict=True):

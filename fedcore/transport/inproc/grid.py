@@ -15,7 +15,7 @@ from typing import Generic, TypeVar
 
 import anyio
 
-from fedcore.apps.grid import Grid
+from fedcore.apps.grid import Grid, pushable
 from fedcore.clock import Clock
 from fedcore.domain import Message, Run
 from fedcore.errors import NotEnoughNodesError
@@ -79,16 +79,7 @@ class InProcGrid(Grid):
         return node_ids
 
     async def push_messages(self, messages: Iterable[Message]) -> list[str]:
-        batch = list(messages)
-        for message in batch:
-            if not isinstance(message, Message):
-                raise TypeError(f"push_messages takes Messages, got {type(message).__name__}")
-            if message.is_reply or not message.has_content():
-                raise ValueError("a ServerApp pushes messages with content, not replies")
-            if message.metadata.message_id:
-                raise ValueError(
-                    f"message {message.metadata.message_id} was pushed already; build a new Message"
-                )
+        batch = pushable(messages)
         return await self._state.push_messages(self._run.run_id, batch)
 
     async def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
