@@ -11,6 +11,7 @@ by :class:`ChunkWriter` and checked by :class:`ChunkReader`.
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -218,6 +219,12 @@ def decode_pull_messages_request(frame: Buffer) -> tuple[int, int, float | None,
     return _decoded_node_id(request.node_id), limit, lease, wait
 
 
+_PULLED_MESSAGE_TAG = bytes([1 << 3 | 2])
+"""PullMessagesResponse.messages: field 1, length-delimited."""
+_PULLED_NOW_TAG = bytes([2 << 3 | 1])
+"""PullMessagesResponse.now: field 2, a 64-bit double."""
+
+
 def encode_pull_messages_response(pulled: PulledMessages) -> tuple[bytes, int]:
     """The response frame and how many of ``pulled.messages`` (a prefix) fit in it.
 
@@ -225,21 +232,27 @@ def encode_pull_messages_response(pulled: PulledMessages) -> tuple[bytes, int]:
     again once their leases run out. A first message that fits on no frame raises
     ``ValueError``: its content should have travelled as a payload.
     """
-    fitted: list[pb.LeasedMessage] = []
-    size = 16  # the `now` field and slack for the repeated field's tags
+    # The frame is assembled from each entry's encoding, so that every message is
+    # encoded once: measuring entries and then encoding the response whole would
+    # encode them twice.
+    now = _PULLED_NOW_TAG + struct.pack("<d", pulled.now)
+    pieces: list[bytes] = []
+    size = len(now)
     for leased in pulled.messages:
-        entry = pb.LeasedMessage(
-            message=message_to_pb(leased.message, payload=leased.payload),
-            lease_expires_at=leased.lease_expires_at,
+        entry = bytes(
+            pb.LeasedMessage(
+                message=message_to_pb(leased.message, payload=leased.payload),
+                lease_expires_at=leased.lease_expires_at,
+            )
         )
-        entry_size = len(bytes(entry)) + 16
-        if size + entry_size > FRAME_CAP:
-            if not fitted:
-                raise ValueError(f"a leased message of {entry_size} bytes is over the frame cap")
+        header = _PULLED_MESSAGE_TAG + betterproto.encode_varint(len(entry))
+        if size + len(header) + len(entry) > FRAME_CAP:
+            if not pieces:
+                raise ValueError(f"a leased message of {len(entry)} bytes is over the frame cap")
             break
-        fitted.append(entry)
-        size += entry_size
-    return bytes(pb.PullMessagesResponse(messages=fitted, now=pulled.now)), len(fitted)
+        pieces += (header, entry)
+        size += len(header) + len(entry)
+    return b"".join([*pieces, now]), len(pieces) // 2
 
 
 def decode_pull_messages_response(frame: Buffer) -> PulledMessages:

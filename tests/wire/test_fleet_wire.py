@@ -191,10 +191,11 @@ def test_a_message_carries_its_metadata_as_fields_and_its_records_as_fedcore_byt
 
 
 def test_content_over_the_inline_limit_must_travel_as_a_payload() -> None:
-    big = RecordDict({"w": ArrayRecord({"a": np.zeros(MAX_INLINE_CONTENT // 8 + 1)})})
-    msg = sample_message().with_content(big)
+    just_over = RecordDict({"w": ArrayRecord({"a": np.zeros(MAX_INLINE_CONTENT // 8 + 1)})})
     with pytest.raises(ValueError, match="inline limit"):
-        message_to_pb(msg)
+        message_to_pb(sample_message().with_content(just_over))
+    big = RecordDict({"w": ArrayRecord({"a": np.zeros(CHUNK_SIZE // 8 + 1)})})  # two chunks
+    msg = sample_message().with_content(big)
     parts = pack_recorddict_parts(big)
     digest = Digest.of(parts)
     chunks = list(iter_chunks(parts, digest))
