@@ -95,12 +95,16 @@ async def _main(
 async def _heartbeat(
     grid: RuntimeGrid, client: HttpRuntimeClient, run_id: int, every: float
 ) -> None:
+    """Heartbeat on a fixed cadence: a slow answer does not push the next beat later."""
+    clock = grid.clock
+    next_beat = clock.now()
     while True:
         try:
             await grid.call(lambda: client.heartbeat(run_id, every))
         except RunFinishedError:
             raise _Stopped from None
-        await grid.clock.sleep(every)
+        next_beat = max(next_beat + every, clock.now())
+        await clock.sleep(next_beat - clock.now())
 
 
 def _first(group: ExceptionGroup[Exception]) -> Exception:
