@@ -22,6 +22,8 @@ CASES = [
     for workload in ("W1", "W2", "W3")
     for variant in ("floor", "pool", "inline", "process")
 ] + [("100k", "process"), ("W3", "accuracy"), ("async", "race")]
+CASES += [("deploy", variant) for variant in ("rounds", "w1-50", "w1-50-sqlite", "heartbeats")]
+MIB = 2**20
 
 
 def _one(workload: str, variant: str) -> dict[str, Any]:
@@ -57,6 +59,9 @@ def main() -> None:
             accuracies = ", ".join(f"{a:.3f}" for a in row["accuracies"])
             print(f"W3 round-30 accuracy, seeds 0-4: {accuracies}; mean {row['mean']:.4f}")
             continue
+        if row["workload"] == "deploy":
+            print(f"deploy   {row['variant']:<13}{_deployment(row)}")
+            continue
         if row["variant"] == "race":
             for entry in row["race"]:
                 reached = ", ".join(
@@ -80,6 +85,42 @@ def main() -> None:
         )
     RESULTS.write_text(json.dumps({"when": time.strftime("%FT%T"), "rows": rows}, indent=2))
     print(f"figures written to {RESULTS}")
+
+
+def _deployment(row: dict[str, Any]) -> str:
+    """One deployment case's figures in a line (benchmarks/deployment.py says what they mean)."""
+    load = f"; load avg {row['load_average']:.1f}"
+    if "failed" in row:
+        return f"FAILED: {row['failed']}{load}"
+    if row["variant"] == "heartbeats":
+        return (
+            f"{row['nodes']} nodes × 1 beat/{row['interval']:g} s for {row['window_seconds']:g} s: "
+            f"p50 {row['p50_ms']:.1f} ms, p99 {row['p99_ms']:.1f} ms, {row['beats']} beats, "
+            f"{row['missed_slots']} slots missed, {row['online_after']} online after; "
+            f"link CPU {row['link_cpu_percent']:.0f}%, RSS {row['link_rss_bytes'] / MIB:.0f} MiB; "
+            f"load generator CPU {row['loadgen_cpu_percent']:.0f}%{load}"
+        )
+    rounds = (
+        f"{row['nodes']} nodes, {row['model_floats'] * 4 / MIB:.2g} MiB model"
+        if row["model_floats"] >= 2**18
+        else f"{row['nodes']} nodes, {row['model_floats']}-float model"
+    )
+    if row["rounds"] > 5:
+        times = (
+            f"median {row['median_ms']:.1f} ms, p90 {row['p90_ms']:.1f} ms "
+            f"(first round {row['first_round_ms']:.0f} ms)"
+        )
+    else:
+        times = "rounds " + " / ".join(f"{ms / 1000:.2f}" for ms in row["round_ms"]) + " s"
+    line = f"{rounds}, {row['rounds']} rounds: {times}; "
+    line += f"link peak {row['link_peak_bytes'] / MIB:.0f} MiB"
+    if "serverapp_peak_bytes" in row:
+        line += (
+            f", ServerApp peak {row['serverapp_peak_bytes'] / MIB:.0f} MiB; "
+            f"load generator {row['loadgen_peak_bytes'] / MIB:.0f} MiB, "
+            f"{row['loadgen_cpu_seconds']:.1f} CPU s; state {row['database']}"
+        )
+    return line + load
 
 
 if __name__ == "__main__":

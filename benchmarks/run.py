@@ -2,7 +2,9 @@
 
 ``python -m benchmarks.run W2 process`` — used by ``python -m benchmarks``. Variants:
 ``floor`` (one process, no orchestration), ``pool`` (a bare process pool), a backend
-name, ``accuracy`` (W3 only) or ``race`` (async: FedBuff against FedAvg).
+name, ``accuracy`` (W3 only) or ``race`` (async: FedBuff against FedAvg). The
+``deploy`` workload's variants are its cases (benchmarks/deployment.py): ``rounds``,
+``w1-50``, ``w1-50-sqlite`` and ``heartbeats``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ WORKLOADS = {
     "W3": "benchmarks.w3",
     "100k": "benchmarks.scale",
     "async": "benchmarks.async_fl",
+    "deploy": "benchmarks.deployment",
 }
 
 
@@ -36,6 +39,9 @@ def case(workload: str, variant: str) -> dict[str, Any]:
         return row | {"accuracies": accuracies, "mean": mean(accuracies)}
     if variant == "race":
         return row | {"race": module.rows()}
+    if workload == "deploy":
+        figures: dict[str, Any] = module.case(variant)
+        return row | figures
     work: Callable[[], None]
     if variant == "floor":
         work = module.floor
