@@ -35,7 +35,7 @@ from fedcore.errors import (
     RunFinishedError,
 )
 from fedcore.wire._pb.fedcore import v1 as pb
-from fedcore.wire.chunks import CHUNK_SIZE, Digest, digest_of_fields
+from fedcore.wire.chunks import Digest, digest_of_fields
 from fedcore.wire.frame import DEFAULT_LIMITS, DecodeLimits, parts_size
 from fedcore.wire.message import METADATA_FIELDS, decode_metadata, encode_metadata
 from fedcore.wire.protobuf import (
