@@ -1,4 +1,4 @@
-"""``fedcore serve --role link|node``: run a long-lived role until Ctrl-C or SIGTERM."""
+"""``fedcore serve --role link|node|exec``: run a long-lived role until Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
 
@@ -11,12 +11,16 @@ import anyio
 import click
 
 from fedcore.apps.run_config import resolve_run_config
+from fedcore.errors import FedcoreError
+from fedcore.roles.exec.launcher import LaunchSettings
 from fedcore.runtime.addresses import parse_address
+from fedcore.runtime.exec import ExecOptions, serve_exec
 from fedcore.runtime.link import LinkOptions, serve_link
 from fedcore.runtime.node import NodeOptions, serve_node
 from fedcore.runtime.tls import client_context, server_context
 
-ROLES = ("link", "node")
+ROLES = ("link", "node", "exec")
+LINK_RUNTIME_ADDRESS = "127.0.0.1:0"
 
 
 @click.command()
@@ -35,9 +39,43 @@ ROLES = ("link", "node")
 )
 @click.option(
     "--runtime-address",
-    default="127.0.0.1:0",
+    help=f"[link] Where ServerApp processes connect (HTTP); loopback, as they run on this "
+    f"machine (default: {LINK_RUNTIME_ADDRESS}). [exec] Where the ServerApps it launches "
+    "reach the link's runtime API (default: the address the link gives).",
+)
+@click.option(
+    "--exec-address",
+    help="[link] Also serve the exec API here (HTTP, every request signed with the shared "
+    "secret), for execs started with `fedcore serve --role exec`. Port 0 picks a free port. "
+    "Off loopback it uses TLS (--ssl-certfile/--ssl-keyfile).",
+)
+@click.option(
+    "--exec-secret-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="[link, exec] The secret the link and its execs share; made (random, mode 0600) if "
+    "missing. Default for the link: exec.secret in its work directory; required for an exec.",
+)
+@click.option(
+    "--no-local-exec",
+    is_flag=True,
+    help="[link] Launch no ServerApp in the link process: leave every run to external execs "
+    "(needs --exec-address).",
+)
+@click.option("--link-exec", help="[exec] The link's exec API address, HOST:PORT.")
+@click.option(
+    "--claim-lease",
+    type=click.FloatRange(min=0, min_open=True),
+    default=LaunchSettings.claim_lease,
     show_default=True,
-    help="[link] Where ServerApp processes connect (HTTP); loopback, as they run here.",
+    help="[link, exec] Seconds a claim on a run lasts unless renewed (every third of it); "
+    "the run of an exec that dies before launching it goes back to pending after that.",
+)
+@click.option(
+    "--max-runs",
+    type=click.IntRange(min=1),
+    default=LaunchSettings.max_runs,
+    show_default=True,
+    help="[link, exec] ServerApp processes launched at once.",
 )
 @click.option(
     "--database",
@@ -49,7 +87,8 @@ ROLES = ("link", "node")
 @click.option(
     "--work-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Bundles and process output (default: .fedcore-link or .fedcore-node here).",
+    help="Bundles and process output (default: .fedcore-link, .fedcore-node or .fedcore-exec "
+    "here).",
 )
 @click.option(
     "--insecure", is_flag=True, help="Accept plaintext on listeners other machines can reach."
@@ -57,7 +96,7 @@ ROLES = ("link", "node")
 @click.option(
     "--ssl-certfile",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="[link] TLS certificate.",
+    help="[link] TLS certificate (fleet and exec APIs).",
 )
 @click.option(
     "--ssl-keyfile", type=click.Path(dir_okay=False, path_type=Path), help="[link] TLS key."
@@ -76,7 +115,7 @@ ROLES = ("link", "node")
 @click.option(
     "--root-certificates",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="[node] CA certificates to verify the link with (TLS).",
+    help="[node, exec] CA certificates to verify the link with (TLS).",
 )
 @click.option(
     "--heartbeat-interval",
@@ -101,7 +140,13 @@ def serve(
     role: str,
     fleet_address: str,
     control_address: str,
-    runtime_address: str,
+    runtime_address: str | None,
+    exec_address: str | None,
+    exec_secret_file: Path | None,
+    no_local_exec: bool,
+    link_exec: str | None,
+    claim_lease: float,
+    max_runs: int,
     database: str,
     work_dir: Path | None,
     insecure: bool,
@@ -119,31 +164,57 @@ def serve(
 
     \b
     link: the hub. Nodes connect to its fleet API; `fedcore run` submits runs to its
-          control API; it launches each run's ServerApp process (its exec role).
+          control API; it launches each run's ServerApp process (its exec role),
+          unless --no-local-exec leaves that to external execs.
     node: one device or data silo. Connects out to the link, runs ClientApps in a
           process per run (its exec role), and needs no inbound port.
+    exec: launches the ServerApps of a link's runs, in a process of its own (process
+          isolation): needs --link-exec and --exec-secret-file.
     """
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    launch = LaunchSettings(claim_lease=claim_lease, max_runs=max_runs)
     if role == "link":
         if (ssl_certfile is None) != (ssl_keyfile is None):
             raise click.UsageError("--ssl-certfile and --ssl-keyfile go together")
-        tls = None
+        tls = exec_tls = None
         if ssl_certfile is not None and ssl_keyfile is not None:
             tls = server_context(ssl_certfile, ssl_keyfile, ssl_ca_certfile, alpn=["h2"])
+            exec_tls = server_context(ssl_certfile, ssl_keyfile, alpn=["http/1.1"])
         options = LinkOptions(
             fleet_address=parse_address(fleet_address, what="--fleet-address"),
             control_address=parse_address(control_address, what="--control-address"),
-            runtime_address=parse_address(runtime_address, what="--runtime-address"),
+            runtime_address=parse_address(
+                runtime_address or LINK_RUNTIME_ADDRESS, what="--runtime-address"
+            ),
             database=database,
             work_dir=work_dir or Path(".fedcore-link"),
             ready_file=ready_file,
             fleet_ssl=tls,
             insecure=insecure,
+            launch=launch,
+            exec_address=parse_address(exec_address, what="--exec-address")
+            if exec_address
+            else None,
+            exec_secret_file=exec_secret_file,
+            exec_ssl=exec_tls,
+            local_exec=not no_local_exec,
         )
         options.check()
         _serve_until_signal(lambda: serve_link(options))
+        return
+    if role == "exec":
+        _serve_exec(
+            link_exec,
+            exec_secret_file,
+            runtime_address,
+            work_dir,
+            insecure,
+            root_certificates,
+            launch,
+            ready_file,
+        )
         return
     if link is None:
         raise click.UsageError("--role node needs --link HOST:PORT (the link's fleet address)")
@@ -167,6 +238,44 @@ def serve(
     _serve_until_signal(lambda: serve_node(node_options))
 
 
+def _serve_exec(
+    link_exec: str | None,
+    secret_file: Path | None,
+    runtime_address: str | None,
+    work_dir: Path | None,
+    insecure: bool,
+    root_certificates: Path | None,
+    launch: LaunchSettings,
+    ready_file: Path | None,
+) -> None:
+    if link_exec is None or secret_file is None:
+        raise click.UsageError(
+            "--role exec needs --link-exec HOST:PORT (the link's exec API) and "
+            "--exec-secret-file PATH (the secret it shares with the link)"
+        )
+    link = parse_address(link_exec, what="--link-exec")
+    ssl = None
+    if root_certificates is not None:
+        ssl = client_context(root_certificates)
+    elif not insecure and not link.is_loopback:
+        raise click.UsageError(
+            "connecting to a link on another machine needs TLS: give --root-certificates, "
+            "or --insecure to accept plaintext"
+        )
+    if runtime_address is not None:
+        parse_address(runtime_address, what="--runtime-address")
+    options = ExecOptions(
+        link=link,
+        secret_file=secret_file,
+        runtime_address=runtime_address,
+        work_dir=work_dir or Path(".fedcore-exec"),
+        ready_file=ready_file,
+        ssl=ssl,
+        launch=launch,
+    )
+    _serve_until_signal(lambda: serve_exec(options))
+
+
 def _serve_until_signal(serve_role: Callable[[], Awaitable[None]]) -> None:
     async def main() -> None:
         async with anyio.create_task_group() as tasks:
@@ -182,4 +291,15 @@ def _serve_until_signal(serve_role: Callable[[], Awaitable[None]]) -> None:
                     tasks.cancel_scope.cancel()
                     return
 
-    anyio.run(main, backend_options={"use_uvloop": True})
+    try:
+        anyio.run(main, backend_options={"use_uvloop": True})
+    except ExceptionGroup as group:
+        # A role that cannot start (a secret refused, a file unreadable) says why in one
+        # line, as any other error a person can fix; anything else keeps its traceback.
+        errors, _ = group.split(FedcoreError)
+        if errors is None:
+            raise
+        first: FedcoreError | ExceptionGroup[FedcoreError] = errors
+        while isinstance(first, ExceptionGroup):
+            first = first.exceptions[0]
+        raise first from None

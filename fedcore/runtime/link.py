@@ -1,10 +1,12 @@
-"""The link's composition root: state, the three APIs, and the ServerApp launcher.
+"""The link's composition root: state, its APIs, and the ServerApp launcher.
 
 ``fedcore serve --role link`` comes here. :func:`serve_link` opens the LinkState
 (SQLite on disk by default, ``:memory:`` for tests), serves the fleet API (gRPC),
-the control API and the runtime API (HTTP), starts the exec's launcher in the same
-process, writes the ready file, and serves until cancelled. Each piece is one
-``enter_async_context``; leaving unwinds them in reverse, so the launcher stops
+the control API and the runtime API (HTTP) — and the exec API (HTTP, signed with a
+shared secret) when given an exec address, for execs started on their own
+(:mod:`fedcore.runtime.exec`) — starts the exec's launcher in the same process
+unless told not to, writes the ready file, and serves until cancelled. Each piece is
+one ``enter_async_context``; leaving unwinds them in reverse, so the launcher stops
 its ServerApps before the APIs close and the state is closed last.
 """
 
@@ -21,16 +23,20 @@ from pathlib import Path
 import anyio
 
 from fedcore.clock import Clock, SystemClock
+from fedcore.errors import UsageError
 from fedcore.roles.exec.launcher import LaunchSettings, ServerAppLauncher
 from fedcore.roles.link.control import LinkControl
+from fedcore.roles.link.exec import LinkExec
 from fedcore.roles.link.fleet import LinkFleet
 from fedcore.roles.link.runtime import LinkRuntime
 from fedcore.runtime.addresses import Address, check_exposure
+from fedcore.runtime.exec import exec_secret
 from fedcore.runtime.ready import write_ready_file
 from fedcore.state.base import DEFAULT_HEARTBEAT_PATIENCE, LinkState
 from fedcore.state.memory import InMemoryLinkState
 from fedcore.transport.grpc.server import serve_fleet
 from fedcore.transport.http.control import control_app
+from fedcore.transport.http.exec import exec_app
 from fedcore.transport.http.runtime import runtime_app
 from fedcore.transport.http.server import serve_http
 
@@ -44,7 +50,12 @@ RUNTIME_ADDRESS = Address("127.0.0.1", 0)
 
 @dataclass(frozen=True)
 class LinkOptions:
-    """Everything ``fedcore serve --role link`` takes."""
+    """Everything ``fedcore serve --role link`` takes.
+
+    ``exec_address``: where to serve the exec API (None: not at all), to holders of
+    the secret in ``exec_secret_file`` (default: ``exec.secret`` in the work
+    directory). ``local_exec``: whether the link launches ServerApps itself.
+    """
 
     fleet_address: Address = FLEET_ADDRESS
     control_address: Address = CONTROL_ADDRESS
@@ -58,9 +69,28 @@ class LinkOptions:
     insecure: bool = False
     heartbeat_patience: float = DEFAULT_HEARTBEAT_PATIENCE
     launch: LaunchSettings = field(default_factory=LaunchSettings)
+    exec_address: Address | None = None
+    exec_secret_file: Path | None = None
+    exec_ssl: _ssl.SSLContext | None = None
+    local_exec: bool = True
 
     def check(self) -> None:
-        """Refuse plaintext listeners that other machines can reach, unless insecure."""
+        """Refuse plaintext listeners that other machines can reach, unless insecure.
+
+        Refuse too a link that would launch no run: no exec of its own, no exec API.
+        """
+        if not self.local_exec and self.exec_address is None:
+            raise UsageError(
+                "a link without its own exec needs an exec address for external execs, "
+                "or no run would ever be launched"
+            )
+        if self.exec_address is not None:
+            check_exposure(
+                self.exec_address,
+                tls=self.exec_ssl is not None,
+                insecure=self.insecure,
+                what="the exec address",
+            )
         check_exposure(
             self.fleet_address,
             tls=self.fleet_ssl is not None,
@@ -133,22 +163,31 @@ async def serve_link(
             "control": Address(control.host, control_port),
             "runtime": Address(runtime.host, runtime_port),
         }
-        launcher = ServerAppLauncher(
-            state,
-            clock,
-            runtime_address=str(bound["runtime"]),
-            work_dir=options.work_dir,
-            settings=options.launch,
-        )
-        tasks = await stack.enter_async_context(anyio.create_task_group())
-        await tasks.start(launcher.serve)
+        link_exec = LinkExec(state, clock, runtime_address=str(bound["runtime"]))
+        if options.exec_address is not None:
+            secret = exec_secret(options.exec_secret_file or options.work_dir / "exec.secret")
+            exec_port = await stack.enter_async_context(
+                serve_http(
+                    exec_app(link_exec, secret, clock=clock),
+                    options.exec_address.host,
+                    options.exec_address.port,
+                    name="exec",
+                    ssl=options.exec_ssl,
+                )
+            )
+            bound["exec"] = Address(options.exec_address.host, exec_port)
+        if options.local_exec:
+            launcher = ServerAppLauncher(
+                link_exec, clock, work_dir=options.work_dir, settings=options.launch
+            )
+            tasks = await stack.enter_async_context(anyio.create_task_group())
+            await tasks.start(launcher.serve)
         if options.ready_file is not None:
             write_ready_file(options.ready_file, bound)
         log.info(
-            "link ready: fleet %s, control %s, runtime %s, state %s",
-            bound["fleet"],
-            bound["control"],
-            bound["runtime"],
+            "link ready: %s; %s; state %s",
+            ", ".join(f"{name} {address}" for name, address in bound.items()),
+            "launching ServerApps here" if options.local_exec else "ServerApps left to execs",
             options.database,
         )
         task_status.started(bound)

@@ -1,4 +1,4 @@
-"""Real deployments for tests and benchmarks: a link and nodes as processes on loopback.
+"""Real deployments for tests and benchmarks: a link, nodes and execs as processes on loopback.
 
 :class:`Deployment` starts ``fedcore serve`` processes with ``--ready-file``, waits
 for each file (a condition with a deadline, never a fixed sleep), reads the bound
@@ -70,10 +70,18 @@ class Deployment:
         for pid in self.app_pids():
             _kill_pid(pid)
 
+    @property
+    def exec_secret_file(self) -> Path:
+        """The secret the link's exec API and the execs share (made by the first to start)."""
+        return self.root / "exec.secret"
+
     def app_pids(self) -> list[int]:
-        """ServerApp processes the links started that still run (they outlive a killed link)."""
+        """ServerApp processes the links and execs started that still run.
+
+        They outlive a killed link or exec; each left its pid in its work directory.
+        """
         alive = []
-        for pid_file in sorted(self.root.glob("link/runs/*.pid")):
+        for pid_file in sorted(self.root.glob("*/runs/*.pid")):
             pid = int(pid_file.read_text())
             try:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -118,6 +126,25 @@ class Deployment:
             ],
         )  # fmt: skip
         return self.link
+
+    def start_exec(self, *extra: str, link_exec: str | None = None) -> Server:
+        """Start an exec launching the link's runs, through its exec API (or ``link_exec``).
+
+        The link must serve the exec API: started with ``--exec-address`` and
+        ``--exec-secret-file`` :attr:`exec_secret_file`.
+        """
+        assert self.link is not None
+        index = sum(server.name.startswith("exec") for server in self.servers)
+        return self._start(
+            f"exec{index}",
+            [
+                "--role", "exec",
+                "--link-exec", link_exec or self.link.address("exec"),
+                "--exec-secret-file", str(self.exec_secret_file),
+                "--work-dir", str(self.root / f"exec{index}"),
+                *extra,
+            ],
+        )  # fmt: skip
 
     def start_node(self, node_config: str, *extra: str) -> Server:
         """Start a node connected to the link, with ``node_config``."""

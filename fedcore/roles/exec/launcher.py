@@ -1,25 +1,31 @@
 """Claim pending runs and launch a ServerApp process for each; report how they end.
 
-Theory of operation. The launcher sleeps until the LinkState announces a run
-(``watch_runs``), then claims as many pending runs as it has free slots. A claim is
+Theory of operation. The launcher asks its :class:`~fedcore.transport.exec.ExecService`
+for pending runs — a long poll that the link answers as soon as a run is pending —
+and claims as many as it has free slots. It runs inside the link over
+:class:`~fedcore.roles.link.exec.LinkExec`, or in a process of its own over the exec
+API (``fedcore serve --role exec``); either way it decides the same. A claim is
 exclusive and fenced (DESIGN.md R5): every report the launcher makes for the run
 carries the claim's token, and a stale one is refused, so an exec that lost its
 claim (it stalled past the lease, and another exec took the run) can change nothing.
 
-For each claimed run it unpacks the bundle into its cache (verified and safe, see
-:mod:`fedcore.apps.bundle`), starts ``python -m fedcore.runtime.serverapp`` with the
-run id, the runtime API's address and the claim's launch secret in the child's
-environment — never on its command line, where any local user could read it — and
-moves the run to ``running``. From then on the ServerApp keeps its run alive with
-its own heartbeats and ends it itself (``finished:completed`` or ``failed``).
+For each claimed run it fetches and unpacks the bundle into its cache (verified and
+safe, see :mod:`fedcore.apps.bundle`), starts ``python -m fedcore.runtime.serverapp``
+with the run id, the runtime API's address and the claim's launch secret in the
+child's environment — never on its command line, where any local user could read
+it — and moves the run to ``running``. From then on the ServerApp keeps its run
+alive with its own heartbeats and ends it itself (``finished:completed`` or
+``failed``). The launcher renews its claim every third of the lease throughout: a
+renewal refused means the run finished or another exec has it.
 
 The launcher watches the process: one that exits while its run is not finished has
 crashed or was killed — the run becomes ``finished:failed`` with the exit status
 and the last lines the process printed. A run stopped by an operator (or failed by
-the link) gets its process terminated, then killed after a grace period. Leaving
-the launcher terminates the processes it started. A process outlives a launcher
-that is killed (``kill -9`` of the link): it goes on through the runtime API and
-reconnects to the restarted link by itself.
+the link) gets its process terminated, then killed after a grace period; the
+launcher hears of it by a long poll on the run. Leaving the launcher terminates the
+processes it started. A process outlives a launcher that is killed (``kill -9`` of
+the link): it goes on through the runtime API and reconnects to the restarted link
+by itself. While the link cannot be reached, the launcher retries with backoff.
 """
 
 from __future__ import annotations
@@ -29,9 +35,11 @@ import os
 import signal
 import subprocess
 import sys
-from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import anyio
 import anyio.abc
@@ -39,11 +47,13 @@ import anyio.to_thread
 
 from fedcore.apps.bundle import unpack_bundle
 from fedcore.clock import Clock
-from fedcore.domain import RunStatus
-from fedcore.errors import ClaimLostError, FedcoreError, StateError
-from fedcore.state.base import LinkState, RunClaim
+from fedcore.errors import ClaimLostError, FedcoreError, LinkUnavailableError, StateError
+from fedcore.state.base import RunClaim
+from fedcore.transport.exec import ExecService
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 RUN_ID_ENV = "FEDCORE_RUN_ID"
 SECRET_ENV = "FEDCORE_RUN_SECRET"
@@ -52,6 +62,11 @@ APP_DIR_ENV = "FEDCORE_APP_DIR"
 HEARTBEAT_ENV = "FEDCORE_APP_HEARTBEAT"
 LAST_LINES = 20
 """Lines of a crashed ServerApp's output quoted in the run's log."""
+LONGEST_LINE = 2000
+"""Characters of each quoted line, at most: a process may print megabytes without a newline."""
+RETRY_FIRST = 0.5
+RETRY_MAX = 10.0
+"""Seconds between calls retried while the link is unavailable: doubling, up to this."""
 
 
 @dataclass(frozen=True)
@@ -59,65 +74,71 @@ class LaunchSettings:
     """How the launcher claims and launches.
 
     ``claim_lease``: seconds a claim lasts unless renewed (renewed every third of
-    it while the run starts). ``app_heartbeat``: the interval the ServerApp
-    heartbeats at; the run fails after patience × that without one.
-    ``max_runs``: ServerApp processes at once. ``stop_grace``: seconds the
-    process of a finished run gets to exit by itself, and then between terminating
-    and killing it. ``command``: what starts a ServerApp process (tests put a
-    stand-in here).
+    it). ``app_heartbeat``: the interval the ServerApp heartbeats at; the run fails
+    after patience × that without one. ``max_runs``: ServerApp processes at once.
+    ``stop_grace``: seconds the process of a finished run gets to exit by itself,
+    and then between terminating and killing it. ``poll_seconds``: the longest
+    one wait for a run (or for a run's end) lasts before it is asked again — a long
+    poll, over the network. ``command``: what starts a ServerApp process (tests put
+    a stand-in here).
     """
 
     claim_lease: float = 10.0
     app_heartbeat: float = 2.0
     max_runs: int = 8
     stop_grace: float = 5.0
+    poll_seconds: float = 30.0
     command: tuple[str, ...] = (sys.executable, "-m", "fedcore.runtime.serverapp")
 
 
 class ServerAppLauncher:
-    """Launches the ServerApps of ``state``'s runs; they reach the link at ``runtime_address``."""
+    """Launches the ServerApps of the runs ``service`` hands out.
+
+    The ServerApps reach the link at ``runtime_address``; when it is None, at the
+    address the service gives for each launch (the link knows where it listens).
+    """
 
     def __init__(
         self,
-        state: LinkState,
+        service: ExecService,
         clock: Clock,
         *,
-        runtime_address: str,
         work_dir: Path,
         settings: LaunchSettings | None = None,
+        runtime_address: str | None = None,
     ) -> None:
-        self._state = state
+        self._service = service
         self._clock = clock
         self._runtime_address = runtime_address
         self._work_dir = work_dir
         self._settings = settings or LaunchSettings()
         self._running = 0
+        self._slot_freed: anyio.Event | None = None
 
     async def serve(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Claim and launch until cancelled; every process started is ended on the way out."""
-        wake = anyio.Event()
-
-        def on_run(_: int) -> None:
-            wake.set()
-
-        with self._state.watch_runs(on_run):
-            async with anyio.create_task_group() as launches:
-                task_status.started()
-                while True:
-                    free = self._settings.max_runs - self._running
-                    claims = []
-                    if free > 0:
-                        claims = await self._state.claim_runs(
-                            limit=free, lease=self._settings.claim_lease
-                        )
-                    for claim in claims:
-                        self._running += 1
-                        launches.start_soon(self._launch, claim, name=f"run-{claim.run.run_id}")
-                    if not claims:
-                        await wake.wait()
-                        wake = anyio.Event()
+        settings = self._settings
+        async with anyio.create_task_group() as launches:
+            task_status.started()
+            while True:
+                free = settings.max_runs - self._running
+                if free <= 0:
+                    self._slot_freed = anyio.Event()
+                    await self._slot_freed.wait()
+                    continue
+                claims = await self._patiently(
+                    partial(
+                        self._service.claim_runs,
+                        limit=free,
+                        lease=settings.claim_lease,
+                        wait_seconds=settings.poll_seconds,
+                    )
+                )
+                for claim in claims:
+                    self._running += 1
+                    launches.start_soon(self._launch, claim, name=f"run-{claim.run.run_id}")
 
     async def _launch(self, claim: RunClaim) -> None:
         run_id = claim.run.run_id
@@ -126,38 +147,56 @@ class ServerAppLauncher:
                 tasks.start_soon(self._renew, claim)
                 await self._run_process(claim)
                 tasks.cancel_scope.cancel()
-        except ClaimLostError:
+        except* ClaimLostError:
             log.warning("run %d: the claim was lost; another exec has it or it ended", run_id)
-        except FedcoreError as exc:
-            await self._fail(claim, f"could not launch the ServerApp: {exc}")
+        except* FedcoreError as failed:
+            await self._fail(claim, f"could not launch the ServerApp: {_first(failed)}")
         finally:
             self._running -= 1
+            if self._slot_freed is not None:
+                self._slot_freed.set()
+
+    async def _patiently(self, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()``, made again after a pause each time the link is unavailable."""
+        pause = RETRY_FIRST
+        while True:
+            try:
+                return await call()
+            except LinkUnavailableError as exc:
+                log.warning("%s; trying again in %g s", exc, pause)
+            await self._clock.sleep(pause)
+            pause = min(2 * pause, RETRY_MAX)
 
     async def _renew(self, claim: RunClaim) -> None:
         """Keep the claim while the run starts and runs; a lost claim ends the launch."""
-        lease = self._settings.claim_lease
+        run_id, lease = claim.run.run_id, self._settings.claim_lease
         while True:
             await self._clock.sleep(lease / 3)
             try:
-                await self._state.renew_claim(claim.run.run_id, claim.token, lease=lease)
+                await self._service.renew_claim(run_id, claim.token, lease=lease)
+            except LinkUnavailableError as exc:
+                log.warning("run %d: the claim was not renewed this time: %s", run_id, exc)
             except ClaimLostError:
-                if (await self._state.get_run(claim.run.run_id)).status.finished:
+                if (await self._patiently(lambda: self._service.get_run(run_id))).status.finished:
                     return  # the run ended; the process watch takes it from here
                 raise
 
     async def _run_process(self, claim: RunClaim) -> None:
         run = claim.run
-        bundle = await self._state.get_bundle(run.bundle_hash)
+        bundle = await self._patiently(lambda: self._service.get_bundle(run.bundle_hash))
         app_dir = await anyio.to_thread.run_sync(
             unpack_bundle, bundle, run.bundle_hash, self._work_dir / "bundles"
         )
+        runtime_address = self._runtime_address
+        if runtime_address is None:
+            runtime_address = await self._patiently(self._service.runtime_address)
         output_path = self._work_dir / "runs" / f"{run.run_id}-{claim.attempt}.out"
         output_path.parent.mkdir(parents=True, exist_ok=True)
         environment = {
             **os.environ,
             RUN_ID_ENV: str(run.run_id),
             SECRET_ENV: claim.secret,
-            RUNTIME_ENV: self._runtime_address,
+            RUNTIME_ENV: runtime_address,
             APP_DIR_ENV: str(app_dir),
             HEARTBEAT_ENV: repr(self._settings.app_heartbeat),
         }
@@ -180,9 +219,13 @@ class ServerAppLauncher:
             claim.attempt,
         )
         try:
-            await self._state.start_run(
-                run.run_id, claim.token, heartbeat_interval=self._settings.app_heartbeat
+            await self._patiently(
+                lambda: self._service.start_run(
+                    run.run_id, claim.token, heartbeat_interval=self._settings.app_heartbeat
+                )
             )
+            started = f"[exec] ServerApp process {process.pid} started (attempt {claim.attempt})"
+            await self._patiently(lambda: self._service.append_logs(run.run_id, [started]))
             code = await self._watch(run.run_id, process)
         finally:
             with anyio.CancelScope(shield=True):
@@ -198,16 +241,13 @@ class ServerAppLauncher:
         return code
 
     async def _stop_when_finished(self, run_id: int, process: anyio.abc.Process) -> None:
-        changed = anyio.Event()
-
-        def on_run(changed_id: int) -> None:
-            if changed_id == run_id:
-                changed.set()
-
-        with self._state.watch_runs(on_run):
-            while not (await self._state.get_run(run_id)).status.finished:
-                await changed.wait()
-                changed = anyio.Event()
+        poll = self._settings.poll_seconds
+        finished = False
+        while not finished:
+            run = await self._patiently(
+                lambda: self._service.wait_finished(run_id, wait_seconds=poll)
+            )
+            finished = run.status.finished
         # A ServerApp that finished its run itself is on its way out (shipping its last
         # log lines); one that was stopped learns it from its next heartbeat. Either way
         # it gets the grace period to exit by itself before it is terminated.
@@ -230,26 +270,33 @@ class ServerAppLauncher:
             await process.wait()
 
     async def _report_exit(self, claim: RunClaim, code: int, output_path: Path) -> None:
-        run = await self._state.get_run(claim.run.run_id)
+        run_id = claim.run.run_id
+        run = await self._patiently(lambda: self._service.get_run(run_id))
         if run.status.finished:
-            log.info(
-                "run %d: ServerApp exited (%s); run %s", run.run_id, _describe(code), run.status
-            )
+            log.info("run %d: ServerApp exited (%s); run %s", run_id, _describe(code), run.status)
             return
         tail = await anyio.to_thread.run_sync(_last_lines, output_path)
         reason = f"the ServerApp process {_describe(code)}"
         if tail:
-            await self._state.append_logs(run.run_id, [f"[exec] {reason}; its last output:", *tail])
+            lines = [f"[exec] {reason}; its last output:", *tail]
+            await self._patiently(lambda: self._service.append_logs(run_id, lines))
         await self._fail(claim, reason)
 
     async def _fail(self, claim: RunClaim, reason: str) -> None:
-        log.warning("run %d failed: %s", claim.run.run_id, reason)
+        run_id = claim.run.run_id
+        log.warning("run %d failed: %s", run_id, reason)
         try:
-            await self._state.update_run_status(
-                claim.run.run_id, RunStatus.FAILED, reason, token=claim.token
-            )
+            await self._patiently(lambda: self._service.fail_run(run_id, claim.token, reason))
         except StateError as exc:  # finished meanwhile, or the claim moved on
-            log.info("run %d: not marked failed (%s)", claim.run.run_id, exc)
+            log.info("run %d: not marked failed (%s)", run_id, exc)
+
+
+def _first(group: BaseExceptionGroup[FedcoreError]) -> FedcoreError:
+    """The first error in ``group``, however deeply nested."""
+    found: FedcoreError | BaseExceptionGroup[FedcoreError] = group
+    while isinstance(found, BaseExceptionGroup):
+        found = found.exceptions[0]
+    return found
 
 
 def _describe(code: int) -> str:
@@ -262,9 +309,17 @@ def _describe(code: int) -> str:
 
 
 def _last_lines(path: Path) -> list[str]:
+    """The last lines of the file, each cut to :data:`LONGEST_LINE` characters.
+
+    Only the file's end is read: its output may be far larger than what is quoted.
+    """
     try:
         with path.open("rb") as file:
-            lines = deque(file, maxlen=LAST_LINES)
+            start = max(0, file.seek(0, os.SEEK_END) - LAST_LINES * (LONGEST_LINE + 1))
+            file.seek(start)
+            lines = file.read().decode("utf-8", "replace").splitlines()
     except OSError:
         return []
-    return [line.decode("utf-8", "replace").rstrip("\n") for line in lines]
+    if start > 0 and len(lines) > 1:
+        lines = lines[1:]  # the first began before the part read
+    return [line[:LONGEST_LINE] for line in lines[-LAST_LINES:]]

@@ -16,7 +16,10 @@ import pytest
 
 from fedcore.apps.bundle import pack_bundle
 from fedcore.domain import Run, RunStatus
+from fedcore.errors import LinkUnavailableError
 from fedcore.roles.exec.launcher import LaunchSettings, ServerAppLauncher
+from fedcore.roles.link.exec import LinkExec
+from fedcore.state.base import RunClaim
 from fedcore.state.memory import InMemoryLinkState
 from fedcore.testing import FakeClock
 
@@ -43,9 +46,8 @@ def _launcher(
 ) -> ServerAppLauncher:
     command = (sys.executable, "-c", script)
     return ServerAppLauncher(
-        state,
+        LinkExec(state, clock, runtime_address="127.0.0.1:1"),
         clock,
-        runtime_address="127.0.0.1:1",
         work_dir=tmp_path / "work",
         settings=LaunchSettings(command=command, **settings),  # type: ignore[arg-type]
     )
@@ -130,3 +132,120 @@ async def test_a_claim_left_by_a_dead_exec_expires_and_the_run_launches_once_mor
     assert attempts == ["attempt"]
     assert (tmp_path / "work" / "runs" / f"{run.run_id}-2.out").exists()
     assert dead.attempt == 1
+
+
+class FlakyExec(LinkExec):
+    """A LinkExec whose first calls fail as if the link were away (restarting)."""
+
+    def __init__(self, state: InMemoryLinkState, clock: FakeClock, **failures: int) -> None:
+        super().__init__(state, clock, runtime_address="127.0.0.1:7")
+        self.failures = failures
+        """How many more times each method fails."""
+        self.refused: list[str] = []
+
+    def _away(self, name: str) -> None:
+        if self.failures.get(name, 0) > 0:
+            self.failures[name] -= 1
+            self.refused.append(name)
+            raise LinkUnavailableError("the link at 127.0.0.1:1 is unavailable (fake)")
+
+    async def claim_runs(
+        self, *, limit: int, lease: float, wait_seconds: float = 0.0
+    ) -> list[RunClaim]:
+        self._away("claim_runs")
+        return await super().claim_runs(limit=limit, lease=lease, wait_seconds=wait_seconds)
+
+    async def start_run(self, run_id: int, token: int, *, heartbeat_interval: float) -> Run:
+        self._away("start_run")
+        return await super().start_run(run_id, token, heartbeat_interval=heartbeat_interval)
+
+
+async def test_the_runtime_address_is_the_links_unless_given_and_the_launch_is_logged(
+    state: InMemoryLinkState, fake_clock: FakeClock, tmp_path: Path
+) -> None:
+    script = "import os; print('runtime', os.environ['FEDCORE_RUNTIME_ADDRESS']); exit(5)"
+    launchers = [
+        _launcher(state, fake_clock, tmp_path, script),
+        ServerAppLauncher(
+            LinkExec(state, fake_clock, runtime_address="127.0.0.1:1"),
+            fake_clock,
+            work_dir=tmp_path / "other",
+            settings=LaunchSettings(command=(sys.executable, "-c", script), max_runs=1),
+            runtime_address="10.0.0.1:9",
+        ),
+    ]
+    runs = []
+    for launcher in launchers:
+        run = await _submit(state, tmp_path)
+        runs.append(run)
+        async with anyio.create_task_group() as tasks:
+            await tasks.start(launcher.serve)
+            await _until(state, run.run_id, {RunStatus.FAILED})
+            tasks.cancel_scope.cancel()
+    first, second = runs
+    for run, address, work in [(first, "127.0.0.1:1", "work"), (second, "10.0.0.1:9", "other")]:
+        lines = [line.text for line in await state.get_logs(run.run_id)]
+        pid = (tmp_path / work / "runs" / f"{run.run_id}-1.pid").read_text().strip()
+        assert lines[0] == f"[exec] ServerApp process {pid} started (attempt 1)"
+        assert f"runtime {address}" in lines
+
+
+async def test_runs_past_max_runs_wait_for_a_free_slot(
+    state: InMemoryLinkState, fake_clock: FakeClock, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    script = (
+        "import os, sys, pathlib\n"
+        f"gate = pathlib.Path({str(gate)!r})\n"
+        "gate.mkdir(exist_ok=True)\n"
+        "(gate / os.environ['FEDCORE_RUN_ID']).write_text('')\n"
+        "sys.exit(6)\n"
+    )
+    runs = [await _submit(state, tmp_path) for _ in range(3)]
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(_launcher(state, fake_clock, tmp_path, script, max_runs=1).serve)
+        for run in runs:
+            await _until(state, run.run_id, {RunStatus.FAILED})
+        tasks.cancel_scope.cancel()
+    claims = [await state.get_logs(run.run_id) for run in runs]
+    assert all(lines[0].text.endswith("(attempt 1)") for lines in claims)
+    assert sorted(path.name for path in gate.iterdir()) == sorted(str(r.run_id) for r in runs)
+
+
+async def test_a_bundle_that_cannot_be_unpacked_fails_the_run(
+    state: InMemoryLinkState, fake_clock: FakeClock, tmp_path: Path
+) -> None:
+    run = await state.create_run({}, bundle_hash=await state.put_bundle(b"not a zip file"))
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(_launcher(state, fake_clock, tmp_path, "pass").serve)
+        failed = await _until(state, run.run_id, {RunStatus.FAILED})
+        tasks.cancel_scope.cancel()
+    assert failed.reason.startswith("could not launch the ServerApp: ")
+    assert "zip" in failed.reason
+    assert not (tmp_path / "work" / "runs").exists()
+
+
+async def test_calls_are_retried_while_the_link_is_away(
+    state: InMemoryLinkState, fake_clock: FakeClock, tmp_path: Path
+) -> None:
+    service = FlakyExec(state, fake_clock, claim_runs=2, start_run=1)
+    run = await _submit(state, tmp_path)
+    launcher = ServerAppLauncher(
+        service,
+        fake_clock,
+        work_dir=tmp_path / "work",
+        settings=LaunchSettings(
+            command=(sys.executable, "-c", "import sys; sys.exit(7)"),
+            claim_lease=1000,  # the clock moves 10 s at a time: no claim runs out meanwhile
+        ),
+    )
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(launcher.serve)
+        with anyio.fail_after(20):
+            while any(service.failures.values()):
+                await anyio.wait_all_tasks_blocked()
+                fake_clock.advance(10)  # past each pause between tries
+        failed = await _until(state, run.run_id, {RunStatus.FAILED})
+        tasks.cancel_scope.cancel()
+    assert service.refused == ["claim_runs", "claim_runs", "start_run"]
+    assert failed.reason == "the ServerApp process exited with status 7"
