@@ -94,6 +94,12 @@ LINK_RUNTIME_ADDRESS = "127.0.0.1:0"
     "--insecure", is_flag=True, help="Accept plaintext on listeners other machines can reach."
 )
 @click.option(
+    "--control-token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="[link] The control API then needs this bearer token (created, mode 0600, if "
+    "missing); `fedcore run/ls/log/stop` send $FEDCORE_CONTROL_TOKEN.",
+)
+@click.option(
     "--ssl-certfile",
     type=click.Path(dir_okay=False, path_type=Path),
     help="[link] TLS certificate (fleet and exec APIs).",
@@ -150,6 +156,7 @@ def serve(
     database: str,
     work_dir: Path | None,
     insecure: bool,
+    control_token_file: Path | None,
     ssl_certfile: Path | None,
     ssl_keyfile: Path | None,
     ssl_ca_certfile: Path | None,
@@ -199,6 +206,7 @@ def serve(
             else None,
             exec_secret_file=exec_secret_file,
             exec_ssl=exec_tls,
+            control_token_file=control_token_file,
             local_exec=not no_local_exec,
         )
         options.check()

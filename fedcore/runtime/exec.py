@@ -6,19 +6,14 @@ the link is not up yet; a wrong secret ends it at once), runs the ServerApp
 launcher over :class:`~fedcore.transport.http.exec.HttpExecClient`, writes the ready
 file and serves until cancelled. Leaving ends the ServerApp processes it started.
 
-:func:`exec_secret` is the secret file both sides read (the link with
-``--exec-address``, the exec): created on first use with a random secret, readable
-by its owner only (mode 0600). The secret goes in a file, never on a command line,
-where any local user could read it, and never into a log.
+The secret it shares with the link is in a file both read
+(:func:`fedcore.runtime.secret_files.read_secret`).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import secrets
 import ssl as _ssl
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,12 +25,10 @@ from fedcore.errors import LinkUnavailableError, UsageError
 from fedcore.roles.exec.launcher import RETRY_MAX, LaunchSettings, ServerAppLauncher
 from fedcore.runtime.addresses import Address
 from fedcore.runtime.ready import write_ready_file
+from fedcore.runtime.secret_files import read_secret
 from fedcore.transport.http.exec import HttpExecClient
 
 log = logging.getLogger(__name__)
-
-MIN_SECRET_LENGTH = 32
-"""Characters a shared secret has at least (a generated one has 43: 256 random bits)."""
 
 
 @dataclass(frozen=True)
@@ -55,49 +48,6 @@ class ExecOptions:
     launch: LaunchSettings = field(default_factory=LaunchSettings)
 
 
-def exec_secret(path: Path) -> str:
-    """The secret in ``path``; a new random one written there (mode 0600) if there is none.
-
-    A link and an exec started at once on the same missing file agree on one secret:
-    the file appears complete or not at all (written aside, then linked into place
-    unless it exists by then). A secret shorter than :data:`MIN_SECRET_LENGTH` is
-    refused with a ``UsageError``.
-    """
-    if not path.exists():
-        _create_secret(path)
-    try:
-        text = path.read_text(encoding="utf-8").strip()
-        mode = path.stat().st_mode
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read the exec secret file {path}: {exc}") from None
-    if len(text) < MIN_SECRET_LENGTH:
-        raise UsageError(
-            f"the exec secret in {path} is too short: at least {MIN_SECRET_LENGTH} characters "
-            "(delete the file to have a random one made)"
-        )
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        log.warning("the exec secret file %s is readable by others: chmod 600 it", path)
-    return text
-
-
-def _create_secret(path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    aside = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
-    handle = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(secrets.token_urlsafe(32) + "\n")
-            file.flush()
-            os.fsync(file.fileno())
-        try:
-            os.link(aside, path)
-        except FileExistsError:
-            return  # made by someone else meanwhile: theirs is the secret
-        log.info("a new exec secret was written to %s", path)
-    finally:
-        aside.unlink(missing_ok=True)
-
-
 async def serve_exec(
     options: ExecOptions,
     clock: Clock | None = None,
@@ -106,7 +56,7 @@ async def serve_exec(
 ) -> None:
     """Launch the ServerApps of the link's runs until cancelled."""
     clock = clock or SystemClock()
-    secret = exec_secret(options.secret_file)
+    secret = read_secret(options.secret_file, what="exec secret")
     link = options.link
     async with HttpExecClient(
         link.host, link.port, secret=secret, clock=clock, ssl=options.ssl

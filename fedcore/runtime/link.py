@@ -30,8 +30,8 @@ from fedcore.roles.link.exec import LinkExec
 from fedcore.roles.link.fleet import LinkFleet
 from fedcore.roles.link.runtime import LinkRuntime
 from fedcore.runtime.addresses import Address, check_exposure
-from fedcore.runtime.exec import exec_secret
 from fedcore.runtime.ready import write_ready_file
+from fedcore.runtime.secret_files import read_secret
 from fedcore.state.base import DEFAULT_HEARTBEAT_PATIENCE, LinkState
 from fedcore.state.memory import InMemoryLinkState
 from fedcore.transport.grpc.server import serve_fleet
@@ -65,7 +65,7 @@ class LinkOptions:
     ready_file: Path | None = None
     fleet_ssl: _ssl.SSLContext | None = None
     control_ssl: _ssl.SSLContext | None = None
-    control_token: str | None = None
+    control_token_file: Path | None = None
     insecure: bool = False
     heartbeat_patience: float = DEFAULT_HEARTBEAT_PATIENCE
     launch: LaunchSettings = field(default_factory=LaunchSettings)
@@ -140,12 +140,15 @@ async def serve_link(
             serve_fleet(LinkFleet(state, clock), fleet.host, fleet.port, ssl=options.fleet_ssl)
         )
         control = options.control_address
+        control_token = None
+        if options.control_token_file is not None:
+            control_token = read_secret(options.control_token_file, what="control token")
         control_service = LinkControl(
             state, options.work_dir / "bundles", version=version("fedcore")
         )
         control_port = await stack.enter_async_context(
             serve_http(
-                control_app(control_service, token=options.control_token),
+                control_app(control_service, token=control_token),
                 control.host,
                 control.port,
                 name="control",
@@ -165,7 +168,9 @@ async def serve_link(
         }
         link_exec = LinkExec(state, clock, runtime_address=str(bound["runtime"]))
         if options.exec_address is not None:
-            secret = exec_secret(options.exec_secret_file or options.work_dir / "exec.secret")
+            secret = read_secret(
+                options.exec_secret_file or options.work_dir / "exec.secret", what="exec secret"
+            )
             exec_port = await stack.enter_async_context(
                 serve_http(
                     exec_app(link_exec, secret, clock=clock),

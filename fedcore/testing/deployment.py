@@ -209,11 +209,17 @@ class Deployment:
             except subprocess.TimeoutExpired:
                 self.kill(server)
 
-    def fedcore(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-        """Run a ``fedcore`` command (against the link's control API, once there is a link)."""
+    def fedcore(
+        self, *args: str, timeout: float = 120.0, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a ``fedcore`` command (against the link's control API, once there is a link).
+
+        ``env`` adds to (or overrides) this process's environment.
+        """
         environment = dict(os.environ)
         if self.link is not None:
             environment["FEDCORE_LINK"] = self.link.address("control")
+        environment.update(env or {})
         return subprocess.run(
             [str(FEDCORE), *args],
             capture_output=True,
