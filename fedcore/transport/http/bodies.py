@@ -34,7 +34,7 @@ MAX_ID = 2**63 - 1
 _INT64 = range(-(2**63), 2**63)
 _ID = re.compile(r"0|[1-9][0-9]{0,18}")
 _SIGNED = re.compile(r"-?(0|[1-9][0-9]{0,18})")
-_READ_SIZE = 1 << 16
+_READ_SIZE = 4 << 20
 
 
 async def read_at_most(content: aiohttp.StreamReader, limit: int) -> bytes:

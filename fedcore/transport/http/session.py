@@ -58,6 +58,10 @@ class Body(aiohttp.Payload):
             await writer.write(view[start : start + _SLICE])
 
 
+READ_BUFFER = 4 << 20
+"""Bytes a response is read in at most, per piece."""
+
+
 class Session:
     """Requests to the link at ``host:port``; :meth:`open` before, :meth:`close` after."""
 
@@ -73,7 +77,11 @@ class Session:
 
     async def open(self) -> None:
         connector = aiohttp.TCPConnector(ssl=self._ssl or True)
-        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+        # A model in a response is megabytes: read it in large pieces, not aiohttp's
+        # default 64 KiB, which pauses and resumes the socket for every piece.
+        self._session = aiohttp.ClientSession(
+            connector=connector, auto_decompress=False, read_bufsize=READ_BUFFER
+        )
 
     async def close(self) -> None:
         if self._session is not None:
