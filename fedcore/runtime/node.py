@@ -61,7 +61,11 @@ async def serve_node(
 ) -> None:
     """Serve as a node until cancelled; ``task_status`` gets the node id once registered."""
     clock = clock or SystemClock()
-    async with GrpcFleetClient(options.link.host, options.link.port, ssl=options.ssl) as fleet:
+    link = options.link
+    async with (
+        GrpcFleetClient(link.host, link.port, ssl=options.ssl) as fleet,
+        GrpcFleetClient(link.host, link.port, ssl=options.ssl) as heartbeats,
+    ):
         node = Node(
             fleet,
             node_config=options.node_config,
@@ -70,6 +74,7 @@ async def serve_node(
             clock=clock,
             heartbeat_interval=options.heartbeat_interval,
             max_concurrent=options.max_concurrent,
+            heartbeat_fleet=heartbeats,
         )
         async with node:
             node_id = await node.wait_registered()

@@ -94,6 +94,9 @@ class Node:
       unregistering.
     - ``backoff`` and ``seed``: how retries space out while the link is away, and
       the seed of their jitter.
+    - ``heartbeat_fleet``: the fleet API heartbeats go through, if not ``fleet``:
+      in deployment a connection of their own, so that a heartbeat never queues
+      behind the megabytes of a payload on the same connection.
 
     :meth:`wait_registered` returns the node's id once it has one. A node runs once.
     """
@@ -114,6 +117,7 @@ class Node:
         drain_timeout: float = DRAIN_TIMEOUT,
         backoff: BackoffPolicy = DEFAULT_BACKOFF,
         seed: int | None = None,
+        heartbeat_fleet: FleetService | None = None,
     ) -> None:
         lease = LEASE_HEARTBEATS * heartbeat_interval if lease is None else lease
         for name, value in (
@@ -135,6 +139,7 @@ class Node:
         if max_concurrent < 1:
             raise ValueError(f"max_concurrent must be at least 1, got {max_concurrent}")
         self._fleet = fleet
+        self._heartbeat_fleet = heartbeat_fleet or fleet
         self._node_config = dict(node_config)
         self._clock = clock
         self._heartbeat_interval = heartbeat_interval
@@ -276,7 +281,7 @@ class Node:
             lease = self._lease if working else None
             try:
                 with self._clock.move_on_after(self._heartbeat_interval) as deadline:
-                    released = await self._fleet.heartbeat(
+                    released = await self._heartbeat_fleet.heartbeat(
                         node_id, self._heartbeat_interval, working, lease
                     )
                 if deadline.cancelled_caught:

@@ -69,6 +69,19 @@ async def test_it_registers_with_its_config_and_heartbeats_on_cadence(
         assert fake.nodes[node_id].last_heartbeat == start + 4.0
 
 
+async def test_heartbeats_go_through_their_own_fleet_connection_when_given(
+    fake: FakeFleet, fleet: FlakyFleet, fake_clock: FakeClock, tmp_path: Path
+) -> None:
+    beats = FlakyFleet(fake)  # the same link, another connection
+    async with node(fleet, fake_clock, tmp_path, Runners({}), heartbeat_fleet=beats) as serving:
+        await serving.wait_registered()
+        await advance(fake_clock, 3.0)
+    assert len(beats.heartbeats) == 3
+    assert fleet.heartbeats == []
+    assert fleet.calls["register_node"] == 1
+    assert beats.calls["register_node"] == 0
+
+
 async def test_a_clean_exit_unregisters(
     fake: FakeFleet, fleet: FlakyFleet, fake_clock: FakeClock, tmp_path: Path
 ) -> None:
