@@ -21,6 +21,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Seq
 from contextlib import asynccontextmanager
 
 import anyio
+import anyio.to_thread
 
 from fedcore.clock import Clock
 from fedcore.domain import Message, Run
@@ -120,11 +121,12 @@ class LinkFleet(FleetService):
                 arrived = anyio.Event()
         now = self._clock.now()
         self._outgoing.forget_before(now)
-        return PulledMessages(now, tuple(self._leased(node_id, m, now + lease) for m in messages))
+        leased = [await self._leased(node_id, m, now + lease) for m in messages]
+        return PulledMessages(now, tuple(leased))
 
-    def _leased(self, node_id: int, message: Message, until: float) -> LeasedMessage:
+    async def _leased(self, node_id: int, message: Message, until: float) -> LeasedMessage:
         self._runs_of_node.setdefault(node_id, set()).add(message.metadata.run_id)
-        offered = self._outgoing.offer(message.content, node_id, until)
+        offered = await self._outgoing.offer(message.content, node_id, until)
         payload = None if offered is None else PayloadRef(*offered)
         return LeasedMessage(message, until, payload)
 
@@ -168,7 +170,9 @@ class LinkFleet(FleetService):
         if not run.bundle_hash:
             raise RunNotFoundError(f"run {run.run_id} has no app bundle")
         data = await self._state.get_bundle(run.bundle_hash)
-        self._bundle_digests.setdefault(run.bundle_hash, Digest.of(data))
+        if run.bundle_hash not in self._bundle_digests:
+            digest = await anyio.to_thread.run_sync(Digest.of, data)  # up to 50 MiB
+            self._bundle_digests.setdefault(run.bundle_hash, digest)
         return data
 
     async def _bundle_digest(self, run: Run) -> Digest:

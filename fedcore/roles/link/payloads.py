@@ -22,6 +22,8 @@ import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from dataclasses import dataclass, field
 
+import anyio.to_thread
+
 from fedcore.domain import RecordDict
 from fedcore.errors import DecodeError, NotFoundError
 from fedcore.wire import pack_recorddict_parts, parts_size
@@ -51,12 +53,14 @@ class Outgoing:
         # id(content) -> (a weak reference to it, its payload id or None if inline)
         self._known: dict[int, tuple[weakref.ref[RecordDict], str | None]] = {}
 
-    def offer(self, content: RecordDict, node_id: int, until: float) -> tuple[str, Digest] | None:
+    async def offer(
+        self, content: RecordDict, node_id: int, until: float
+    ) -> tuple[str, Digest] | None:
         """The payload id and digest ``content`` travels as, or ``None`` if it goes inline.
 
         ``node_id`` may pull it until ``until`` (its lease's end).
         """
-        payload_id = self._payload_id(content)
+        payload_id = await self._payload_id(content)
         if payload_id is None:
             return None
         out = self._payloads[payload_id]
@@ -64,23 +68,23 @@ class Outgoing:
         out.until = max(out.until, until)
         return payload_id, out.digest
 
-    def _payload_id(self, content: RecordDict) -> str | None:
+    async def _payload_id(self, content: RecordDict) -> str | None:
         """Encode and hash each content object once, while its payload is held."""
         known = self._known.get(id(content))
         same = known is not None and known[0]() is content
         if known is not None and same and (known[1] is None or known[1] in self._payloads):
             return known[1]
-        payload_id = self._encode(content)
+        payload_id = await self._encode(content)
         if not same:
             weakref.finalize(content, self._known.pop, id(content), None)
         self._known[id(content)] = (weakref.ref(content), payload_id)
         return payload_id
 
-    def _encode(self, content: RecordDict) -> str | None:
+    async def _encode(self, content: RecordDict) -> str | None:
         parts = pack_recorddict_parts(content)
         if parts_size(parts) <= self._inline_limit:
             return None
-        digest = _digest(parts)
+        digest = await anyio.to_thread.run_sync(_digest, parts)  # megabytes: off the loop
         payload_id = digest.sha256.hex()
         self._payloads.setdefault(payload_id, _Out(parts, digest))
         return payload_id

@@ -16,6 +16,8 @@ it. Any other refusal is final and raised for the caller to log and drop.
 
 from __future__ import annotations
 
+import anyio.to_thread
+
 from fedcore.domain import Message
 from fedcore.errors import DecodeError, LinkUnavailableError
 from fedcore.roles.node.retry import Retrier
@@ -39,7 +41,7 @@ class OutgoingReply:
         if reply.has_content():
             parts = pack_recorddict_parts(reply.content)
             if parts_size(parts) > MAX_INLINE_CONTENT:
-                self._parts, self._digest = parts, Digest.of(parts)
+                self._parts = parts
 
     @property
     def message_id(self) -> str:
@@ -53,7 +55,8 @@ class OutgoingReply:
         while True:
             try:
                 if self._parts is not None and self.payload is None:
-                    assert self._digest is not None
+                    if self._digest is None:  # hashing megabytes: off the event loop
+                        self._digest = await anyio.to_thread.run_sync(Digest.of, self._parts)
                     payload_id = await fleet.push_payload(
                         node_id, self.message_id, self._digest, self._parts
                     )
