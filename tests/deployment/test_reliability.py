@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
+import sqlite3
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -129,3 +131,49 @@ def test_the_link_killed_and_restarted_on_its_database_loses_no_reply(
             (1, None),
             (2, None),
         ], f"round {number}: {got}"
+
+
+def test_a_stall_shorter_than_the_patience_does_not_take_a_node_offline(
+    federation: Deployment,
+) -> None:
+    hold = {"hold-partition": 1, "hold-round": 2, "hold-seconds": 0.1}
+    run_id = _submit(federation, rounds=3, **hold)
+    federation.wait_for_file(federation.root / "markers" / "held")
+    node1 = next(server for server in federation.servers if server.name == "node1")
+    os.kill(node1.process.pid, signal.SIGSTOP)  # no heartbeats, no replies, for a while
+    try:
+        time.sleep(PATIENCE * HEARTBEAT * 0.6)
+    finally:
+        os.kill(node1.process.pid, signal.SIGCONT)
+    final, replies = _follow(federation, run_id)
+    assert final["status"] == "finished:completed", final
+    assert all(reply["code"] is None for reply in replies), replies
+    assert len(replies) == 9
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_link_killed_at_random_moments_loses_no_reply(federation: Deployment) -> None:
+    """A soak: the link is SIGKILLed and restarted at random moments of one long run."""
+    seed = random.randrange(2**32)
+    print(f"chaos seed {seed}")
+    chance = random.Random(seed)
+    run_id = _submit(federation, rounds=60, delay=0.05)
+    federation.wait_for_file(federation.root / "markers" / "round-2")
+    for _ in range(5):
+        time.sleep(chance.uniform(0.2, 2.0))
+        assert federation.link is not None
+        federation.kill(federation.link)
+        federation.restart_link()
+    final, replies = _follow(federation, run_id)
+    assert final["status"] == "finished:completed", (seed, final)
+    rounds = _by_round(replies)
+    assert sorted(rounds) == list(range(1, 61)), seed
+    for number, got in rounds.items():
+        assert sorted((r["partition"], r["code"]) for r in got) == [
+            (0, None),
+            (1, None),
+            (2, None),
+        ], (seed, number, got)
+    integrity = sqlite3.connect(federation.root / "link.db").execute("PRAGMA integrity_check")
+    assert integrity.fetchone() == ("ok",)
