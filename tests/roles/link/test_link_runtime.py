@@ -203,3 +203,30 @@ async def test_the_runtime_grid_rides_out_a_link_restart_within_its_patience(
         with pytest.raises(LinkUnavailableError):
             await impatient.get_node_ids()
         tasks.cancel_scope.cancel()
+
+
+async def test_a_checked_secret_is_remembered_until_its_run_changes(
+    state: InMemoryLinkState, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = LinkRuntime(state, fake_clock)
+    checks: list[int] = []
+    check = state.check_run_secret
+
+    async def counted(run_id: int, secret: str) -> Run:
+        checks.append(run_id)
+        return await check(run_id, secret)
+
+    monkeypatch.setattr(state, "check_run_secret", counted)
+    await state.create_run({})
+    (claim,) = await state.claim_runs(limit=1, lease=5.0)
+    for _ in range(3):
+        assert (
+            await runtime.authenticate(claim.run.run_id, claim.secret)
+        ).run_id == claim.run.run_id
+    assert len(checks) == 1
+    with pytest.raises(RunNotFoundError):
+        await runtime.authenticate(claim.run.run_id, "not the secret")
+    fake_clock.advance(5.1)  # the claim runs out: the run is pending again, its secret void
+    await anyio.wait_all_tasks_blocked()
+    with pytest.raises(RunNotFoundError):
+        await runtime.authenticate(claim.run.run_id, claim.secret)
