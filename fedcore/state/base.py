@@ -251,10 +251,13 @@ class LinkState(ABC):
         """
 
     @abstractmethod
-    async def append_logs(self, run_id: int, lines: Sequence[str]) -> int:
+    async def append_logs(self, run_id: int, lines: Sequence[str], *, batch: str = "") -> int:
         """Append lines to the run's log and return the number of the last one.
 
         Lines of a finished run are still accepted (a ServerApp's last words).
+        ``batch`` names the append for its sender: the same non-empty name as the
+        run's last named append is a retry after a lost response, and appends
+        nothing (a sender names each batch anew and retries only its last).
         Raises ``RunNotFoundError``.
         """
 
@@ -275,9 +278,13 @@ class LinkState(ABC):
     async def push_messages(self, run_id: int, messages: Sequence[Message]) -> list[str]:
         """Store messages for their nodes; stamp and return their ids.
 
-        Each message gets ``run_id``, a fresh ``message_id``, ``src_node_id`` (the
-        server) and ``created_at`` written into its metadata. A finished run raises
-        ``RunFinishedError``.
+        Each message gets ``run_id``, ``src_node_id`` (the server) and ``created_at``
+        written into its metadata, and a fresh ``message_id`` unless it comes with
+        one: a ServerApp across the network names its messages itself (32 lowercase
+        hex digits, see :func:`check_message_id`), so that pushing them again after a
+        lost response stores nothing twice — a message whose id the run holds
+        already is taken as that retry and left as it is. An id held by another run
+        raises ``ConflictError``. A finished run raises ``RunFinishedError``.
         """
 
     @abstractmethod
@@ -349,6 +356,12 @@ class LinkState(ABC):
 
         Once per change: a node that stays offline is not announced again.
         """
+
+
+def check_message_id(message_id: str) -> None:
+    """Refuse a message id a ServerApp chose that is not 32 lowercase hex digits."""
+    if len(message_id) != 32 or message_id.strip("0123456789abcdef"):
+        raise ValueError(f"a message id is 32 lowercase hex digits, got {message_id[:40]!r}")
 
 
 def check_heartbeat_interval(heartbeat_interval: float) -> None:

@@ -54,6 +54,7 @@ from fedcore.state.base import (
     RunClaim,
     check_heartbeat_interval,
     check_lease,
+    check_message_id,
     unknown_message_reply,
 )
 from fedcore.state.memory_runs import MemoryRuns
@@ -297,8 +298,8 @@ class InMemoryLinkState(LinkState):
     async def load_context(self, run_id: int, node_id: int) -> RecordDict:
         return self._runs.load_context(run_id, node_id)
 
-    async def append_logs(self, run_id: int, lines: Sequence[str]) -> int:
-        return self._runs.append_logs(run_id, lines)
+    async def append_logs(self, run_id: int, lines: Sequence[str], *, batch: str = "") -> int:
+        return self._runs.append_logs(run_id, lines, batch)
 
     async def get_logs(self, run_id: int, *, after: int = 0, limit: int = 1000) -> list[LogLine]:
         return self._runs.get_logs(run_id, after, limit)
@@ -314,12 +315,21 @@ class InMemoryLinkState(LinkState):
         if status.finished:
             raise RunFinishedError(f"run {run_id} is {status}; it takes no messages")
         run_messages = self._run_messages.setdefault(run_id, set())
+        for message in messages:
+            chosen = message.metadata.message_id
+            if chosen:
+                check_message_id(chosen)
+                if chosen in self._messages and chosen not in run_messages:
+                    raise ConflictError(f"message id {chosen} is taken")
         now = self._clock.now()
         ids = []
         for message in messages:
             meta = message.metadata
+            if meta.message_id in run_messages:  # a retry: stored already
+                ids.append(meta.message_id)
+                continue
             meta.run_id, meta.src_node_id, meta.created_at = run_id, SERVER_NODE_ID, now
-            meta.message_id = self._new_message_id()
+            meta.message_id = meta.message_id or self._new_message_id()
             entry = _Entry(message)
             self._messages[meta.message_id] = entry
             run_messages.add(meta.message_id)

@@ -61,6 +61,7 @@ class _RunRow:
     heartbeat_interval: float = math.inf
     alive_until: float | None = None  # the ServerApp's deadline, once it is watched
     logs: list[LogLine] = field(default_factory=list)
+    last_log_batch: str = ""
     contexts: dict[int, bytes] = field(default_factory=dict)  # packed RecordDicts
 
 
@@ -242,10 +243,15 @@ class MemoryRuns:
         packed = self._row(run_id).contexts.get(node_id)
         return RecordDict() if packed is None else unpack_recorddict(packed)
 
-    def append_logs(self, run_id: int, lines: Sequence[str]) -> int:
+    def append_logs(self, run_id: int, lines: Sequence[str], batch: str) -> int:
         if isinstance(lines, str):
             raise TypeError("append_logs takes a sequence of lines, not one str")
-        logs = self._row(run_id).logs
+        row = self._row(run_id)
+        logs = row.logs
+        if batch:
+            if batch == row.last_log_batch:
+                return len(logs)
+            row.last_log_batch = batch
         now = self._clock.now()
         logs += [LogLine(seq, now, text) for seq, text in enumerate(lines, len(logs) + 1)]
         if lines:

@@ -1,20 +1,22 @@
 """The SQLite LinkState: the link's state in one file, kept across restarts and crashes.
 
 It keeps every promise of :mod:`fedcore.state.base` (the conformance suites check both
-implementations alike). The file's machinery — one connection off the event loop, one
-``BEGIN IMMEDIATE`` transaction per call, ``synchronous=FULL`` commits, timers kept as
-stored deadlines, fired before each call and by a reaper — is
-:mod:`fedcore.state.database`. This module holds nodes, messages, replies and leases;
-runs, claims, bundles, contexts and logs are :mod:`fedcore.state.sqlite_runs`.
+implementations alike). The file's machinery — one connection off the event loop, the
+calls that queue up committed together (each undone alone if it fails) and judged at
+the time they arrived, ``synchronous=FULL`` commits, timers kept as stored deadlines, fired
+before each call and by a reaper — is :mod:`fedcore.state.database`. This module holds
+nodes, messages, replies and leases; runs, claims, bundles, contexts and logs are
+:mod:`fedcore.state.sqlite_runs`; contents are :mod:`fedcore.state.sqlite_contents`.
 
 **Timers.** Those due at one instant fire in this order: expired messages get error
 replies (code 3), silent nodes' open messages too (code 5), lapsed leases make their
 messages pending again, runs whose claim ran out while ``starting`` go back to pending
 (failed after :data:`~fedcore.state.base.MAX_CLAIM_ATTEMPTS` claims), and running runs
-whose ServerApp went silent fail. Node and ServerApp heartbeats alone commit without
-syncing (``durable=False``): losing the last ones in a crash costs nothing (see
-restarts), while a thousand nodes beating once a second would otherwise be a thousand
-syncs a second.
+whose ServerApp went silent fail. A heartbeat counts at the time it arrived: one sent
+in time keeps its node (or run) alive however long it then waits for its transaction.
+Node and ServerApp heartbeats alone commit without syncing (``durable=False``): losing
+the last ones in a crash costs nothing (see restarts), while a thousand nodes beating
+once a second would otherwise be a thousand syncs a second.
 
 **Restarts.** Expiries, leases and claims that passed while the link was down fire at
 once on opening — a TTL is a promise to the ServerApp, whose own timeouts ran on, a
@@ -32,8 +34,11 @@ assume that one state at a time writes the file.
 
 **Bytes.** Metadata are columns; content is a RecordDict payload of
 :mod:`fedcore.wire`, and so are a run's config (as a ConfigRecord, whose value types it
-must have) and saved contexts. Ids come from a ``random.Random`` that ``seed`` seeds,
-as in memory.
+must have) and saved contexts. A message's content lives apart from its row, stored
+once per distinct content (:mod:`fedcore.state.sqlite_contents`), so that a status
+change does not rewrite a model. A reply is written once and never updated: its
+content stays in its row. Ids come from a ``random.Random`` that ``seed`` seeds, as in
+memory.
 """
 
 from __future__ import annotations
@@ -75,10 +80,12 @@ from fedcore.state.base import (
     RunClaim,
     check_heartbeat_interval,
     check_lease,
+    check_message_id,
     unknown_message_reply,
 )
 from fedcore.state.database import INT64, Database
 from fedcore.state.notify import Subscription, Topic
+from fedcore.state.sqlite_contents import SqliteContents
 from fedcore.state.sqlite_runs import SqliteRuns
 from fedcore.wire import pack_recorddict, unpack_recorddict
 
@@ -107,6 +114,7 @@ class SqliteLinkState(LinkState):
         self._message_topic: Topic[int, int] = Topic()
         self._reply_topic: Topic[int, str] = Topic()
         self._node_topic: Topic[int, int] = Topic()
+        self._contents = SqliteContents(self._db)
 
     async def __aenter__(self) -> Self:
         await self._db.__aenter__()
@@ -193,20 +201,19 @@ class SqliteLinkState(LinkState):
         )
 
     def _heartbeat(self, node_id: int, heartbeat_interval: float, now: float) -> None:
-        node = self._db.row("node_online_flag", node_id=node_id) if node_id in INT64 else None
-        if node is None:
+        if node_id not in INT64:
             raise NodeNotFoundError(f"no node {node_id}")
         # The timers fired first: a node past its deadline is offline by now.
         online_until = now + self._patience * heartbeat_interval
-        self._db.execute(
-            "heartbeat",
-            node_id=node_id,
-            heartbeat_interval=heartbeat_interval,
-            online_until=online_until,
-        )
-        self._db.watch(online_until)
-        if not node["online"]:
+        params = {"heartbeat_interval": heartbeat_interval, "online_until": online_until}
+        # Nearly every heartbeat is from a node online: one statement, as each one costs
+        # the database's thread the GIL (see fedcore.state.database).
+        if not self._db.execute("heartbeat_online", node_id=node_id, **params):
+            if self._db.row("node_online_flag", node_id=node_id) is None:
+                raise NodeNotFoundError(f"no node {node_id}")
+            self._db.execute("heartbeat", node_id=node_id, **params)
             self._db.notify(partial(self._node_topic.publish, node_id, node_id))
+        self._db.watch(online_until)
 
     async def get_node_ids(self) -> list[int]:
         return await self._db.transact(self._get_node_ids)
@@ -262,8 +269,8 @@ class SqliteLinkState(LinkState):
     async def load_context(self, run_id: int, node_id: int) -> RecordDict:
         return await self._runs.load_context(run_id, node_id)
 
-    async def append_logs(self, run_id: int, lines: Sequence[str]) -> int:
-        return await self._runs.append_logs(run_id, lines)
+    async def append_logs(self, run_id: int, lines: Sequence[str], *, batch: str = "") -> int:
+        return await self._runs.append_logs(run_id, lines, batch=batch)
 
     async def get_logs(self, run_id: int, *, after: int = 0, limit: int = 1000) -> list[LogLine]:
         return await self._runs.get_logs(run_id, after=after, limit=limit)
@@ -286,12 +293,18 @@ class SqliteLinkState(LinkState):
                     f"dst_node_id must fit in a signed 64-bit integer, "
                     f"got {message.metadata.dst_node_id}"
                 )
-        contents = [pack_recorddict(message.content) for message in messages]
+        retried = self._retried(run_id, messages)
+        new = [message for message in messages if message.metadata.message_id not in retried]
+        digests = iter(self._contents.store(new))
         ids = []
-        for message, content in zip(messages, contents, strict=True):
+        for message in messages:
             meta = message.metadata
+            if meta.message_id in retried:  # stored already: this push is a retry
+                ids.append(meta.message_id)
+                continue
+            digest = next(digests)
             meta.run_id, meta.src_node_id, meta.created_at = run_id, SERVER_NODE_ID, now
-            meta.message_id = self._new_message_id()
+            meta.message_id = meta.message_id or self._new_message_id()
             self._db.execute(
                 "insert_message",
                 message_id=meta.message_id,
@@ -302,7 +315,7 @@ class SqliteLinkState(LinkState):
                 created_at=now,
                 ttl=meta.ttl,
                 expires_at=meta.expires_at,
-                content=content,
+                content_sha256=digest,
             )
             ids.append(meta.message_id)
             if self._db.row("node_is_online", node_id=meta.dst_node_id, now=now) is None:
@@ -318,6 +331,21 @@ class SqliteLinkState(LinkState):
                 partial(self._message_topic.publish, meta.dst_node_id, meta.dst_node_id)
             )
         return ids
+
+    def _retried(self, run_id: int, messages: list[Message]) -> set[str]:
+        """The ids the ServerApp chose that the run holds already; refuse bad or taken ones."""
+        retried = set()
+        for message in messages:
+            chosen = message.metadata.message_id
+            if not chosen:
+                continue
+            check_message_id(chosen)
+            owner = self._db.row("message_id_owner", id=chosen)
+            if owner is not None and owner["run_id"] != run_id:
+                raise ConflictError(f"message id {chosen} is taken")
+            if owner is not None:
+                retried.add(chosen)
+        return retried
 
     def _new_message_id(self) -> str:
         while True:
@@ -404,7 +432,7 @@ class SqliteLinkState(LinkState):
             self._db.execute("lease_message", message_id=row["message_id"], lease_until=lease_until)
         if rows and lease_until is not None:
             self._db.watch(lease_until)
-        return [_message_from(row) for row in rows]
+        return [_message_from(row, self._contents.load(row["content_sha256"])) for row in rows]
 
     async def push_reply(self, node_id: int, reply: Message) -> str:
         return await self._db.transact(partial(self._push_reply, node_id, reply))
@@ -496,7 +524,7 @@ def _message_row(meta: Metadata) -> dict[str, Any]:
     }
 
 
-def _message_from(row: sqlite3.Row) -> Message:
+def _message_from(row: sqlite3.Row, content: RecordDict) -> Message:
     metadata = Metadata(
         run_id=row["run_id"],
         message_id=row["message_id"],
@@ -507,7 +535,7 @@ def _message_from(row: sqlite3.Row) -> Message:
         ttl=row["ttl"],
         message_type=row["message_type"],
     )
-    return assemble_message(metadata, content=unpack_recorddict(row["content"]))
+    return assemble_message(metadata, content=content)
 
 
 def _reply_from(row: sqlite3.Row) -> Message:

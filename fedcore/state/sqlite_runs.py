@@ -283,15 +283,20 @@ class SqliteRuns:
         row = self._db.row("load_context", run_id=run_id, node_id=node_id)
         return RecordDict() if row is None else unpack_recorddict(row["state"])
 
-    async def append_logs(self, run_id: int, lines: Sequence[str]) -> int:
+    async def append_logs(self, run_id: int, lines: Sequence[str], *, batch: str = "") -> int:
         if isinstance(lines, str):
             raise TypeError("append_logs takes a sequence of lines, not one str")
-        return await self._db.transact(partial(self._append_logs, run_id, list(lines)))
+        return await self._db.transact(partial(self._append_logs, run_id, list(lines), batch))
 
-    def _append_logs(self, run_id: int, lines: list[str], now: float) -> int:
+    def _append_logs(self, run_id: int, lines: list[str], batch: str, now: float) -> int:
         self.status(run_id)
         last_row = self._db.row("last_log_seq", run_id=run_id)
         last: int = 0 if last_row is None else last_row[0]
+        if batch:
+            stored = self._db.row("last_log_batch", run_id=run_id)
+            if stored is not None and stored[0] == batch:
+                return last  # the same batch again: a retry after a lost response
+            self._db.execute("set_last_log_batch", run_id=run_id, batch=batch)
         for text in lines:
             last += 1
             self._db.execute("insert_log", run_id=run_id, seq=last, time=now, text=text)

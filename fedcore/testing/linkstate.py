@@ -510,6 +510,37 @@ class LinkStateConformance:
                 message_ids += await state.push_messages(run_id, batch)
         assert len(set(message_ids)) == 30
 
+    async def test_messages_named_by_the_serverapp_are_stored_once_when_pushed_again(
+        self, state: LinkState, run_id: int, node_id: int
+    ) -> None:
+        first, second = message(node_id), message(node_id, "evaluate")
+        first.metadata.message_id, second.metadata.message_id = "a" * 32, "b" * 32
+        assert await state.push_messages(run_id, [first]) == ["a" * 32]
+        again = message(node_id)  # the same push again, after its response was lost
+        again.metadata.message_id = "a" * 32
+        assert await state.push_messages(run_id, [again, second]) == ["a" * 32, "b" * 32]
+        pulled = await state.pull_messages(node_id)
+        assert [m.metadata.message_id for m in pulled] == ["a" * 32, "b" * 32]
+        assert [m.metadata.message_type for m in pulled] == ["train", "evaluate"]
+
+    async def test_a_chosen_message_id_must_be_well_formed_and_not_another_runs(
+        self, state: LinkState, run_id: int, node_id: int
+    ) -> None:
+        for bad in ("A" * 32, "a" * 31, "g" * 32, "a" * 33):
+            named = message(node_id)
+            named.metadata.message_id = bad
+            with pytest.raises(ValueError, match="32 lowercase hex"):
+                await state.push_messages(run_id, [named])
+        named = message(node_id)
+        named.metadata.message_id = "c" * 32
+        await state.push_messages(run_id, [named])
+        other_run = (await state.create_run({})).run_id
+        clash = message(node_id)
+        clash.metadata.message_id = "c" * 32
+        with pytest.raises(ConflictError):
+            await state.push_messages(other_run, [clash])
+        assert [m.metadata.run_id for m in await state.pull_messages(node_id)] == [run_id]
+
     async def test_push_to_an_unknown_run_is_refused(self, state: LinkState, node_id: int) -> None:
         with pytest.raises(RunNotFoundError):
             await push(state, UNKNOWN_RUN_ID, node_id)

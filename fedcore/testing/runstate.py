@@ -311,6 +311,18 @@ class RunStateConformance:
         assert await state.append_logs(run_id, ["last words"]) == 2
         assert [line.text for line in await state.get_logs(run_id)] == ["working", "last words"]
 
+    async def test_a_named_append_sent_again_appends_nothing(
+        self, state: LinkState, run_id: int
+    ) -> None:
+        assert await state.append_logs(run_id, ["a", "b"], batch="app-1") == 2
+        assert await state.append_logs(run_id, ["a", "b"], batch="app-1") == 2  # a retry
+        assert await state.append_logs(run_id, ["exec line"]) == 3  # unnamed: always appended
+        assert await state.append_logs(run_id, ["c"], batch="app-2") == 4
+        assert await state.append_logs(run_id, ["c"], batch="app-2") == 4
+        assert await state.append_logs(run_id, ["a"], batch="app-1") == 5  # not the last name
+        texts = [line.text for line in await state.get_logs(run_id)]
+        assert texts == ["a", "b", "exec line", "c", "a"]
+
     async def test_logs_of_an_unknown_run_are_refused(self, state: LinkState) -> None:
         with pytest.raises(RunNotFoundError):
             await state.append_logs(UNKNOWN_RUN_ID, ["x"])

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fedcore.domain import ConfigRecord, RecordDict, RunStatus
+from fedcore.domain import ConfigRecord, Message, RecordDict, RunStatus
 from fedcore.errors import ClaimLostError
 from fedcore.state.base import MAX_CLAIM_ATTEMPTS
 from fedcore.state.sql import MIGRATIONS, SCHEMA_VERSION
@@ -70,6 +70,26 @@ async def test_bundles_contexts_and_logs_survive_a_restart(
         assert [(line.seq, line.text) for line in lines] == [(1, "one"), (2, "two"), (3, "three")]
         assert lines[0].time == created.created_at
         assert await state.list_runs() == [created]
+
+
+async def test_retries_after_a_restart_store_nothing_twice(
+    path: Path, fake_clock: FakeClock
+) -> None:
+    """A ServerApp's push or log batch whose response the link's death lost, sent again."""
+    async with state_on(path, fake_clock) as state:
+        run_id = (await state.create_run({})).run_id
+        node_id = await state.create_node(heartbeat_interval=math.inf)
+        pushed = Message(RecordDict({"c": ConfigRecord({"x": 1})}), node_id, "train")
+        pushed.metadata.message_id = "e" * 32
+        await state.push_messages(run_id, [pushed])
+        await state.append_logs(run_id, ["round 1"], batch="app-1")
+    async with state_on(path, fake_clock) as state:
+        again = Message(RecordDict({"c": ConfigRecord({"x": 1})}), node_id, "train")
+        again.metadata.message_id = "e" * 32
+        assert await state.push_messages(run_id, [again]) == ["e" * 32]
+        assert len(await state.pull_messages(node_id)) == 1
+        assert await state.append_logs(run_id, ["round 1"], batch="app-1") == 1
+        assert [line.text for line in await state.get_logs(run_id)] == ["round 1"]
 
 
 async def test_a_running_run_gets_a_full_patience_after_a_restart(

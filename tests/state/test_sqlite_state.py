@@ -7,6 +7,7 @@ fresh file at once must leave one schema and an intact database.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -25,6 +26,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 import fedcore.state.database
 import fedcore.state.sql
 import fedcore.state.sqlite
+import fedcore.state.sqlite_contents
 import fedcore.state.sqlite_runs
 from fedcore.domain import (
     ArrayRecord,
@@ -346,7 +348,9 @@ async def _reap(children: list[Process]) -> None:
     """Kill (by pid) any child still running, and collect them all."""
     for child in children:
         if child.returncode is None:
-            os.kill(child.pid, signal.SIGKILL)
+            # Killed already, it may be gone before its return code is collected.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGKILL)
         await child.aclose()
 
 
@@ -387,7 +391,7 @@ async def test_reopening_applies_no_migration_twice(path: Path, fake_clock: Fake
     assert (version, mode) == (SCHEMA_VERSION, "wal")
     names = [name for _, name in objects]
     assert len(names) == len(set(names))
-    assert {"nodes", "runs", "messages", "replies"} <= set(names)
+    assert {"nodes", "runs", "messages", "replies", "contents"} <= set(names)
 
 
 async def test_a_database_from_a_newer_fedcore_is_refused(
@@ -415,7 +419,7 @@ async def test_content_is_stored_as_wire_payloads_not_pickles(
     with sqlite3.connect(path) as connection:
         blobs = [
             *connection.execute("SELECT run_config FROM runs"),
-            *connection.execute("SELECT content FROM messages"),
+            *connection.execute("SELECT data FROM contents"),
             *connection.execute("SELECT content FROM replies"),
         ]
     connection.close()
@@ -425,7 +429,7 @@ async def test_content_is_stored_as_wire_payloads_not_pickles(
 
 
 async def test_finishing_a_run_deletes_its_rows(path: Path, fake_clock: FakeClock) -> None:
-    """Foreign keys are on: a deleted message takes its reply with it."""
+    """Foreign keys are on: a deleted message takes its reply with it, and its content."""
     async with state_on(path, fake_clock) as state:
         node_id = await state.create_node(heartbeat_interval=math.inf)
         run_id = (await state.create_run({})).run_id
@@ -436,10 +440,10 @@ async def test_finishing_a_run_deletes_its_rows(path: Path, fake_clock: FakeCloc
     with sqlite3.connect(path) as connection:
         counts = [
             connection.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-            for table in ("messages", "replies")
+            for table in ("messages", "replies", "contents")
         ]
     connection.close()
-    assert counts == [0, 0]
+    assert counts == [0, 0, 0]
 
 
 async def test_a_run_config_keeps_its_value_types(path: Path, fake_clock: FakeClock) -> None:
@@ -488,7 +492,12 @@ async def test_a_seed_beyond_64_bits_is_refused(path: Path, fake_clock: FakeCloc
 
 
 def test_every_named_query_is_used_and_every_used_query_exists() -> None:
-    modules = [fedcore.state.sqlite, fedcore.state.sqlite_runs, fedcore.state.database]
+    modules = [
+        fedcore.state.sqlite,
+        fedcore.state.sqlite_runs,
+        fedcore.state.sqlite_contents,
+        fedcore.state.database,
+    ]
     source = "".join(Path(str(m.__file__)).read_text(encoding="utf-8") for m in modules)
     named = set(fedcore.state.sql.QUERIES)
     quoted = set(re.findall(r'"([a-z_]+)"', source))

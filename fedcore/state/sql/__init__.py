@@ -6,6 +6,8 @@ and maps rows (:mod:`fedcore.state.sqlite`).
 
 - ``migrations/NNNN_what.sql``: the schema, as numbered steps. ``PRAGMA user_version``
   counts the steps a database has applied; :func:`migrate` applies the missing ones.
+  A step may call ``sha256(blob)`` (the digest, 32 bytes), which SQLite lacks:
+  :func:`migrate` gives it to the connection.
 - ``queries.sql``: the statements, each in a block opened by a ``-- name: NAME`` line,
   loaded into :data:`QUERIES`.
 
@@ -14,6 +16,7 @@ Both are package data, read with :mod:`importlib.resources`, once, at import.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sqlite3
 from collections.abc import Mapping
@@ -82,6 +85,7 @@ def migrate(connection: sqlite3.Connection) -> None:
     rolled back whole. ``connection`` must not be in a transaction
     (``isolation_level=None``), and a database from a newer fedcore is refused.
     """
+    connection.create_function("sha256", 1, _sha256, deterministic=True)
     connection.execute("BEGIN IMMEDIATE")
     try:
         (applied,) = connection.execute("PRAGMA user_version").fetchone()
@@ -99,3 +103,7 @@ def migrate(connection: sqlite3.Connection) -> None:
     except BaseException:
         connection.execute("ROLLBACK")
         raise
+
+
+def _sha256(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()

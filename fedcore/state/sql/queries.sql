@@ -81,6 +81,12 @@ UPDATE nodes SET online = 1, heartbeat_interval = :heartbeat_interval,
     online_until = :online_until
 WHERE node_id = :node_id;
 
+-- name: heartbeat_online
+-- The heartbeat of a node that is online, in one statement: it changes no row when
+-- the node is offline or unknown.
+UPDATE nodes SET heartbeat_interval = :heartbeat_interval, online_until = :online_until
+WHERE node_id = :node_id AND online = 1;
+
 -- name: set_offline
 UPDATE nodes SET online = 0 WHERE node_id = :node_id;
 
@@ -172,6 +178,12 @@ SELECT state FROM contexts WHERE run_id = :run_id AND node_id = :node_id;
 -- name: last_log_seq
 SELECT coalesce(max(seq), 0) FROM logs WHERE run_id = :run_id;
 
+-- name: last_log_batch
+SELECT last_log_batch FROM runs WHERE run_id = :run_id;
+
+-- name: set_last_log_batch
+UPDATE runs SET last_log_batch = :batch WHERE run_id = :run_id;
+
 -- name: insert_log
 INSERT INTO logs (run_id, seq, time, text) VALUES (:run_id, :seq, :time, :text);
 
@@ -182,7 +194,8 @@ ORDER BY seq
 LIMIT :limit;
 
 -- name: delete_run_messages
--- Their replies go with them (ON DELETE CASCADE).
+-- Their replies go with them (ON DELETE CASCADE), and their contents once no message
+-- refers to them (the trigger messages_release_content).
 DELETE FROM messages WHERE run_id = :run_id;
 
 -- Messages and replies ------------------------------------------------------------
@@ -192,17 +205,33 @@ SELECT 1 FROM messages WHERE message_id = :id
 UNION ALL
 SELECT 1 FROM replies WHERE reply_id = :id;
 
+-- name: message_id_owner
+-- The run holding a message id a ServerApp chose; NULL run for a reply's id.
+SELECT run_id FROM messages WHERE message_id = :id
+UNION ALL
+SELECT NULL FROM replies WHERE reply_id = :id;
+
+-- name: insert_content
+-- A content already stored (another message of this push or an earlier one has it)
+-- stays as it is: the same hash is the same bytes.
+INSERT INTO contents (sha256, data) VALUES (:sha256, :data)
+ON CONFLICT (sha256) DO NOTHING;
+
+-- name: content_data
+SELECT data FROM contents WHERE sha256 = :sha256;
+
 -- name: insert_message
 INSERT INTO messages (
     message_id, run_id, dst_node_id, message_type, group_id, created_at, ttl, expires_at,
-    status, content
+    status, content_sha256
 ) VALUES (
     :message_id, :run_id, :dst_node_id, :message_type, :group_id, :created_at, :ttl,
-    :expires_at, 'pending', :content
+    :expires_at, 'pending', :content_sha256
 );
 
 -- name: pending_messages_of_node
-SELECT message_id, run_id, dst_node_id, message_type, group_id, created_at, ttl, content
+SELECT
+    message_id, run_id, dst_node_id, message_type, group_id, created_at, ttl, content_sha256
 FROM messages
 WHERE dst_node_id = :node_id AND status = 'pending'
 ORDER BY position
@@ -245,5 +274,6 @@ INSERT INTO replies (
 UPDATE messages SET status = 'replied', lease_until = NULL WHERE message_id = :message_id;
 
 -- name: delete_message
--- Its reply goes with it (ON DELETE CASCADE).
+-- Its reply goes with it (ON DELETE CASCADE), and its content if no other message
+-- refers to it (the trigger messages_release_content).
 DELETE FROM messages WHERE message_id = :message_id;
