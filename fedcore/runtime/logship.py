@@ -14,6 +14,7 @@ import asyncio
 import io
 import logging
 import sys
+import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
 from types import TracebackType
@@ -31,10 +32,19 @@ MAX_LINE = 4096
 
 
 class LogShipper:
-    """Queue log lines and send them with ``send(lines)`` in order."""
+    """Queue log lines and send them with ``send(lines, batch)`` in order.
 
-    def __init__(self, send: Callable[[list[str]], Awaitable[None]]) -> None:
+    Each batch is named (this shipper's random id and a counter), and a batch whose
+    sending failed is sent again under the same name: the link appends a name it
+    has just appended once only, so a response lost to a link restart does not
+    double the lines.
+    """
+
+    def __init__(self, send: Callable[[list[str], str], Awaitable[None]]) -> None:
         self._send = send
+        self._name = uuid.uuid4().hex
+        self._batches = 0
+        self._unsent: tuple[str, list[str]] | None = None  # a batch whose sending failed
         self._lines: deque[str] = deque(maxlen=MAX_QUEUED)
         self._wake = anyio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -83,9 +93,14 @@ class LogShipper:
             await self._flush()
 
     async def _flush(self) -> None:
-        while self._lines:
-            batch = [self._lines.popleft() for _ in range(min(MAX_BATCH, len(self._lines)))]
-            await self._send(batch)
+        while self._unsent is not None or self._lines:
+            if self._unsent is None:
+                lines = [self._lines.popleft() for _ in range(min(MAX_BATCH, len(self._lines)))]
+                self._batches += 1
+                self._unsent = (f"{self._name}-{self._batches}", lines)
+            name, lines = self._unsent
+            await self._send(lines, name)
+            self._unsent = None
 
 
 class _Handler(logging.Handler):

@@ -56,7 +56,11 @@ async def serve_run(
     async with HttpRuntimeClient(target.host, target.port, secret=secret) as client:
         run = await client.authenticate(run_id, secret)
         grid = RuntimeGrid(client, run, clock)
-        async with LogShipper(lambda lines: grid.call(lambda: client.append_logs(run_id, lines))):
+
+        async def ship(lines: list[str], batch: str) -> None:
+            await grid.call(lambda: client.append_logs(run_id, lines, batch=batch))
+
+        async with LogShipper(ship):
             context = Context(run_id, SERVER_NODE_ID, {}, RecordDict(), dict(run.run_config))
             failure = await _main(grid, client, context, app_dir, heartbeat)
             if isinstance(failure, _Stopped):

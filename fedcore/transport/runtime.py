@@ -67,8 +67,12 @@ class RuntimeService(ABC):
         """The ServerApp's context state last saved; empty when none was."""
 
     @abstractmethod
-    async def append_logs(self, run_id: int, lines: Sequence[str]) -> None:
-        """Add lines to the run's log (what the ServerApp printed and logged)."""
+    async def append_logs(self, run_id: int, lines: Sequence[str], *, batch: str = "") -> None:
+        """Add lines to the run's log (what the ServerApp printed and logged).
+
+        ``batch`` names the append: sending the same batch again after a lost
+        response appends nothing (``LinkState.append_logs``).
+        """
 
     @abstractmethod
     async def finish(self, run_id: int, status: RunStatus, reason: str = "") -> Run:

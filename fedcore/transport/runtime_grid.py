@@ -7,9 +7,11 @@ of the link's runtime API. Waiting is the link's: ``receive`` and
 or a node arrives, so replies travel by events end to end.
 
 Replies are acknowledged only after they are in this process: a response lost on
-the way is pulled again. While the link is away (a restart), every call is retried
-with backoff until ``patience`` seconds have passed, so a ServerApp rides out a
-link restart; past that, :class:`~fedcore.errors.LinkUnavailableError` ends it.
+the way is pulled again. Messages are named (their ids) here, so a push repeated
+after a lost response stores nothing twice. While the link is away (a restart),
+every call is retried with backoff until ``patience`` seconds have passed, so a
+ServerApp rides out a link restart; past that,
+:class:`~fedcore.errors.LinkUnavailableError` ends it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 import random
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import TypeVar
 
@@ -101,6 +104,10 @@ class RuntimeGrid(Grid):
 
     async def push_messages(self, messages: Iterable[Message]) -> list[str]:
         batch = pushable(messages)
+        # Named here, not by the link: pushing the same batch again after a lost
+        # response (a link restart) then stores each message once (LinkState.push_messages).
+        for message in batch:
+            message.metadata.message_id = uuid.uuid4().hex
         run_id = self._run.run_id
         ids = await self.call(lambda: self._service.push_messages(run_id, batch))
         for message, message_id in zip(batch, ids, strict=True):

@@ -116,8 +116,8 @@ class LinkRuntime(RuntimeService):
     async def load_context(self, run_id: int) -> RecordDict:
         return await self._state.load_context(run_id, SERVER_NODE_ID)
 
-    async def append_logs(self, run_id: int, lines: Sequence[str]) -> None:
-        await self._state.append_logs(run_id, lines)
+    async def append_logs(self, run_id: int, lines: Sequence[str], *, batch: str = "") -> None:
+        await self._state.append_logs(run_id, lines, batch=batch)
 
     async def finish(self, run_id: int, status: RunStatus, reason: str = "") -> Run:
         if status not in (RunStatus.COMPLETED, RunStatus.FAILED):

@@ -21,7 +21,7 @@ records travel as fedcore.wire payloads, never JSON; the rest is small JSON
     POST /v1/runtime/replies/ack     {"message_ids": [...]} -> 204
     GET  /v1/runtime/context         -> a RecordDict payload
     PUT  /v1/runtime/context         a RecordDict payload -> 204
-    POST /v1/runtime/logs            {"lines": ["...", ...]} -> 204
+    POST /v1/runtime/logs            {"lines": ["...", ...], "batch": "..."} -> 204
     POST /v1/runtime/finish          {"status": "finished:completed", "reason": ""} -> the run
 
 A message batch (:mod:`fedcore.wire.batch`) packs a content shared by many messages
@@ -162,8 +162,10 @@ class _RuntimeHandlers:
         return web.Response(status=204)
 
     async def append_logs(self, request: web.Request, run: Run) -> web.StreamResponse:
-        lines = bodies.texts(await self._document(request), "lines")
-        await self._service.append_logs(run.run_id, lines)
+        document = await self._document(request)
+        lines = bodies.texts(document, "lines")
+        batch = bodies.text(document, "batch") if "batch" in document else ""
+        await self._service.append_logs(run.run_id, lines, batch=batch)
         return web.Response(status=204)
 
     async def finish(self, request: web.Request, run: Run) -> web.StreamResponse:
@@ -300,8 +302,9 @@ class HttpRuntimeClient(RuntimeService):
         )
         return unpack_recorddict(body, self._limits)
 
-    async def append_logs(self, run_id: int, lines: Sequence[str]) -> None:
-        await self._call("POST", "/v1/runtime/logs", run_id, {"lines": list(lines)})
+    async def append_logs(self, run_id: int, lines: Sequence[str], *, batch: str = "") -> None:
+        document = {"lines": list(lines), "batch": batch}
+        await self._call("POST", "/v1/runtime/logs", run_id, document)
 
     async def finish(self, run_id: int, status: RunStatus, reason: str = "") -> Run:
         request = {"status": RunStatus(status).value, "reason": reason}

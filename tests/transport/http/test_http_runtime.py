@@ -53,6 +53,7 @@ class FakeRuntime(RuntimeService):
         self.replies: dict[str, Message] = {}
         self.contexts: dict[int, RecordDict] = {}
         self.logs: list[str] = []
+        self.log_batches: list[str] = []
         self.calls: list[tuple[str, Any]] = []
         """What reached the service past authentication, with the arguments that matter."""
         self.failure: Exception | None = None
@@ -129,9 +130,10 @@ class FakeRuntime(RuntimeService):
         self._called("load_context")
         return self.contexts.get(run_id, RecordDict())
 
-    async def append_logs(self, run_id: int, lines: Sequence[str]) -> None:
+    async def append_logs(self, run_id: int, lines: Sequence[str], *, batch: str = "") -> None:
         self._called("append_logs")
         self.logs.extend(lines)
+        self.log_batches.append(batch)
 
     async def finish(self, run_id: int, status: RunStatus, reason: str = "") -> Run:
         run = self._called("finish", (status, reason))
@@ -352,7 +354,9 @@ async def test_context_and_logs(fake: FakeRuntime) -> None:
         assert fake.contexts[RUN_ID] == state
         assert await client.load_context(RUN_ID) == state
         await client.append_logs(RUN_ID, ["round 1", "ünïcode", ""])
-    assert fake.logs == ["round 1", "ünïcode", ""]
+        await client.append_logs(RUN_ID, ["named"], batch="b-1")
+    assert fake.logs == ["round 1", "ünïcode", "", "named"]
+    assert fake.log_batches == ["", "b-1"]
 
 
 # ------------------------------------------------------------------- the run's secret
@@ -513,6 +517,7 @@ PAYLOAD_GARBAGE = [
     ("/v1/runtime/replies/pull", "POST", b'{"message_ids": [], "wait_seconds": -1}', 400),
     ("/v1/runtime/replies/ack", "POST", b'{"message_ids": "m"}', 400),
     ("/v1/runtime/logs", "POST", b'{"lines": [null]}', 400),
+    ("/v1/runtime/logs", "POST", b'{"lines": [], "batch": 7}', 400),
     ("/v1/runtime/finish", "POST", b'{"status": "done", "reason": ""}', 400),
     ("/v1/runtime/finish", "POST", b'{"status": "finished:failed"}', 400),
     ("/v1/runtime/finish", "POST", b"[" * 100_000, 400),
