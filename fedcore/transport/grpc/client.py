@@ -11,18 +11,20 @@ Deciding whether and when to try again is the node's business, not this module's
 
 from __future__ import annotations
 
+import asyncio
 import ssl as _ssl
 from collections.abc import (
     AsyncGenerator,
     AsyncIterable,
     AsyncIterator,
+    Coroutine,
     Iterable,
     Mapping,
     Sequence,
 )
 from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
 from types import TracebackType
-from typing import Self
+from typing import Self, TypeVar
 
 import grpclib.client
 import grpclib.const
@@ -44,6 +46,8 @@ from fedcore.wire import rpc as wire
 from fedcore.wire.chunks import Digest
 from fedcore.wire.fleet import ConfigValue, PayloadRef, PushedReply
 from fedcore.wire.rpc import ChunkReader, ChunkWriter, FleetMethod, PulledMessages
+
+T = TypeVar("T")
 
 _Stream = grpclib.client.Stream[bytes, bytes]
 _LINK_ERRORS = (GRPCError, StreamTerminatedError, OSError)
@@ -152,31 +156,38 @@ class GrpcFleetClient(FleetService):
         chunks: AsyncIterable[Buffer] | Iterable[Buffer],
     ) -> str:
         writer = ChunkWriter(digest, upload=(node_id, message_id))
-        async with self._call(FleetMethod.PUSH_PAYLOAD) as call:
-            source = _each(chunks)
-            while True:
-                try:
-                    data = await anext(source)
-                except StopAsyncIteration:
-                    break
-                except BaseException as exc:
-                    call.caller_error = exc
-                    raise
-                for frame in writer.frames(data):
+
+        async def upload() -> str:
+            async with self._call(FleetMethod.PUSH_PAYLOAD) as call:
+                source = _each(chunks)
+                while True:
+                    try:
+                        data = await anext(source)
+                    except StopAsyncIteration:
+                        break
+                    except BaseException as exc:
+                        call.caller_error = exc
+                        raise
+                    for frame in writer.frames(data):
+                        await call.stream.send_message(frame)
+                for frame in writer.finish():
                     await call.stream.send_message(frame)
-            for frame in writer.finish():
-                await call.stream.send_message(frame)
-            await call.stream.end()
-            response = await call.stream.recv_message()
-        return wire.decode_push_payload_response(_present(response))
+                await call.stream.end()
+                response = await call.stream.recv_message()
+            return wire.decode_push_payload_response(_present(response))
+
+        return await _apart(upload())
 
     # The calls ------------------------------------------------------------------------
 
     async def _unary(self, method: FleetMethod, request: bytes) -> bytes:
-        async with self._call(method) as call:
-            await call.stream.send_message(request, end=True)
-            response = await call.stream.recv_message()
-        return _present(response)
+        async def call() -> bytes:
+            async with self._call(method) as call:
+                await call.stream.send_message(request, end=True)
+                response = await call.stream.recv_message()
+            return _present(response)
+
+        return await _apart(call())
 
     @asynccontextmanager
     async def _download(self, method: FleetMethod, request: bytes) -> AsyncIterator[Transfer]:
@@ -238,6 +249,20 @@ class GrpcFleetClient(FleetService):
         if status is grpclib.const.Status.NOT_FOUND:
             return _NOT_FOUND.get(_error_trailer(stream), NotFoundError)(message)
         return FedcoreError(f"{where} failed the call with {status.name}: {message}")
+
+
+async def _apart(call: Coroutine[object, object, T]) -> T:
+    """Run a call in a task of its own, and wait for it.
+
+    grpclib ends the calls of a lost connection by cancelling the tasks inside them
+    natively and raising StreamTerminatedError instead of the CancelledError, which
+    on Python 3.11 leaves the task's cancellation count raised: the task then looks
+    cancelled to the next cancel scope it leaves, and a CancelledError escapes where
+    it should have stopped (a node's main task died of it after a link restart). In
+    a task of its own, that count dies with the call. Cancelling the caller cancels
+    the call: awaiting a task passes the cancellation on.
+    """
+    return await asyncio.ensure_future(call)
 
 
 _CARDINALITIES = {
