@@ -26,6 +26,7 @@ from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanage
 from types import TracebackType
 from typing import Self, TypeVar
 
+import anyio
 import grpclib.client
 import grpclib.const
 from grpclib.exceptions import GRPCError, StreamTerminatedError
@@ -191,35 +192,48 @@ class GrpcFleetClient(FleetService):
 
     @asynccontextmanager
     async def _download(self, method: FleetMethod, request: bytes) -> AsyncIterator[Transfer]:
-        async with self._call(method) as call:
-            stream = call.stream
-            await stream.send_message(request, end=True)
-            reader = ChunkReader()
-            first = reader.chunk(_present(await stream.recv_message()))
-            finished = False
+        # The call runs in a task of its own (see _apart), handing its chunks over one
+        # at a time: what the caller has not taken yet is all that is held.
+        handover: asyncio.Queue[tuple[str, object]] = asyncio.Queue(maxsize=1)
 
-            async def chunks() -> AsyncGenerator[Buffer, None]:
-                nonlocal finished
-                yield first
-                while True:
-                    try:
-                        frame = await stream.recv_message()
-                    except _LINK_ERRORS as exc:
-                        raise self._translated(exc, stream) from exc
-                    if frame is None:
-                        break
-                    yield reader.chunk(frame)
-                reader.finish()
-                finished = True
+        async def fetch() -> None:
+            try:
+                async with self._call(method) as call:
+                    stream = call.stream
+                    await stream.send_message(request, end=True)
+                    reader = ChunkReader()
+                    first = reader.chunk(_present(await stream.recv_message()))
+                    await handover.put(("digest", reader.digest))
+                    await handover.put(("chunk", first))
+                    while (frame := await stream.recv_message()) is not None:
+                        await handover.put(("chunk", reader.chunk(frame)))
+                    reader.finish()
+                await handover.put(("end", None))
+            except Exception as exc:
+                await handover.put(("error", exc))
 
+        async def taken() -> object:
+            kind, value = await handover.get()
+            if kind == "error":
+                assert isinstance(value, BaseException)
+                raise value
+            return value if kind != "end" else None
+
+        async def chunks() -> AsyncGenerator[Buffer, None]:
+            while (chunk := await taken()) is not None:
+                assert isinstance(chunk, bytes | bytearray | memoryview)
+                yield chunk
+
+        task = asyncio.ensure_future(fetch())
+        try:
+            digest = await taken()
+            assert isinstance(digest, Digest)
             async with aclosing(chunks()) as data:
-                try:
-                    yield Transfer(reader.digest, data)
-                except BaseException as exc:
-                    call.caller_error = exc
-                    raise
-            if not finished:
-                await stream.cancel()
+                yield Transfer(digest, data)
+        finally:
+            task.cancel()  # a transfer left early is abandoned, and the call with it
+            with anyio.CancelScope(shield=True):
+                await asyncio.gather(task, return_exceptions=True)
 
     @asynccontextmanager
     async def _call(self, method: FleetMethod) -> AsyncIterator[_Call]:
