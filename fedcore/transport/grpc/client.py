@@ -17,16 +17,14 @@ from collections.abc import (
     AsyncGenerator,
     AsyncIterable,
     AsyncIterator,
-    Coroutine,
     Iterable,
     Mapping,
     Sequence,
 )
 from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
 from types import TracebackType
-from typing import Self, TypeVar
+from typing import Self
 
-import anyio
 import grpclib.client
 import grpclib.const
 from grpclib.exceptions import GRPCError, StreamTerminatedError
@@ -47,8 +45,6 @@ from fedcore.wire import rpc as wire
 from fedcore.wire.chunks import Digest
 from fedcore.wire.fleet import ConfigValue, PayloadRef, PushedReply
 from fedcore.wire.rpc import ChunkReader, ChunkWriter, FleetMethod, PulledMessages
-
-T = TypeVar("T")
 
 _Stream = grpclib.client.Stream[bytes, bytes]
 _LINK_ERRORS = (GRPCError, StreamTerminatedError, OSError)
@@ -157,83 +153,64 @@ class GrpcFleetClient(FleetService):
         chunks: AsyncIterable[Buffer] | Iterable[Buffer],
     ) -> str:
         writer = ChunkWriter(digest, upload=(node_id, message_id))
-
-        async def upload() -> str:
-            async with self._call(FleetMethod.PUSH_PAYLOAD) as call:
-                source = _each(chunks)
-                while True:
-                    try:
-                        data = await anext(source)
-                    except StopAsyncIteration:
-                        break
-                    except BaseException as exc:
-                        call.caller_error = exc
-                        raise
-                    for frame in writer.frames(data):
-                        await call.stream.send_message(frame)
-                for frame in writer.finish():
+        async with self._call(FleetMethod.PUSH_PAYLOAD) as call:
+            source = _each(chunks)
+            while True:
+                try:
+                    data = await anext(source)
+                except StopAsyncIteration:
+                    break
+                except BaseException as exc:
+                    call.caller_error = exc
+                    raise
+                for frame in writer.frames(data):
                     await call.stream.send_message(frame)
-                await call.stream.end()
-                response = await call.stream.recv_message()
-            return wire.decode_push_payload_response(_present(response))
-
-        return await _apart(upload())
+            for frame in writer.finish():
+                await call.stream.send_message(frame)
+            await call.stream.end()
+            response = await call.stream.recv_message()
+        return wire.decode_push_payload_response(_present(response))
 
     # The calls ------------------------------------------------------------------------
 
     async def _unary(self, method: FleetMethod, request: bytes) -> bytes:
-        async def call() -> bytes:
-            async with self._call(method) as call:
-                await call.stream.send_message(request, end=True)
-                response = await call.stream.recv_message()
-            return _present(response)
-
-        return await _apart(call())
+        async with self._call(method) as call:
+            await call.stream.send_message(request, end=True)
+            response = await call.stream.recv_message()
+        return _present(response)
 
     @asynccontextmanager
     async def _download(self, method: FleetMethod, request: bytes) -> AsyncIterator[Transfer]:
-        # The call runs in a task of its own (see _apart), handing its chunks over one
-        # at a time: what the caller has not taken yet is all that is held.
-        handover: asyncio.Queue[tuple[str, object]] = asyncio.Queue(maxsize=1)
+        async with self._call(method) as call:
+            stream = call.stream
+            await stream.send_message(request, end=True)
+            reader = ChunkReader()
+            first = reader.chunk(_present(await stream.recv_message()))
+            finished = False
 
-        async def fetch() -> None:
-            try:
-                async with self._call(method) as call:
-                    stream = call.stream
-                    await stream.send_message(request, end=True)
-                    reader = ChunkReader()
-                    first = reader.chunk(_present(await stream.recv_message()))
-                    await handover.put(("digest", reader.digest))
-                    await handover.put(("chunk", first))
-                    while (frame := await stream.recv_message()) is not None:
-                        await handover.put(("chunk", reader.chunk(frame)))
-                    reader.finish()
-                await handover.put(("end", None))
-            except Exception as exc:
-                await handover.put(("error", exc))
+            async def chunks() -> AsyncGenerator[Buffer, None]:
+                nonlocal finished
+                yield first
+                while True:
+                    try:
+                        frame = await stream.recv_message()
+                    except _LINK_ERRORS as exc:
+                        _take_back_native_cancel(stream)
+                        raise self._translated(exc, stream) from exc
+                    if frame is None:
+                        break
+                    yield reader.chunk(frame)
+                reader.finish()
+                finished = True
 
-        async def taken() -> object:
-            kind, value = await handover.get()
-            if kind == "error":
-                assert isinstance(value, BaseException)
-                raise value
-            return value if kind != "end" else None
-
-        async def chunks() -> AsyncGenerator[Buffer, None]:
-            while (chunk := await taken()) is not None:
-                assert isinstance(chunk, bytes | bytearray | memoryview)
-                yield chunk
-
-        task = asyncio.ensure_future(fetch())
-        try:
-            digest = await taken()
-            assert isinstance(digest, Digest)
             async with aclosing(chunks()) as data:
-                yield Transfer(digest, data)
-        finally:
-            task.cancel()  # a transfer left early is abandoned, and the call with it
-            with anyio.CancelScope(shield=True):
-                await asyncio.gather(task, return_exceptions=True)
+                try:
+                    yield Transfer(reader.digest, data)
+                except BaseException as exc:
+                    call.caller_error = exc
+                    raise
+            if not finished:
+                await stream.cancel()
 
     @asynccontextmanager
     async def _call(self, method: FleetMethod) -> AsyncIterator[_Call]:
@@ -248,6 +225,7 @@ class GrpcFleetClient(FleetService):
         except _LINK_ERRORS as exc:
             if exc is call.caller_error:
                 raise
+            _take_back_native_cancel(stream)
             raise self._translated(exc, stream) from exc
 
     def _translated(self, exc: BaseException, stream: _Stream) -> FedcoreError:
@@ -265,18 +243,25 @@ class GrpcFleetClient(FleetService):
         return FedcoreError(f"{where} failed the call with {status.name}: {message}")
 
 
-async def _apart(call: Coroutine[object, object, T]) -> T:
-    """Run a call in a task of its own, and wait for it.
+def _take_back_native_cancel(stream: _Stream) -> None:
+    """Undo the cancellation grpclib delivered to this task when the connection was lost.
 
     grpclib ends the calls of a lost connection by cancelling the tasks inside them
-    natively and raising StreamTerminatedError instead of the CancelledError, which
-    on Python 3.11 leaves the task's cancellation count raised: the task then looks
-    cancelled to the next cancel scope it leaves, and a CancelledError escapes where
-    it should have stopped (a node's main task died of it after a link restart). In
-    a task of its own, that count dies with the call. Cancelling the caller cancels
-    the call: awaiting a task passes the cancellation on.
+    natively (``Task.cancel``) and raising StreamTerminatedError in place of the
+    CancelledError. On Python 3.11 that leaves the task's cancellation count
+    raised: the task then looks cancelled to the next cancel scope it leaves, and a
+    CancelledError escapes where it should have stopped — after a link restart, a
+    node's main task left its work early and the node died. Its wrapper records
+    whether it cancelled this task (``cancel_failed`` is False when the task left it
+    with that CancelledError); then the request is taken back. This reads a private
+    attribute of grpclib 0.4, pinned in pyproject.toml and checked by a test.
     """
-    return await asyncio.ensure_future(call)
+    wrapper = stream._wrapper
+    if wrapper is None or not wrapper.cancelled or wrapper.cancel_failed is not False:
+        return
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        task.uncancel()
 
 
 _CARDINALITIES = {
