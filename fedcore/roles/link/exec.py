@@ -9,17 +9,13 @@ notifications and look again only when a run changed, each until its wait runs o
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
-
-import anyio
+from collections.abc import Sequence
 
 from fedcore.clock import Clock
 from fedcore.domain import Run, RunStatus
+from fedcore.roles.link.waiting import look_until
 from fedcore.state.base import LinkState, RunClaim
 from fedcore.transport.exec import ExecService
-
-T = TypeVar("T")
 
 
 class LinkExec(ExecService):
@@ -39,7 +35,7 @@ class LinkExec(ExecService):
         async def claim() -> list[RunClaim]:
             return await self._state.claim_runs(limit=limit, lease=lease)
 
-        return await self._until(claim, bool, None, wait_seconds)
+        return await look_until(self._clock, self._state.watch_runs, claim, bool, wait_seconds)
 
     async def renew_claim(self, run_id: int, token: int, *, lease: float) -> float:
         return await self._state.renew_claim(run_id, token, lease=lease)
@@ -57,41 +53,17 @@ class LinkExec(ExecService):
         async def look() -> Run:
             return await self._state.get_run(run_id)
 
-        return await self._until(look, lambda run: run.status.finished, run_id, wait_seconds)
+        return await look_until(
+            self._clock,
+            self._state.watch_runs,
+            look,
+            lambda run: run.status.finished,
+            wait_seconds,
+            relevant=lambda changed: changed == run_id,
+        )
 
     async def get_bundle(self, bundle_hash: str) -> bytes:
         return await self._state.get_bundle(bundle_hash)
 
     async def append_logs(self, run_id: int, lines: Sequence[str]) -> None:
         await self._state.append_logs(run_id, lines)
-
-    async def _until(
-        self,
-        look: Callable[[], Awaitable[T]],
-        done: Callable[[T], bool],
-        run_id: int | None,
-        wait_seconds: float,
-    ) -> T:
-        """``look()`` again after each change of ``run_id`` (of any run: None) until it is done.
-
-        Returns the last result when ``wait_seconds`` pass first. Subscribing before
-        the first look means that no change between a look and the wait goes unheard.
-        """
-        if not wait_seconds >= 0:
-            raise ValueError(f"wait_seconds must not be negative, got {wait_seconds}")
-        changed = anyio.Event()
-
-        def wake(changed_id: int) -> None:
-            if run_id is None or changed_id == run_id:
-                changed.set()
-
-        deadline = self._clock.now() + wait_seconds
-        with self._state.watch_runs(wake):
-            while not done(result := await look()):
-                remaining = deadline - self._clock.now()
-                if remaining <= 0:
-                    break
-                with self._clock.move_on_after(remaining):
-                    await changed.wait()
-                changed = anyio.Event()
-        return result

@@ -28,6 +28,7 @@ from fedcore.domain import Message, Run
 from fedcore.domain.message import assemble_message
 from fedcore.errors import DecodeError, MessageNotFoundError, NodeNotFoundError, RunNotFoundError
 from fedcore.roles.link.payloads import Incoming, Outgoing
+from fedcore.roles.link.waiting import look_until
 from fedcore.state.base import LinkState
 from fedcore.transport.fleet import Buffer, FleetService, Transfer
 from fedcore.wire import DEFAULT_LIMITS, unpack_recorddict
@@ -106,19 +107,13 @@ class LinkFleet(FleetService):
         wait_seconds: float = 0.0,
     ) -> PulledMessages:
         lease = self._default_lease if lease_seconds is None else lease_seconds
-        deadline = self._clock.now() + wait_seconds
-        arrived = anyio.Event()
-        # Subscribe before looking, so a message pushed between the look and the wait
-        # still wakes this pull.
-        with self._state.watch_messages(lambda _: arrived.set(), node_id):
-            while True:
-                messages = await self._state.pull_messages(node_id, limit=limit, lease=lease)
-                remaining = deadline - self._clock.now()
-                if messages or remaining <= 0:
-                    break
-                with self._clock.move_on_after(remaining):
-                    await arrived.wait()
-                arrived = anyio.Event()
+        messages = await look_until(
+            self._clock,
+            lambda wake: self._state.watch_messages(wake, node_id),
+            lambda: self._state.pull_messages(node_id, limit=limit, lease=lease),
+            bool,
+            wait_seconds,
+        )
         now = self._clock.now()
         self._outgoing.forget_before(now)
         leased = [await self._leased(node_id, m, now + lease) for m in messages]

@@ -10,16 +10,16 @@ on reply notifications, each until its ``wait_seconds`` run out.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import logging
 from collections.abc import Sequence
 
-import anyio
-
 from fedcore.clock import Clock
 from fedcore.domain import SERVER_NODE_ID, Message, RecordDict, Run, RunStatus
 from fedcore.errors import InvalidTransitionError
+from fedcore.roles.link.waiting import look_until
 from fedcore.state.base import LinkState
 from fedcore.transport.runtime import RuntimeService
 
@@ -64,21 +64,13 @@ class LinkRuntime(RuntimeService):
     async def get_node_ids(
         self, run_id: int, *, at_least: int = 0, wait_seconds: float = 0.0
     ) -> list[int]:
-        changed = anyio.Event()
-
-        def wake(_: int) -> None:
-            changed.set()
-
-        deadline = self._clock.now() + wait_seconds
-        with self._state.watch_nodes(wake):
-            while len(node_ids := await self._state.get_node_ids()) < at_least:
-                remaining = deadline - self._clock.now()
-                if remaining <= 0:
-                    break
-                with self._clock.move_on_after(remaining):
-                    await changed.wait()
-                changed = anyio.Event()
-        return node_ids
+        return await look_until(
+            self._clock,
+            self._state.watch_nodes,
+            self._state.get_node_ids,
+            lambda node_ids: len(node_ids) >= at_least,
+            wait_seconds,
+        )
 
     async def push_messages(self, run_id: int, messages: Sequence[Message]) -> list[str]:
         for message in messages:
@@ -90,22 +82,14 @@ class LinkRuntime(RuntimeService):
         self, run_id: int, message_ids: Sequence[str], *, wait_seconds: float = 0.0
     ) -> list[Message]:
         wanted = set(message_ids)
-        arrived = anyio.Event()
-
-        def wake(message_id: str) -> None:
-            if message_id in wanted:
-                arrived.set()
-
-        deadline = self._clock.now() + wait_seconds
-        with self._state.watch_replies(run_id, wake):
-            while not (replies := await self._state.get_replies(run_id, message_ids)):
-                remaining = deadline - self._clock.now()
-                if remaining <= 0:
-                    break
-                with self._clock.move_on_after(remaining):
-                    await arrived.wait()
-                arrived = anyio.Event()
-        return replies
+        return await look_until(
+            self._clock,
+            functools.partial(self._state.watch_replies, run_id),
+            lambda: self._state.get_replies(run_id, message_ids),
+            bool,
+            wait_seconds,
+            relevant=wanted.__contains__,
+        )
 
     async def ack_replies(self, run_id: int, message_ids: Sequence[str]) -> None:
         await self._state.ack_replies(run_id, message_ids)
