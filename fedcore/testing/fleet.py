@@ -13,7 +13,6 @@ themselves, and a waiting pull is woken by new messages, not by expiring leases.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import math
 import uuid
@@ -37,7 +36,7 @@ from fedcore.errors import (
     RunFinishedError,
     RunNotFoundError,
 )
-from fedcore.transport.fleet import Buffer, FleetService, Transfer
+from fedcore.transport.fleet import Buffer, FleetService, Transfer, each_chunk, sliced
 from fedcore.wire import DEFAULT_LIMITS, pack_recorddict_parts, parts_size
 from fedcore.wire.chunks import CHUNK_SIZE, Digest
 from fedcore.wire.fleet import MAX_INLINE_CONTENT, ConfigValue, PayloadRef, PushedReply
@@ -131,7 +130,7 @@ class FakeFleet(FleetService):
         parts = pack_recorddict_parts(message.content)
         if parts_size(parts) > MAX_INLINE_CONTENT:
             payload_id = uuid.uuid4().hex
-            self.payloads[payload_id] = StoredPayload(metadata.message_id, _digest(parts), parts)
+            self.payloads[payload_id] = StoredPayload(metadata.message_id, Digest.of(parts), parts)
         self._messages[metadata.message_id] = _Entry(stamped, payload_id)
         self._seen.add((metadata.dst_node_id, run_id))
         arrived = self._arrived.pop(metadata.dst_node_id, None)
@@ -213,12 +212,12 @@ class FakeFleet(FleetService):
 
     async def get_run(self, node_id: int, run_id: int) -> tuple[Run, Digest]:
         run, bundle = self._run(node_id, run_id)
-        return run, _digest([bundle])
+        return run, Digest.of([bundle])
 
     @asynccontextmanager
     async def get_bundle(self, node_id: int, run_id: int) -> AsyncIterator[Transfer]:
         _, bundle = self._run(node_id, run_id)
-        yield Transfer(_digest([bundle]), self._chunks([bundle]))
+        yield Transfer(Digest.of([bundle]), sliced([bundle], self.chunk_size))
 
     async def push_payload(
         self,
@@ -233,12 +232,8 @@ class FakeFleet(FleetService):
             raise MessageNotFoundError(f"no open message {message_id!r} for node {node_id}")
         if digest.size > self.max_payload:
             raise DecodeError(f"a payload of {digest.size} bytes is over {self.max_payload}")
-        parts: list[Buffer] = []
-        if isinstance(chunks, AsyncIterable):
-            parts = [data async for data in chunks]
-        else:
-            parts = list(chunks)
-        if _digest(parts) != digest:
+        parts = [data async for data in each_chunk(chunks)]
+        if Digest.of(parts) != digest:
             raise DecodeError("the payload's bytes do not match its digest")
         payload_id = uuid.uuid4().hex
         self.payloads[payload_id] = StoredPayload(message_id, digest, parts)
@@ -251,7 +246,7 @@ class FakeFleet(FleetService):
         entry = self._messages.get(payload.message_id) if payload else None
         if payload is None or entry is None or entry.message.metadata.dst_node_id != node_id:
             raise NotFoundError(f"no payload {payload_id!r} for node {node_id}")
-        yield Transfer(payload.digest, self._chunks(payload.parts))
+        yield Transfer(payload.digest, sliced(payload.parts, self.chunk_size))
 
     # Inside ---------------------------------------------------------------------------
 
@@ -301,7 +296,7 @@ class FakeFleet(FleetService):
             return ("content", payload.digest.sha256)
         if reply.has_error():
             return ("error", reply.error.code, reply.error.reason)
-        return ("content", _digest(pack_recorddict_parts(reply.content)).sha256)
+        return ("content", Digest.of(pack_recorddict_parts(reply.content)).sha256)
 
     def _store(
         self, message_id: str, entry: _Entry, reply: Message, payload: PayloadRef | None
@@ -321,18 +316,3 @@ class FakeFleet(FleetService):
         entry.reply = StoredReply(stamped, payload, self._body(message_id, reply, payload))
         self.replies[message_id] = entry.reply
         return metadata.message_id
-
-    async def _chunks(self, parts: Sequence[Buffer]) -> AsyncIterator[Buffer]:
-        for part in parts:
-            view = memoryview(part).cast("B")
-            for start in range(0, len(view), self.chunk_size):
-                yield view[start : start + self.chunk_size]
-
-
-def _digest(parts: Iterable[Buffer]) -> Digest:
-    hasher, size = hashlib.sha256(), 0
-    for part in parts:
-        view = memoryview(part).cast("B")
-        hasher.update(view)
-        size += len(view)
-    return Digest(size, hasher.digest())

@@ -35,6 +35,8 @@ __all__ = [
     "PulledMessages",
     "PushedReply",
     "Transfer",
+    "each_chunk",
+    "sliced",
 ]
 
 
@@ -49,6 +51,31 @@ class Transfer:
 
     digest: Digest
     chunks: AsyncIterator[Buffer]
+
+
+async def each_chunk(chunks: AsyncIterable[Buffer] | Iterable[Buffer]) -> AsyncIterator[Buffer]:
+    """The chunks of an upload, whether given as an iterable or an async iterable."""
+    if isinstance(chunks, AsyncIterable):
+        async for chunk in chunks:
+            yield chunk
+    else:
+        for chunk in chunks:
+            yield chunk
+
+
+async def sliced(parts: Sequence[Buffer], chunk_size: int) -> AsyncIterator[Buffer]:
+    """Views of ``parts`` at most ``chunk_size`` bytes long, in order; nothing is copied.
+
+    An empty transfer is one empty chunk, so that its receiver still gets a frame.
+    """
+    sent = False
+    for part in parts:
+        view = memoryview(part).cast("B")
+        for start in range(0, len(view), chunk_size):
+            sent = True
+            yield view[start : start + chunk_size]
+    if not sent:
+        yield memoryview(b"")
 
 
 class FleetService(ABC):

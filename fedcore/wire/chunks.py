@@ -15,7 +15,7 @@ it likes, keeping memory at chunk size × concurrent transfers.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from fedcore.wire._pb.fedcore import v1 as pb
@@ -47,7 +47,7 @@ class Digest:
             raise ValueError(f"Digest.sha256 must be {SHA256_SIZE} bytes, got {got}")
 
     @classmethod
-    def of(cls, data: Buffer | Parts) -> Digest:
+    def of(cls, data: Buffer | Sequence[Buffer]) -> Digest:
         """The digest of ``data``, or of the payload that ``data``'s parts make."""
         hasher = hashlib.sha256()
         size = 0
@@ -96,7 +96,7 @@ def iter_chunks(
         yield _chunk(offset, pending, digest)
 
 
-def _views(data: Buffer | Parts) -> list[memoryview]:
+def _views(data: Buffer | Sequence[Buffer]) -> list[memoryview]:
     """Byte views of one buffer, or of each part of a payload, without copying."""
     parts = [data] if isinstance(data, bytes | bytearray | memoryview) else data
     return [memoryview(part).cast("B") for part in parts]

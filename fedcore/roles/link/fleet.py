@@ -30,7 +30,7 @@ from fedcore.errors import DecodeError, MessageNotFoundError, NodeNotFoundError,
 from fedcore.roles.link.payloads import Incoming, Outgoing
 from fedcore.roles.link.waiting import look_until
 from fedcore.state.base import LinkState
-from fedcore.transport.fleet import Buffer, FleetService, Transfer
+from fedcore.transport.fleet import Buffer, FleetService, Transfer, sliced
 from fedcore.wire import DEFAULT_LIMITS, unpack_recorddict
 from fedcore.wire.chunks import CHUNK_SIZE, Digest
 from fedcore.wire.fleet import MAX_INLINE_CONTENT, ConfigValue, PayloadRef, PushedReply
@@ -152,7 +152,7 @@ class LinkFleet(FleetService):
     async def get_bundle(self, node_id: int, run_id: int) -> AsyncIterator[Transfer]:
         run = await self._visible_run(node_id, run_id)
         data = await self._bundle(run)
-        yield Transfer(self._bundle_digests[run.bundle_hash], self._slices(data))
+        yield Transfer(self._bundle_digests[run.bundle_hash], sliced([data], self._chunk_size))
 
     async def _visible_run(self, node_id: int, run_id: int) -> Run:
         if run_id not in self._runs_of_node.get(node_id, ()):
@@ -176,11 +176,6 @@ class LinkFleet(FleetService):
             await self._bundle(run)
             digest = self._bundle_digests[run.bundle_hash]
         return digest
-
-    async def _slices(self, data: bytes) -> AsyncIterator[Buffer]:
-        view = memoryview(data)
-        for start in range(0, max(len(view), 1), self._chunk_size):
-            yield view[start : start + self._chunk_size]
 
     # Payloads ---------------------------------------------------------------------------
 

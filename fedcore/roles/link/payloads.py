@@ -26,6 +26,7 @@ import anyio.to_thread
 
 from fedcore.domain import RecordDict
 from fedcore.errors import DecodeError, NotFoundError
+from fedcore.transport.fleet import each_chunk, sliced
 from fedcore.wire import pack_recorddict_parts, parts_size
 from fedcore.wire.chunks import CHUNK_SIZE, Digest
 from fedcore.wire.frame import Parts
@@ -84,7 +85,7 @@ class Outgoing:
         parts = pack_recorddict_parts(content)
         if parts_size(parts) <= self._inline_limit:
             return None
-        digest = await anyio.to_thread.run_sync(_digest, parts)  # megabytes: off the loop
+        digest = await anyio.to_thread.run_sync(Digest.of, parts)  # megabytes: off the loop
         payload_id = digest.sha256.hex()
         self._payloads.setdefault(payload_id, _Out(parts, digest))
         return payload_id
@@ -99,7 +100,7 @@ class Outgoing:
         out = self._payloads.get(payload_id)
         if out is None or node_id not in out.nodes:
             raise NotFoundError(f"no payload {payload_id!r} for node {node_id}")
-        return out.digest, _chunks(out.parts, self._chunk_size)
+        return out.digest, sliced(out.parts, self._chunk_size)
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,7 @@ class Incoming:
             )
         data = bytearray(digest.size)
         hasher, offset = hashlib.sha256(), 0
-        async for chunk in _each(chunks):
+        async for chunk in each_chunk(chunks):
             view = memoryview(chunk).cast("B")
             if offset + len(view) > digest.size:
                 raise DecodeError(f"the payload runs past its declared {digest.size} bytes")
@@ -160,28 +161,3 @@ class Incoming:
             raise DecodeError(f"payload {payload_id!r} is not this reply's")
         del self._payloads[payload_id]
         return held.data
-
-
-def _digest(parts: Parts) -> Digest:
-    hasher, size = hashlib.sha256(), 0
-    for part in parts:
-        view = memoryview(part).cast("B")
-        hasher.update(view)
-        size += len(view)
-    return Digest(size, hasher.digest())
-
-
-async def _chunks(parts: Parts, chunk_size: int) -> AsyncIterator[Buffer]:
-    for part in parts:
-        view = memoryview(part).cast("B")
-        for start in range(0, len(view), chunk_size):
-            yield view[start : start + chunk_size]
-
-
-async def _each(chunks: AsyncIterable[Buffer] | Iterable[Buffer]) -> AsyncIterator[Buffer]:
-    if isinstance(chunks, AsyncIterable):
-        async for chunk in chunks:
-            yield chunk
-    else:
-        for chunk in chunks:
-            yield chunk

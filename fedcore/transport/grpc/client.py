@@ -39,7 +39,7 @@ from fedcore.errors import (
     NotFoundError,
     RunNotFoundError,
 )
-from fedcore.transport.fleet import Buffer, FleetService, Transfer
+from fedcore.transport.fleet import Buffer, FleetService, Transfer, each_chunk
 from fedcore.transport.grpc.frames import ERROR_TRAILER, RawCodec
 from fedcore.wire import rpc as wire
 from fedcore.wire.chunks import Digest
@@ -154,7 +154,7 @@ class GrpcFleetClient(FleetService):
     ) -> str:
         writer = ChunkWriter(digest, upload=(node_id, message_id))
         async with self._call(FleetMethod.PUSH_PAYLOAD) as call:
-            source = _each(chunks)
+            source = each_chunk(chunks)
             while True:
                 try:
                     data = await anext(source)
@@ -288,12 +288,3 @@ def _present(frame: bytes | None) -> bytes:
     if frame is None:
         raise DecodeError("the link ended the call without a response")
     return frame
-
-
-async def _each(chunks: AsyncIterable[Buffer] | Iterable[Buffer]) -> AsyncIterator[Buffer]:
-    if isinstance(chunks, AsyncIterable):
-        async for data in chunks:
-            yield data
-    else:
-        for data in chunks:
-            yield data
