@@ -54,6 +54,7 @@ class Deployment:
         self.heartbeat_interval = heartbeat_interval
         self.servers: list[Server] = []
         self.link: Server | None = None
+        self._link_flags: list[str] = []
 
     def __enter__(self) -> Self:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -93,36 +94,32 @@ class Deployment:
 
     def start_link(self, *extra: str, database: str | None = None) -> Server:
         """Start a link on free loopback ports, its state in ``database`` (default: a file)."""
-        database = database or str(self.root / "link.db")
-        self.link = self._start(
-            "link",
-            [
-                "--role", "link",
-                "--fleet-address", "127.0.0.1:0",
-                "--control-address", "127.0.0.1:0",
-                "--database", database,
-                "--work-dir", str(self.root / "link"),
-                *extra,
-            ],
-        )  # fmt: skip
-        return self.link
+        self._link_flags = [
+            "--database", database or str(self.root / "link.db"),
+            "--work-dir", str(self.root / "link"),
+            *extra,
+        ]  # fmt: skip
+        return self._serve_link("127.0.0.1:0", "127.0.0.1:0")
 
-    def restart_link(self, *extra: str) -> Server:
-        """Start the link again on the same ports and database (after a kill)."""
+    def restart_link(self) -> Server:
+        """Start the link again as it was started, on the same ports (after a kill)."""
         assert self.link is not None
-        fleet = self.link.address("fleet")
-        control = self.link.address("control")
-        runtime = self.link.address("runtime")  # where the surviving ServerApps reconnect
+        return self._serve_link(
+            self.link.address("fleet"),
+            self.link.address("control"),
+            # where the surviving ServerApps reconnect
+            "--runtime-address", self.link.address("runtime"),
+        )  # fmt: skip
+
+    def _serve_link(self, fleet: str, control: str, *extra: str) -> Server:
         self.link = self._start(
             "link",
             [
                 "--role", "link",
                 "--fleet-address", fleet,
                 "--control-address", control,
-                "--runtime-address", runtime,
-                "--database", str(self.root / "link.db"),
-                "--work-dir", str(self.root / "link"),
                 *extra,
+                *self._link_flags,
             ],
         )  # fmt: skip
         return self.link
