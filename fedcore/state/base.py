@@ -335,7 +335,9 @@ class LinkState(ABC):
 
         The state stamps the reply from the message it answers (run, sender,
         destination, group, ``created_at``, a fresh id) and bounds its ``ttl`` by what
-        remains of the message's, so a reply never outlives its message.
+        remains of the message's, so a reply never outlives its message. An identical
+        retry returns the first reply's id and leaves ``reply`` as it came, unstamped:
+        that is how a caller (the link's fleet API) tells a retry from a first push.
         """
 
     # Notifications ---------------------------------------------------------------

@@ -841,9 +841,12 @@ class LinkStateConformance:
     ) -> None:
         message_id = await push(state, run_id, node_id)
         pulled = await pull_one(state, node_id)
-        first = await state.push_reply(node_id, reply(pulled, rich_records()))
-        retry = await state.push_reply(node_id, reply(pulled, rich_records()))
+        pushed, repeated = reply(pulled, rich_records()), reply(pulled, rich_records())
+        first = await state.push_reply(node_id, pushed)
+        retry = await state.push_reply(node_id, repeated)
         assert retry == first
+        # The first push is stamped with its id; the retry is left as it came.
+        assert (pushed.metadata.message_id, repeated.metadata.message_id) == (first, "")
         answers = await state.get_replies(run_id, [message_id])
         assert [a.metadata.message_id for a in answers] == [first]
 

@@ -138,8 +138,8 @@ class LinkFleet(FleetService):
             reply = assemble_message(reply.metadata, content=content)
         sent_id = reply.metadata.message_id
         reply_id = await self._state.push_reply(node_id, reply)
-        # The state stamps a reply it stores with a fresh id; an identical retry gets the
-        # first one's id back and leaves the reply as it came.
+        # LinkState.push_reply stamps a reply it stores with a fresh id, and leaves an
+        # identical retry as it came (a promise of the interface, in its conformance suite).
         return PushedReply(reply_id, duplicate=reply.metadata.message_id == sent_id)
 
     # Runs and bundles ----------------------------------------------------------------
