@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from fedcore.domain import Message, Run
 from fedcore.wire.chunks import Digest
 from fedcore.wire.fleet import ConfigValue, PayloadRef, PushedReply
+from fedcore.wire.frame import slices
 from fedcore.wire.protobuf import Buffer
 from fedcore.wire.rpc import LeasedMessage, PulledMessages
 
@@ -69,11 +70,9 @@ async def sliced(parts: Sequence[Buffer], chunk_size: int) -> AsyncIterator[Buff
     An empty transfer is one empty chunk, so that its receiver still gets a frame.
     """
     sent = False
-    for part in parts:
-        view = memoryview(part).cast("B")
-        for start in range(0, len(view), chunk_size):
-            sent = True
-            yield view[start : start + chunk_size]
+    for chunk in slices(parts, chunk_size):
+        sent = True
+        yield chunk
     if not sent:
         yield memoryview(b"")
 

@@ -28,7 +28,7 @@ strict (zero padding, no trailing bytes), so equal content always has equal byte
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -124,6 +124,14 @@ def encode(kind: bytes, header: object, blobs: Sequence[memoryview]) -> bytes:
 def parts_size(parts: Parts) -> int:
     """The length of the payload ``parts`` make."""
     return sum(part.nbytes if isinstance(part, memoryview) else len(part) for part in parts)
+
+
+def slices(parts: Iterable[bytes | bytearray | memoryview], size: int) -> Iterator[memoryview]:
+    """Views of ``parts`` at most ``size`` bytes long, in order; nothing is copied."""
+    for part in parts:
+        view = memoryview(part).cast("B")
+        for start in range(0, view.nbytes, size):
+            yield view[start : start + size]
 
 
 class BlobReader:
