@@ -420,6 +420,10 @@ class Database:
         """Every row of the named query."""
         return self._db.execute(QUERIES[query], params).fetchall()
 
+    def blob(self, table: str, column: str, rowid: int, *, readonly: bool) -> sqlite3.Blob:
+        """The value in ``column`` of row ``rowid``, to read or write a piece at a time."""
+        return self._db.blobopen(table, column, rowid, readonly=readonly)
+
     def watch(self, deadline: float) -> None:
         """A deadline was stored: make sure the timers fire by then."""
         self._next_deadline = min(self._next_deadline, deadline)

@@ -34,10 +34,10 @@ assume that one state at a time writes the file.
 
 **Bytes.** Metadata are columns; content is a RecordDict payload of
 :mod:`fedcore.wire`, and so are a run's config (as a ConfigRecord, whose value types it
-must have) and saved contexts. A message's content lives apart from its row, stored
-once per distinct content (:mod:`fedcore.state.sqlite_contents`), so that a status
-change does not rewrite a model. A reply is written once and never updated: its
-content stays in its row. Ids come from a ``random.Random`` that ``seed`` seeds, as in
+must have) and saved contexts. A message's or reply's content lives apart from its
+row, stored once per distinct content and streamed in and out a piece at a time
+(:mod:`fedcore.state.sqlite_contents`), so that a status change does not rewrite a
+model and a model never sits whole in memory. Ids come from a ``random.Random`` that ``seed`` seeds, as in
 memory.
 """
 
@@ -85,9 +85,8 @@ from fedcore.state.base import (
 )
 from fedcore.state.database import INT64, Database
 from fedcore.state.notify import Subscription, Topic
-from fedcore.state.sqlite_contents import SqliteContents
+from fedcore.state.sqlite_contents import SqliteContents, digest_of
 from fedcore.state.sqlite_runs import SqliteRuns
-from fedcore.wire import pack_recorddict, unpack_recorddict
 
 
 class SqliteLinkState(LinkState):
@@ -295,7 +294,7 @@ class SqliteLinkState(LinkState):
                 )
         retried = self._retried(run_id, messages)
         new = [message for message in messages if message.metadata.message_id not in retried]
-        digests = iter(self._contents.store(new))
+        digests = iter(self._contents.store_messages(new))
         ids = []
         for message in messages:
             meta = message.metadata
@@ -364,8 +363,26 @@ class SqliteLinkState(LinkState):
             if row is None or row["run_id"] != run_id:
                 replies.append(unknown_message_reply(run_id, message_id))
             elif row["reply_id"] is not None:
-                replies.append(_reply_from(row))
+                replies.append(self._reply_from(row))
         return replies
+
+    def _reply_from(self, row: sqlite3.Row) -> Message:
+        """The reply of a ``message_and_reply`` row, stamped from the message it answers."""
+        metadata = Metadata(
+            run_id=row["run_id"],
+            message_id=row["reply_id"],
+            src_node_id=row["src_node_id"],
+            dst_node_id=SERVER_NODE_ID,
+            reply_to_message_id=row["message_id"],
+            group_id=row["group_id"],
+            created_at=row["created_at"],
+            ttl=row["ttl"],
+            message_type=row["message_type"],
+        )
+        if row["error_code"] is None:
+            content = self._contents.load(row["content_sha256"])
+            return assemble_message(metadata, content=content)
+        return assemble_message(metadata, error=Error(row["error_code"], row["error_reason"]))
 
     async def ack_replies(self, run_id: int, message_ids: Iterable[str]) -> None:
         await self._db.transact(partial(self._ack_replies, run_id, list(message_ids)))
@@ -450,7 +467,7 @@ class SqliteLinkState(LinkState):
         if row["reply_id"] is not None:
             return _repeated_reply(row, reply)
         transition(MessageStatus(row["status"]), MessageStatus.REPLIED)
-        content = pack_recorddict(reply.content) if reply.has_content() else None
+        content = self._contents.store(reply.content) if reply.has_content() else None
         error = reply.error if reply.has_error() else None
         meta = reply.metadata
         meta.run_id, meta.src_node_id, meta.dst_node_id = row["run_id"], node_id, SERVER_NODE_ID
@@ -467,7 +484,7 @@ class SqliteLinkState(LinkState):
             generated=False,
             error_code=None if error is None else error.code,
             error_reason=None if error is None else error.reason,
-            content=content,
+            content_sha256=content,
         )
         self._mark_replied(reply_to, meta.run_id)
         return meta.message_id
@@ -490,7 +507,7 @@ class SqliteLinkState(LinkState):
             generated=True,
             error_code=int(code),
             error_reason=reason,
-            content=None,
+            content_sha256=None,
         )
         self._mark_replied(message["message_id"], message["run_id"])
 
@@ -538,30 +555,12 @@ def _message_from(row: sqlite3.Row, content: RecordDict) -> Message:
     return assemble_message(metadata, content=content)
 
 
-def _reply_from(row: sqlite3.Row) -> Message:
-    """The reply of a ``message_and_reply`` row, stamped from the message it answers."""
-    metadata = Metadata(
-        run_id=row["run_id"],
-        message_id=row["reply_id"],
-        src_node_id=row["src_node_id"],
-        dst_node_id=SERVER_NODE_ID,
-        reply_to_message_id=row["message_id"],
-        group_id=row["group_id"],
-        created_at=row["created_at"],
-        ttl=row["ttl"],
-        message_type=row["message_type"],
-    )
-    if row["error_code"] is None:
-        return assemble_message(metadata, content=unpack_recorddict(row["content"]))
-    return assemble_message(metadata, error=Error(row["error_code"], row["error_reason"]))
-
-
 def _repeated_reply(row: sqlite3.Row, reply: Message) -> str:
     """The stored reply's id if ``reply`` repeats it; else why it cannot be stored."""
     if row["generated"]:
         raise ReplyRejectedError(f"message already answered by fedcore: {row['error_reason']}")
     if row["error_code"] is None:
-        same = reply.has_content() and unpack_recorddict(row["content"]) == reply.content
+        same = reply.has_content() and digest_of(reply.content) == row["content_sha256"]
     else:
         same = reply.has_error() and reply.error == Error(row["error_code"], row["error_reason"])
     if not same:

@@ -1,14 +1,17 @@
-"""SqliteLinkState's message contents: in their own table, stored once per distinct content.
+"""SqliteLinkState's contents: in their own table, stored once per distinct content.
 
 A message's status changes (lease, renewal, reply) must not write its content again; a
 content that a ServerApp sends to many nodes is encoded, hashed and stored once, read
-once when they pull it, and deleted with the last message that refers to it. A file of
-schema version 2, which kept contents in the message rows, moves them over.
+once when they pull it, and deleted with the last message or reply that refers to it.
+A content is read into a mapped spool, never whole into memory. Files of schema
+version 2 (contents in the message rows) and 4 (in the reply rows) move them over.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+import mmap
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +26,7 @@ from fedcore.domain import ArrayRecord, ConfigRecord, Message, RecordDict, RunSt
 from fedcore.state.sql import MIGRATIONS, SCHEMA_VERSION
 from fedcore.state.sqlite import SqliteLinkState
 from fedcore.testing import FakeClock
+from fedcore.testing.arrays import backing
 from fedcore.testing.linkstate import PATIENCE
 from fedcore.wire import pack_recorddict
 
@@ -73,7 +77,7 @@ async def test_a_content_sent_to_many_nodes_is_stored_once(
     path: Path, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Encoded and hashed once per content object; stored once per distinct bytes."""
-    encoded = counting(monkeypatch, "pack_recorddict")
+    encoded = counting(monkeypatch, "pack_recorddict_parts")
     shared, equal, other = model(), model(), model(2.0)
     async with state_on(path, fake_clock) as state:
         node_ids = await state.create_nodes(50, heartbeat_interval=math.inf)
@@ -168,6 +172,44 @@ async def test_a_file_does_not_grow_round_after_round(path: Path, fake_clock: Fa
     assert pages[-1] == pages[1], f"the database grew: {pages} pages"
 
 
+async def test_replies_are_stored_once_with_what_they_echo(
+    path: Path, fake_clock: FakeClock
+) -> None:
+    """A node that sends its model back stores nothing new; acknowledging frees it all."""
+    async with state_on(path, fake_clock) as state:
+        node_ids = await state.create_nodes(3, heartbeat_interval=math.inf)
+        run_id = (await state.create_run({})).run_id
+        sent = model()
+        message_ids = await state.push_messages(
+            run_id, [Message(sent, node_id, "train") for node_id in node_ids]
+        )
+        for node_id, content in zip(node_ids, [model(), model(), model(3.0)], strict=True):
+            (pulled,) = await state.pull_messages(node_id)
+            await state.push_reply(node_id, Message(content, reply_to=pulled))
+        assert count(path, "contents") == 2, "two echoes of the model, one other reply"
+        replies = await state.get_replies(run_id, message_ids)
+        assert [reply.content for reply in replies] == [sent, sent, model(3.0)]
+        await state.ack_replies(run_id, message_ids[:2])
+        assert count(path, "contents") == 2, "the third message still sends the model"
+        await state.ack_replies(run_id, message_ids[2:])
+    assert (count(path, "contents"), count(path, "replies")) == (0, 0)
+
+
+async def test_a_loaded_content_is_mapped_not_held(path: Path, fake_clock: FakeClock) -> None:
+    """Its arrays are views of a mapping (the page cache's), and equal to what was pushed."""
+    odd = np.arange(3 * 2**20 + 5, dtype=np.uint8)  # more than a piece, not a multiple of it
+    async with state_on(path, fake_clock) as state:
+        node_id = await state.create_node(heartbeat_interval=math.inf)
+        run_id = (await state.create_run({})).run_id
+        content = RecordDict({"arrays": ArrayRecord({"w": odd}), "config": small()["config"]})
+        await state.push_messages(run_id, [Message(content, node_id, "train")])
+        del content
+        (pulled,) = await state.pull_messages(node_id)
+        loaded = pulled.content["arrays"]["w"]
+        np.testing.assert_array_equal(loaded, odd)
+        assert isinstance(backing(loaded), mmap.mmap)
+
+
 def page_count(path: Path) -> int:
     """The database's size in pages, as its write-ahead log has it."""
     with sqlite3.connect(path) as connection:
@@ -214,5 +256,64 @@ async def test_a_version_2_file_moves_its_contents(path: Path, fake_clock: FakeC
     connection.close()
     assert version == SCHEMA_VERSION
     assert "content" not in columns
-    assert count(path, "contents") == 2
+    assert count(path, "contents") == 3, "the two messages' contents and the reply's"
     assert integrity == "ok"
+
+
+async def test_a_version_4_file_moves_its_reply_contents(path: Path, fake_clock: FakeClock) -> None:
+    connection = sqlite3.connect(path, isolation_level=None)
+    connection.execute("PRAGMA journal_mode = WAL")
+    connection.execute("PRAGMA foreign_keys = ON")
+    connection.create_function("sha256", 1, lambda data: hashlib.sha256(data).digest())
+    for statement in [statement for migration in MIGRATIONS[:4] for statement in migration]:
+        connection.execute(statement)
+    config = pack_recorddict(RecordDict({"run_config": ConfigRecord({})}))
+    connection.execute(
+        "INSERT INTO runs (run_id, position, run_config, status) VALUES (5, 1, ?, 'running')",
+        (config,),
+    )
+    connection.execute(
+        "INSERT INTO nodes (node_id, heartbeat_interval, online_until) VALUES (9, 1e9, 9e99)"
+    )
+    sent = pack_recorddict(small(1))
+    connection.execute(
+        "INSERT INTO contents (sha256, data) VALUES (?, ?)", (hashlib.sha256(sent).digest(), sent)
+    )
+    now = fake_clock.now()
+    replies = (("a", sent, None), ("b", pack_recorddict(small(2)), None), ("c", None, 5))
+    for message_id, content, error_code in replies:
+        connection.execute(
+            "INSERT INTO messages (message_id, run_id, dst_node_id, message_type, group_id, "
+            "created_at, ttl, expires_at, status, content_sha256) "
+            "VALUES (?, 5, 9, 'train', '', ?, 600, ?, 'replied', ?)",
+            (message_id, now, now + 600, hashlib.sha256(sent).digest()),
+        )
+        connection.execute(
+            "INSERT INTO replies (message_id, reply_id, src_node_id, created_at, ttl, "
+            "generated, error_code, error_reason, content) VALUES (?, ?, 9, ?, 600, ?, ?, ?, ?)",
+            (
+                message_id,
+                f"reply-{message_id}",
+                now,
+                error_code is not None,
+                error_code,
+                None if error_code is None else "gone",
+                content,
+            ),
+        )
+    connection.execute("PRAGMA user_version = 4")
+    connection.close()
+    async with state_on(path, fake_clock) as state:
+        got = await state.get_replies(5, ["a", "b", "c"])
+        assert [reply.content for reply in got[:2]] == [small(1), small(2)]
+        assert got[2].error.code == 5
+        assert count(path, "contents") == 2, "the echo of the model is the model's content"
+        await state.ack_replies(5, ["a", "b", "c"])
+    with sqlite3.connect(path) as connection:
+        columns = [row[1] for row in connection.execute("PRAGMA table_info(replies)")]
+        (integrity,) = connection.execute("PRAGMA integrity_check").fetchone()
+        problems = connection.execute("PRAGMA foreign_key_check").fetchall()
+    connection.close()
+    assert "content" not in columns
+    assert (integrity, problems) == ("ok", [])
+    assert count(path, "contents") == 0

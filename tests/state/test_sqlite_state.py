@@ -419,8 +419,7 @@ async def test_content_is_stored_as_wire_payloads_not_pickles(
     with sqlite3.connect(path) as connection:
         blobs = [
             *connection.execute("SELECT run_config FROM runs"),
-            *connection.execute("SELECT data FROM contents"),
-            *connection.execute("SELECT content FROM replies"),
+            *connection.execute("SELECT data FROM contents"),  # the message's and the reply's
         ]
     connection.close()
     assert len(blobs) == 3

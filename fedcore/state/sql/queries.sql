@@ -195,7 +195,7 @@ LIMIT :limit;
 
 -- name: delete_run_messages
 -- Their replies go with them (ON DELETE CASCADE), and their contents once no message
--- refers to them (the trigger messages_release_content).
+-- or reply refers to them (the triggers *_release_content).
 DELETE FROM messages WHERE run_id = :run_id;
 
 -- Messages and replies ------------------------------------------------------------
@@ -212,13 +212,15 @@ UNION ALL
 SELECT NULL FROM replies WHERE reply_id = :id;
 
 -- name: insert_content
--- A content already stored (another message of this push or an earlier one has it)
--- stays as it is: the same hash is the same bytes.
-INSERT INTO contents (sha256, data) VALUES (:sha256, :data)
+-- Room for a content's bytes, written next through incremental blob I/O. A content
+-- already stored (another message of this push or an earlier one has it) stays as
+-- it is, and nothing is inserted: the same hash is the same bytes.
+INSERT INTO contents (sha256, data) VALUES (:sha256, zeroblob(:size))
 ON CONFLICT (sha256) DO NOTHING;
 
--- name: content_data
-SELECT data FROM contents WHERE sha256 = :sha256;
+-- name: content_blob
+-- Where a content's bytes are, for incremental blob I/O.
+SELECT rowid, length(data) AS size FROM contents WHERE sha256 = :sha256;
 
 -- name: insert_message
 INSERT INTO messages (
@@ -257,23 +259,23 @@ SELECT
     m.message_id, m.run_id, m.dst_node_id, m.message_type, m.group_id, m.expires_at,
     m.status,
     r.reply_id, r.src_node_id, r.created_at, r.ttl, r.generated, r.error_code,
-    r.error_reason, r.content
+    r.error_reason, r.content_sha256
 FROM messages AS m LEFT JOIN replies AS r ON r.message_id = m.message_id
 WHERE m.message_id = :message_id;
 
 -- name: insert_reply
 INSERT INTO replies (
     message_id, reply_id, src_node_id, created_at, ttl, generated, error_code,
-    error_reason, content
+    error_reason, content_sha256
 ) VALUES (
     :message_id, :reply_id, :src_node_id, :created_at, :ttl, :generated, :error_code,
-    :error_reason, :content
+    :error_reason, :content_sha256
 );
 
 -- name: mark_replied
 UPDATE messages SET status = 'replied', lease_until = NULL WHERE message_id = :message_id;
 
 -- name: delete_message
--- Its reply goes with it (ON DELETE CASCADE), and its content if no other message
--- refers to it (the trigger messages_release_content).
+-- Its reply goes with it (ON DELETE CASCADE), and their contents if no other message
+-- or reply refers to them (the triggers *_release_content).
 DELETE FROM messages WHERE message_id = :message_id;
