@@ -37,6 +37,11 @@ _LARGEST_POSITION = 5
 
 def pack_batch(messages: Sequence[Message]) -> bytes:
     """Encode ``messages``; each distinct content's arrays are copied once, into the result."""
+    return b"".join(pack_batch_parts(messages))
+
+
+def pack_batch_parts(messages: Sequence[Message]) -> frame.Parts:
+    """Encode ``messages`` as parts to write out; the arrays are not copied."""
     contents: list[Any] = []
     entries: list[Any] = []
     positions: dict[int, int] = {}
@@ -50,7 +55,7 @@ def pack_batch(messages: Sequence[Message]) -> bytes:
             position = positions[id(msg.content)] = len(contents)
             contents.append(encode_recorddict(msg.content, blobs))
         entries.append([encode_metadata(msg.metadata), position, None])
-    return frame.encode(frame.BATCH, [contents, entries], blobs)
+    return frame.encode_parts(frame.BATCH, [contents, entries], blobs)
 
 
 def unpack_batch(

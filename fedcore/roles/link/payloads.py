@@ -10,8 +10,11 @@ forgets them once no lease that handed them out is alive.
 Upward (node → ServerApp), a node pushes a large reply's content first
 (``PushPayload``) and then the reply naming it. :class:`Incoming` holds each pushed
 payload, checked against its digest as it arrived, until the reply that names it
-is stored or the payload's keep time passes. Neither is durable: a payload matters
-only until its reply is stored, and a node whose push was lost pushes again.
+is stored or the payload's keep time passes. It holds it in a
+:class:`~fedcore.wire.spool.Spool`, not in memory: a reply's model costs the link
+a chunk of memory while it arrives, and page cache after. Neither is durable: a
+payload matters only until its reply is stored, and a node whose push was lost
+pushes again.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from fedcore.wire import pack_recorddict_parts, parts_size
 from fedcore.wire.chunks import CHUNK_SIZE, Digest
 from fedcore.wire.frame import Parts
 from fedcore.wire.protobuf import Buffer
+from fedcore.wire.spool import Spool
 
 INCOMING_KEEP = 600.0
 """Seconds a pushed payload waits for the reply that names it."""
@@ -108,7 +112,7 @@ class _In:
     node_id: int
     message_id: str
     digest: Digest
-    data: bytearray
+    data: memoryview
     until: float
 
 
@@ -133,24 +137,24 @@ class Incoming:
             raise DecodeError(
                 f"a payload of {digest.size} bytes is over the cap of {self._max_size}"
             )
-        data = bytearray(digest.size)
-        hasher, offset = hashlib.sha256(), 0
-        async for chunk in each_chunk(chunks):
-            view = memoryview(chunk).cast("B")
-            if offset + len(view) > digest.size:
-                raise DecodeError(f"the payload runs past its declared {digest.size} bytes")
-            data[offset : offset + len(view)] = view
-            hasher.update(view)
-            offset += len(view)
-        if offset != digest.size or hasher.digest() != digest.sha256:
-            raise DecodeError("the payload's bytes do not match its digest")
+        hasher = hashlib.sha256()
+        with Spool() as spool:
+            async for chunk in each_chunk(chunks):
+                view = memoryview(chunk).cast("B")
+                if spool.size + len(view) > digest.size:
+                    raise DecodeError(f"the payload runs past its declared {digest.size} bytes")
+                spool.write(view)
+                hasher.update(view)
+            if spool.size != digest.size or hasher.digest() != digest.sha256:
+                raise DecodeError("the payload's bytes do not match its digest")
+            data = spool.mapped()
         for payload_id in [k for k, held in self._payloads.items() if held.until < now]:
             del self._payloads[payload_id]
         payload_id = uuid.uuid4().hex
         self._payloads[payload_id] = _In(node_id, message_id, digest, data, now + self._keep)
         return payload_id
 
-    def take(self, node_id: int, message_id: str, payload_id: str, digest: Digest) -> bytearray:
+    def take(self, node_id: int, message_id: str, payload_id: str, digest: Digest) -> memoryview:
         """The bytes of a payload the node pushed for ``message_id``; it is forgotten then."""
         held = self._payloads.get(payload_id)
         if held is None or (held.node_id, held.message_id, held.digest) != (

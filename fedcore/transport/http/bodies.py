@@ -13,6 +13,7 @@ ignored, so that a newer peer may add some.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -25,7 +26,8 @@ from fedcore.domain import LogLine, Run, RunStatus
 from fedcore.errors import DecodeError
 from fedcore.transport.control import Health, NodeInfo
 from fedcore.wire.fleet import ConfigValue
-from fedcore.wire.protobuf import MAX_DETAIL
+from fedcore.wire.protobuf import MAX_DETAIL, Buffer
+from fedcore.wire.spool import SPOOL_THRESHOLD, Spool
 
 MAX_JSON_BYTES = 16 * 2**20
 """The largest JSON body either side reads (also the longest line of a log stream)."""
@@ -52,6 +54,33 @@ async def read_at_most(content: aiohttp.StreamReader, limit: int) -> bytes:
         chunks.append(chunk)
         size += len(chunk)
     return b"".join(chunks)
+
+
+async def read_payload(content: aiohttp.StreamReader, limit: int) -> Buffer:
+    """A payload body (a message batch, a RecordDict), or its first ``limit + 1`` bytes.
+
+    As :func:`read_at_most`, except that a body past :data:`SPOOL_THRESHOLD` goes to a
+    :class:`~fedcore.wire.spool.Spool` and comes back mapped: a 200 MB model costs
+    the reader a read buffer of memory, not 200 MB (see :mod:`fedcore.wire.spool`).
+    """
+    pieces: list[bytes] = []
+    size = 0
+    with contextlib.ExitStack() as spooling:
+        spool: Spool | None = None
+        while size <= limit:
+            piece = await content.read(min(_READ_SIZE, limit + 1 - size))
+            if not piece:
+                break
+            size += len(piece)
+            if spool is None and size > SPOOL_THRESHOLD:
+                spool = spooling.enter_context(Spool())
+                spool.write_all(pieces)
+                pieces.clear()
+            if spool is None:
+                pieces.append(piece)
+            else:
+                spool.write(piece)
+        return b"".join(pieces) if spool is None else spool.mapped()
 
 
 def dumps(document: object) -> bytes:

@@ -46,11 +46,18 @@ from fedcore.domain import Message, RecordDict, Run, RunStatus
 from fedcore.errors import DecodeError, RunNotFoundError
 from fedcore.transport.http import bodies
 from fedcore.transport.http.bodies import JSON, MAX_JSON_BYTES, dumps, loads
-from fedcore.transport.http.server import Handler, bearer, guarded, request_body
+from fedcore.transport.http.server import (
+    Handler,
+    bearer,
+    guarded,
+    payload_response,
+    request_body,
+    request_payload,
+)
 from fedcore.transport.http.session import TIMEOUT, Body, Session
 from fedcore.transport.runtime import RuntimeService
-from fedcore.wire import DecodeLimits, pack_recorddict, unpack_recorddict
-from fedcore.wire.batch import batch_prefix, pack_batch, unpack_batch
+from fedcore.wire import DecodeLimits, pack_recorddict_parts, unpack_recorddict
+from fedcore.wire.batch import batch_prefix, pack_batch_parts, unpack_batch
 
 __all__ = ["MAX_BODY_BYTES", "HttpRuntimeClient", "runtime_app"]
 
@@ -133,7 +140,7 @@ class _RuntimeHandlers:
         return _json({"node_ids": [bodies.id_to_json(node_id) for node_id in node_ids]})
 
     async def push_messages(self, request: web.Request, run: Run) -> web.StreamResponse:
-        body = await request_body(request, self._max_body, DecodeError)
+        body = await request_payload(request, self._max_body, DecodeError)
         message_ids = await self._service.push_messages(
             run.run_id, unpack_batch(body, self._limits)
         )
@@ -145,7 +152,7 @@ class _RuntimeHandlers:
         wait = bodies.seconds(document, "wait_seconds")
         replies = await self._service.pull_replies(run.run_id, message_ids, wait_seconds=wait)
         fitting = replies[: batch_prefix(replies, self._max_body)]
-        return web.Response(body=pack_batch(fitting), content_type=BATCH)
+        return await payload_response(request, pack_batch_parts(fitting), BATCH)
 
     async def ack_replies(self, request: web.Request, run: Run) -> web.StreamResponse:
         message_ids = bodies.texts(await self._document(request), "message_ids")
@@ -154,10 +161,10 @@ class _RuntimeHandlers:
 
     async def load_context(self, request: web.Request, run: Run) -> web.StreamResponse:
         state = await self._service.load_context(run.run_id)
-        return web.Response(body=pack_recorddict(state), content_type=RECORDDICT)
+        return await payload_response(request, pack_recorddict_parts(state), RECORDDICT)
 
     async def save_context(self, request: web.Request, run: Run) -> web.StreamResponse:
-        body = await request_body(request, self._max_body, DecodeError)
+        body = await request_payload(request, self._max_body, DecodeError)
         await self._service.save_context(run.run_id, unpack_recorddict(body, self._limits))
         return web.Response(status=204)
 
@@ -264,7 +271,7 @@ class HttpRuntimeClient(RuntimeService):
                 "POST",
                 "/v1/runtime/messages",
                 headers=self._headers(run_id),
-                data=Body(pack_batch(rest[:count]), BATCH),
+                data=Body(pack_batch_parts(rest[:count]), BATCH),
             )
             message_ids += bodies.texts(bodies.fields(loads(body), "an answer"), "message_ids")
             rest = rest[count:]
@@ -275,7 +282,7 @@ class HttpRuntimeClient(RuntimeService):
         self, run_id: int, message_ids: Sequence[str], *, wait_seconds: float = 0.0
     ) -> list[Message]:
         request = {"message_ids": list(message_ids), "wait_seconds": wait_seconds}
-        body = await self._session.call(
+        body = await self._session.fetch_payload(
             "POST",
             "/v1/runtime/replies/pull",
             headers={**self._headers(run_id), "Content-Type": JSON},
@@ -293,11 +300,11 @@ class HttpRuntimeClient(RuntimeService):
             "PUT",
             "/v1/runtime/context",
             headers=self._headers(run_id),
-            data=Body(pack_recorddict(state), RECORDDICT),
+            data=Body(pack_recorddict_parts(state), RECORDDICT),
         )
 
     async def load_context(self, run_id: int) -> RecordDict:
-        body = await self._session.call(
+        body = await self._session.fetch_payload(
             "GET", "/v1/runtime/context", headers=self._headers(run_id), cap=self._max_body
         )
         return unpack_recorddict(body, self._limits)

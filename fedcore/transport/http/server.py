@@ -26,18 +26,23 @@ from typing import TypeVar
 from aiohttp import hdrs, web
 
 from fedcore.errors import DecodeError, FedcoreError
-from fedcore.transport.http.bodies import read_at_most
+from fedcore.transport.http.bodies import read_at_most, read_payload
 from fedcore.transport.http.errors import (
     error_response,
     expected_error,
     internal_error,
     too_large,
 )
+from fedcore.wire import Parts, parts_size
+from fedcore.wire.frame import slices
+from fedcore.wire.protobuf import Buffer
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 R = TypeVar("R")
+WRITE_SLICE = 256 * 1024
+"""Bytes of a large body written at a time, so the event loop runs between slices."""
 SHUTDOWN_SECONDS = 5.0
 """How long a stopping server lets the requests in progress finish before cancelling them."""
 
@@ -113,14 +118,50 @@ async def request_body(request: web.Request, cap: int, too_large_kind: type[Fedc
     A compressed body (``Content-Encoding``) is refused: nothing fedcore sends is
     compressed, and decompressing would let a small body grow past any cap.
     """
+    _refuse_declared(request, cap, too_large_kind)
+    data = await read_at_most(request.content, cap)
+    _refuse_read(data, cap, too_large_kind)
+    return data
+
+
+async def request_payload(
+    request: web.Request, cap: int, too_large_kind: type[FedcoreError]
+) -> Buffer:
+    """As :func:`request_body`, for a payload: a large one is spooled, not held in memory."""
+    _refuse_declared(request, cap, too_large_kind)
+    data = await read_payload(request.content, cap)
+    _refuse_read(data, cap, too_large_kind)
+    return data
+
+
+def _refuse_declared(request: web.Request, cap: int, too_large_kind: type[FedcoreError]) -> None:
     refuse_compressed(request)
     declared = request.content_length
     if declared is not None and declared > cap:
         raise too_large(too_large_kind, f"a body of {declared} bytes is over the cap of {cap}")
-    data = await read_at_most(request.content, cap)
+
+
+def _refuse_read(data: Buffer, cap: int, too_large_kind: type[FedcoreError]) -> None:
     if len(data) > cap:
         raise too_large(too_large_kind, f"the body is over the cap of {cap} bytes")
-    return data
+
+
+async def payload_response(
+    request: web.Request, parts: Parts, content_type: str
+) -> web.StreamResponse:
+    """An answer whose body is ``parts``, written a slice at a time, never joined.
+
+    A pull of replies answers with their models: joined into one ``bytes``, they
+    would cost the link their size again for as long as the answer takes to send.
+    """
+    response = web.StreamResponse()
+    response.content_type = content_type
+    response.content_length = parts_size(parts)
+    await response.prepare(request)
+    for piece in slices(parts, WRITE_SLICE):
+        await response.write(piece)
+    await response.write_eof()
+    return response
 
 
 def refuse_compressed(request: web.BaseRequest) -> None:

@@ -11,7 +11,7 @@ Bodies are read under a cap, not decompressed, and never followed to a redirect.
 from __future__ import annotations
 
 import ssl as _ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -19,8 +19,10 @@ import aiohttp
 from aiohttp.abc import AbstractStreamWriter
 
 from fedcore.errors import DecodeError, FedcoreError, LinkUnavailableError
-from fedcore.transport.http.bodies import MAX_JSON_BYTES, read_at_most
+from fedcore.transport.http.bodies import MAX_JSON_BYTES, read_at_most, read_payload
 from fedcore.transport.http.errors import MAX_ERROR_BYTES, answer_error
+from fedcore.wire.frame import slices
+from fedcore.wire.protobuf import Buffer
 
 TIMEOUT = 30.0
 """Seconds to connect, and for the link to answer a call beyond any wait it was asked for."""
@@ -28,24 +30,26 @@ _SLICE = 256 * 1024
 
 
 class Body(aiohttp.Payload):
-    """Bytes to send, written in slices with a known length.
+    """A body to send, given as bytes or as the parts of a payload, written in slices.
 
     aiohttp writes a ``bytes`` body to the socket in one piece, and warns when it is
     large; a batch of models or a bundle is large. Written a slice at a time, the
-    body lets the event loop run between slices, and nothing is copied.
+    body lets the event loop run between slices; given as parts
+    (:data:`~fedcore.wire.Parts`), a payload is never joined, so a 200 MB model
+    costs its sender no second 200 MB.
     """
 
-    _value: bytes
+    _value: Sequence[Buffer]
 
-    def __init__(self, data: bytes, content_type: str) -> None:
-        super().__init__(data, content_type=content_type)
+    def __init__(self, data: bytes | Sequence[Buffer], content_type: str) -> None:
+        super().__init__([data] if isinstance(data, bytes) else data, content_type=content_type)
 
     @property
     def size(self) -> int:
-        return len(self._value)
+        return sum(memoryview(part).nbytes for part in self._value)
 
     def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
-        return self._value.decode(encoding, errors)
+        return b"".join(self._value).decode(encoding, errors)
 
     async def write(self, writer: AbstractStreamWriter) -> None:
         await self.write_with_length(writer, None)
@@ -53,9 +57,12 @@ class Body(aiohttp.Payload):
     async def write_with_length(
         self, writer: AbstractStreamWriter, content_length: int | None
     ) -> None:
-        view = memoryview(self._value)[:content_length]
-        for start in range(0, len(view), _SLICE):
-            await writer.write(view[start : start + _SLICE])
+        remaining = self.size if content_length is None else content_length
+        for piece in slices(self._value, _SLICE):
+            if remaining <= 0:
+                return
+            await writer.write(piece[:remaining])
+            remaining -= piece.nbytes
 
 
 READ_BUFFER = 4 << 20
@@ -144,9 +151,18 @@ class Session:
     async def read(self, response: aiohttp.ClientResponse, cap: int) -> bytes:
         """The body of ``response``; DecodeError if it is over ``cap`` bytes."""
         data = await read_at_most(response.content, cap)
+        self._refuse_over(data, cap)
+        return data
+
+    async def read_payload(self, response: aiohttp.ClientResponse, cap: int) -> Buffer:
+        """As :meth:`read`, for a payload: a large one is spooled, not held in memory."""
+        data = await read_payload(response.content, cap)
+        self._refuse_over(data, cap)
+        return data
+
+    def _refuse_over(self, data: Buffer, cap: int) -> None:
         if len(data) > cap:
             raise DecodeError(f"{self.where} answered with a body over the cap of {cap} bytes")
-        return data
 
     async def call(
         self,
@@ -171,3 +187,20 @@ class Session:
             expect100=expect100,
         ) as response:
             return await self.read(response, cap)
+
+    async def fetch_payload(
+        self,
+        method: str,
+        path: str,
+        *,
+        headers: Mapping[str, str],
+        cap: int,
+        timeout: aiohttp.ClientTimeout | None = None,
+        data: Any = None,
+    ) -> Buffer:
+        """Make a request; the payload its 2xx answer carries (see :meth:`read_payload`)."""
+        timeout = timeout or self.timeouts()
+        async with self.request(
+            method, path, headers=headers, timeout=timeout, data=data
+        ) as response:
+            return await self.read_payload(response, cap)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import mmap
 from collections.abc import AsyncIterator
 
 import anyio
@@ -23,6 +24,7 @@ from fedcore.errors import (
 from fedcore.roles.link.fleet import LinkFleet
 from fedcore.state.memory import InMemoryLinkState
 from fedcore.testing import FakeClock
+from fedcore.testing.arrays import backing
 from fedcore.wire import pack_recorddict_parts, unpack_recorddict
 from fedcore.wire.chunks import Digest
 from fedcore.wire.fleet import PayloadRef
@@ -196,6 +198,7 @@ async def test_a_large_reply_arrives_through_a_pushed_payload(
     await fleet.push_reply(node, empty, PayloadRef(payload_id, digest))
     (stored,) = await state.get_replies(run.run_id, [message_id])
     np.testing.assert_array_equal(stored.content["arrays"]["w"], content["arrays"]["w"])
+    assert isinstance(backing(stored.content["arrays"]["w"]), mmap.mmap), "not spooled"
 
 
 async def test_a_payload_with_wrong_bytes_or_for_a_foreign_message_is_refused(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import mmap
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -28,6 +29,7 @@ from fedcore.errors import (
     RunNotFoundError,
 )
 from fedcore.testing import FakeClock
+from fedcore.testing.arrays import backing
 from fedcore.transport.http import HttpRuntimeClient, runtime_app, serve_http
 from fedcore.transport.http.session import Body
 from fedcore.transport.runtime import RuntimeService
@@ -289,6 +291,27 @@ async def test_a_shared_model_crosses_once_and_arrives_shared(fake: FakeRuntime)
     assert all(message.content is fake.pushed[0].content for message in fake.pushed)
     assert [message.metadata.dst_node_id for message in fake.pushed] == list(range(1, 51))
     assert float(fake.pushed[0].content["arrays"]["w"][0]) == 0.5
+
+
+async def test_large_payloads_are_spooled_on_arrival_both_ways(fake: FakeRuntime) -> None:
+    """Past SPOOL_THRESHOLD a received model is a mapping of a spool file, not memory."""
+    large, small = model(3 * MiB + 12, 0.25), model(64, 0.5)
+    sent = [to_node(1, large), to_node(2, small)]
+    async with served(fake) as (client, _, _):
+        await client.push_messages(RUN_ID, sent)
+        assert isinstance(backing(fake.pushed[0].content["arrays"]["w"]), mmap.mmap)
+        fake.replies["m1"] = reply_to(sent[0], "m1", model(3 * MiB, 0.75))
+        (reply,) = await client.pull_replies(RUN_ID, ["m1"])
+        await client.save_context(RUN_ID, large)
+        context = await client.load_context(RUN_ID)
+        await client.push_messages(RUN_ID, [to_node(3, small)])
+    assert fake.pushed[0].content == large
+    assert isinstance(backing(reply.content["arrays"]["w"]), mmap.mmap)
+    assert reply.content == model(3 * MiB, 0.75)
+    assert context == large
+    assert isinstance(backing(context["arrays"]["w"]), mmap.mmap)
+    assert isinstance(backing(fake.contexts[RUN_ID]["arrays"]["w"]), mmap.mmap)
+    assert not isinstance(backing(fake.pushed[-1].content["arrays"]["w"]), mmap.mmap)
 
 
 async def test_a_push_over_the_body_cap_is_split(fake: FakeRuntime) -> None:
