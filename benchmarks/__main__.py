@@ -22,7 +22,10 @@ CASES = [
     for workload in ("W1", "W2", "W3")
     for variant in ("floor", "pool", "inline", "process")
 ] + [("100k", "process"), ("W3", "accuracy"), ("async", "race")]
-CASES += [("deploy", variant) for variant in ("rounds", "w1-50", "w1-50-sqlite", "heartbeats")]
+CASES += [
+    ("deploy", variant)
+    for variant in ("rounds", "w1-50", "w1-50-sqlite", "heartbeats", "large", "large-memory")
+]
 MIB = 2**20
 
 
@@ -100,6 +103,8 @@ def _deployment(row: dict[str, Any]) -> str:
             f"link CPU {row['link_cpu_percent']:.0f}%, RSS {row['link_rss_bytes'] / MIB:.0f} MiB; "
             f"load generator CPU {row['loadgen_cpu_percent']:.0f}%{load}"
         )
+    if row["variant"].startswith("large"):
+        return _large(row) + load
     rounds = (
         f"{row['nodes']} nodes, {row['model_floats'] * 4 / MIB:.2g} MiB model"
         if row["model_floats"] >= 2**18
@@ -121,6 +126,24 @@ def _deployment(row: dict[str, Any]) -> str:
             f"{row['loadgen_cpu_seconds']:.1f} CPU s; state {row['database']}"
         )
     return line + load
+
+
+def _large(row: dict[str, Any]) -> str:
+    """The 200 MB echo's line: round times, and what each process held at its peak."""
+    peaks = row["peaks"]
+    held = "; ".join(
+        f"{role} {peaks[role]['RssAnon'] / MIB:.0f} private + {peaks[role]['RssShmem'] / MIB:.0f} "
+        f"shared + {peaks[role]['RssFile'] / MIB:.0f} file"
+        for role in ("link", "node", "clientapp", "serverapp")
+        if role in peaks
+    )
+    rounds = " / ".join(f"{ms / 1000:.2f}" for ms in row["round_ms"])
+    return (
+        f"{row['model_floats'] * 4 / 1e6:.0f} MB model to {row['nodes']} nodes and back, state "
+        f"{row['database']}: rounds {rounds} s; private memory grew by "
+        f"{row['link_private_growth_bytes'] / MIB:.0f} MiB in the link, "
+        f"{row['node_private_growth_bytes'] / MIB:.0f} MiB in a node; peaks (MiB): {held}"
+    )
 
 
 if __name__ == "__main__":

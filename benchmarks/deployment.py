@@ -21,6 +21,8 @@ Cases (``python -m benchmarks.run deploy CASE``):
   this process sees it (p50, p99), the link's RSS and CPU, and this process's CPU —
   it shares the machine's cores with the link, so its own load is part of every
   latency figure. The link keeps its state in an SQLite file.
+- ``large``, ``large-memory``: a 200 MB model to 2 node processes and back, and the
+  memory of every process on the way (benchmarks/large_messages.py).
 
 Each row also gives the machine's load average when the case began: the figures
 are only comparable between runs on an otherwise idle machine. Everything binds
@@ -79,11 +81,15 @@ def case(variant: str) -> dict[str, Any]:
     A run that the link ends as failed is reported (``failed``: why) rather than
     raised, so that the other cases still run and the table says what broke.
     """
+    from benchmarks.large_messages import large  # it builds on this module
+
     cases: dict[str, Callable[[], dict[str, Any]]] = {
         "rounds": rounds,
         "w1-50": partial(w1_50, MEMORY),
         "w1-50-sqlite": partial(w1_50, None),
         "heartbeats": heartbeats,
+        "large": partial(large, None),
+        "large-memory": partial(large, MEMORY),
     }
     load = os.getloadavg()[0]
     started = time.perf_counter()

@@ -93,6 +93,9 @@ from anyio.abc import TaskGroup
 from fedcore.clock import Clock
 from fedcore.errors import StateError
 from fedcore.state.sql import QUERIES, migrate
+from fedcore.wire import Parts
+from fedcore.wire.frame import slices
+from fedcore.wire.spool import Spool
 
 T = TypeVar("T")
 
@@ -136,6 +139,10 @@ class _Call(Generic[T]):
         if not self.settled:
             raise StateError("the database stopped before this call's transaction ended")
         return cast(T, self._result)
+
+
+BLOB_PIECE = 1 << 20
+"""Bytes of a blob read or written at a time (see :meth:`Database.write_blob`)."""
 
 
 class Database:
@@ -420,9 +427,22 @@ class Database:
         """Every row of the named query."""
         return self._db.execute(QUERIES[query], params).fetchall()
 
-    def blob(self, table: str, column: str, rowid: int, *, readonly: bool) -> sqlite3.Blob:
-        """The value in ``column`` of row ``rowid``, to read or write a piece at a time."""
-        return self._db.blobopen(table, column, rowid, readonly=readonly)
+    def write_blob(self, table: str, column: str, rowid: int, parts: Parts) -> None:
+        """Write ``parts`` into the blob in ``column`` of row ``rowid``, a piece at a time.
+
+        The blob must have the parts' size already (``zeroblob``): incremental blob
+        I/O cannot grow a value, and a model never becomes one ``bytes`` on the way.
+        """
+        with self._db.blobopen(table, column, rowid) as blob:
+            for piece in slices(parts, BLOB_PIECE):
+                blob.write(piece)
+
+    def read_blob(self, table: str, column: str, rowid: int) -> memoryview:
+        """The blob in ``column`` of row ``rowid``, read a piece at a time into a mapped spool."""
+        with self._db.blobopen(table, column, rowid, readonly=True) as blob, Spool() as spool:
+            while piece := blob.read(BLOB_PIECE):
+                spool.write(piece)
+            return spool.mapped()
 
     def watch(self, deadline: float) -> None:
         """A deadline was stored: make sure the timers fire by then."""

@@ -37,8 +37,8 @@ assume that one state at a time writes the file.
 must have) and saved contexts. A message's or reply's content lives apart from its
 row, stored once per distinct content and streamed in and out a piece at a time
 (:mod:`fedcore.state.sqlite_contents`), so that a status change does not rewrite a
-model and a model never sits whole in memory. Ids come from a ``random.Random`` that ``seed`` seeds, as in
-memory.
+model and a model never sits whole in memory; saved contexts are streamed too. Ids
+come from a ``random.Random`` that ``seed`` seeds, as in memory.
 """
 
 from __future__ import annotations

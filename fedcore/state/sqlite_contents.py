@@ -28,11 +28,6 @@ from fedcore.errors import StateError
 from fedcore.state.database import Database
 from fedcore.wire import pack_recorddict_parts, unpack_recorddict
 from fedcore.wire.chunks import Digest
-from fedcore.wire.frame import slices
-from fedcore.wire.spool import Spool
-
-PIECE = 1 << 20
-"""Bytes of a content read or written at a time."""
 
 
 class SqliteContents:
@@ -57,28 +52,23 @@ class SqliteContents:
         parts = pack_recorddict_parts(content)
         digest = Digest.of(parts)
         if self._db.execute("insert_content", sha256=digest.sha256, size=digest.size):
-            rowid, _ = self._where(digest.sha256)
-            with self._db.blob("contents", "data", rowid, readonly=False) as blob:
-                for piece in slices(parts, PIECE):
-                    blob.write(piece)
+            self._db.write_blob("contents", "data", self._rowid(digest.sha256), parts)
         return digest.sha256
 
     def load(self, digest: bytes) -> RecordDict:
         """The content stored under ``digest``, read and decoded once while it is held."""
         content = self._decoded.get(digest)
         if content is None:
-            rowid, size = self._where(digest)
-            with self._db.blob("contents", "data", rowid, readonly=True) as blob, Spool() as spool:
-                for _ in range(0, size, PIECE):
-                    spool.write(blob.read(PIECE))
-                content = self._decoded[digest] = unpack_recorddict(spool.mapped())
+            data = self._db.read_blob("contents", "data", self._rowid(digest))
+            content = self._decoded[digest] = unpack_recorddict(data)
         return content
 
-    def _where(self, digest: bytes) -> tuple[int, int]:
-        row = self._db.row("content_blob", sha256=digest)
+    def _rowid(self, digest: bytes) -> int:
+        row = self._db.row("content_rowid", sha256=digest)
         if row is None:  # a foreign key keeps every content a message refers to
             raise StateError(f"the content {digest.hex()} of a stored message is missing")
-        return row["rowid"], row["size"]
+        rowid: int = row["rowid"]
+        return rowid
 
 
 def digest_of(content: RecordDict) -> bytes:

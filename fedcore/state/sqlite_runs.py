@@ -43,7 +43,7 @@ from fedcore.state.base import (
 )
 from fedcore.state.database import INT64, Database
 from fedcore.state.notify import Subscription, Topic
-from fedcore.wire import pack_recorddict, unpack_recorddict
+from fedcore.wire import pack_recorddict, pack_recorddict_parts, parts_size, unpack_recorddict
 
 _RUN_CONFIG = "run_config"
 
@@ -270,8 +270,10 @@ class SqliteRuns:
 
     def _save_context(self, run_id: int, node_id: int, state: RecordDict, now: float) -> None:
         self.status(run_id)
-        packed = pack_recorddict(state)
-        self._db.execute("save_context", run_id=run_id, node_id=node_id, state=packed)
+        parts = pack_recorddict_parts(state)
+        row = self._db.row("save_context", run_id=run_id, node_id=node_id, size=parts_size(parts))
+        assert row is not None  # RETURNING the row inserted or updated
+        self._db.write_blob("contexts", "state", row["rowid"], parts)
 
     async def load_context(self, run_id: int, node_id: int) -> RecordDict:
         return await self._db.transact(partial(self._load_context, run_id, node_id))
@@ -281,7 +283,9 @@ class SqliteRuns:
         if node_id not in INT64:  # no context was saved for it: save_context refuses it
             return RecordDict()
         row = self._db.row("load_context", run_id=run_id, node_id=node_id)
-        return RecordDict() if row is None else unpack_recorddict(row["state"])
+        if row is None:
+            return RecordDict()
+        return unpack_recorddict(self._db.read_blob("contexts", "state", row["rowid"]))
 
     async def append_logs(self, run_id: int, lines: Sequence[str], *, batch: str = "") -> int:
         if isinstance(lines, str):

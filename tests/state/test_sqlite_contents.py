@@ -317,3 +317,16 @@ async def test_a_version_4_file_moves_its_reply_contents(path: Path, fake_clock:
     assert "content" not in columns
     assert (integrity, problems) == ("ok", [])
     assert count(path, "contents") == 0
+
+
+async def test_a_saved_context_is_streamed_and_mapped_too(path: Path, fake_clock: FakeClock) -> None:
+    """A ServerApp's state may hold a model: saved and loaded a piece at a time, replaced."""
+    async with state_on(path, fake_clock) as state:
+        run_id = (await state.create_run({})).run_id
+        await state.save_context(run_id, 1, model(1.0))
+        await state.save_context(run_id, 1, model(2.0))
+        loaded = await state.load_context(run_id, 1)
+        assert loaded == model(2.0)
+        assert isinstance(backing(loaded["arrays"]["w"]), mmap.mmap)
+        assert await state.load_context(run_id, 2) == RecordDict()
+    assert count(path, "contexts") == 1

@@ -169,11 +169,13 @@ SELECT 1 FROM bundles WHERE bundle_hash = :bundle_hash;
 SELECT data FROM bundles WHERE bundle_hash = :bundle_hash;
 
 -- name: save_context
-INSERT INTO contexts (run_id, node_id, state) VALUES (:run_id, :node_id, :state)
-ON CONFLICT (run_id, node_id) DO UPDATE SET state = excluded.state;
+-- Room for the state's bytes, written next through incremental blob I/O.
+INSERT INTO contexts (run_id, node_id, state) VALUES (:run_id, :node_id, zeroblob(:size))
+ON CONFLICT (run_id, node_id) DO UPDATE SET state = excluded.state
+RETURNING rowid;
 
 -- name: load_context
-SELECT state FROM contexts WHERE run_id = :run_id AND node_id = :node_id;
+SELECT rowid FROM contexts WHERE run_id = :run_id AND node_id = :node_id;
 
 -- name: last_log_seq
 SELECT coalesce(max(seq), 0) FROM logs WHERE run_id = :run_id;
@@ -218,9 +220,9 @@ SELECT NULL FROM replies WHERE reply_id = :id;
 INSERT INTO contents (sha256, data) VALUES (:sha256, zeroblob(:size))
 ON CONFLICT (sha256) DO NOTHING;
 
--- name: content_blob
+-- name: content_rowid
 -- Where a content's bytes are, for incremental blob I/O.
-SELECT rowid, length(data) AS size FROM contents WHERE sha256 = :sha256;
+SELECT rowid FROM contents WHERE sha256 = :sha256;
 
 -- name: insert_message
 INSERT INTO messages (
