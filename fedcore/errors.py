@@ -27,6 +27,7 @@ them, as Python code is expected to.
     │   └── ClaimLostError          a fencing token that is no longer the run's claim
     ├── NotEnoughNodesError (TimeoutError)
     │                               waited for nodes past the timeout
+    ├── ResourceError               the machine has no room for it (shared memory, disk)
     └── LinkUnavailableError (ConnectionError)
                                     the link cannot be reached now; retry with backoff
 """
@@ -108,6 +109,14 @@ class ClaimLostError(StateError):
 
 class NotEnoughNodesError(FedcoreError, TimeoutError):
     """Waiting for a minimum number of nodes ran past its timeout."""
+
+
+class ResourceError(FedcoreError):
+    """The machine has no room for what was asked: shared memory or disk is full.
+
+    Not the peer's fault and not a bug: the message says which resource and how
+    much was needed, so an operator can give the process more.
+    """
 
 
 class LinkUnavailableError(FedcoreError, ConnectionError):

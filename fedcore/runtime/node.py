@@ -6,6 +6,12 @@ gives each run one ClientApp process — the simulation's process pool with a si
 worker, so a crash is answered with code 8 and a replacement starts, and a message
 past its TTL gets code 3 — writes the ready file once registered, and serves until
 cancelled.
+
+The node and those pools share one space of shared-memory segments: the node
+streams each pulled payload into a segment of it, and the pool names that segment
+in the task, so a large model is in the node's memory once, in the pages the
+ClientApp process maps. Each segment goes with its content; whatever is left goes
+when the node stops.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from fedcore.roles.node import ClientAppRunner, Node, RunnerFactory
 from fedcore.runtime.addresses import Address
 from fedcore.runtime.ready import write_ready_file
 from fedcore.simulation.backends.process_pool import ProcessPoolBackend
+from fedcore.simulation.backends.shared_memory import SegmentSpace
 from fedcore.simulation.backends.sizing import PoolPlan
 from fedcore.transport.grpc.client import GrpcFleetClient
 from fedcore.wire.fleet import ConfigValue
@@ -44,11 +51,11 @@ class NodeOptions:
     ready_file: Path | None = None
 
 
-def process_runner(clock: Clock) -> RunnerFactory:
-    """A runner factory giving each run one ClientApp worker process."""
+def process_runner(clock: Clock, space: SegmentSpace) -> RunnerFactory:
+    """A runner factory giving each run one ClientApp worker process, its segments in ``space``."""
 
     def build(run: Run, app_dir: Path, client_ref: str) -> ClientAppRunner:
-        return ProcessPoolBackend(client_ref, app_dir, PoolPlan(1, ()), clock)
+        return ProcessPoolBackend(client_ref, app_dir, PoolPlan(1, ()), clock, space=space)
 
     return build
 
@@ -62,24 +69,29 @@ async def serve_node(
     """Serve as a node until cancelled; ``task_status`` gets the node id once registered."""
     clock = clock or SystemClock()
     link = options.link
-    async with (
-        GrpcFleetClient(link.host, link.port, ssl=options.ssl) as fleet,
-        GrpcFleetClient(link.host, link.port, ssl=options.ssl) as heartbeats,
-    ):
-        node = Node(
-            fleet,
-            node_config=options.node_config,
-            cache_dir=options.work_dir / "bundles",
-            runner_factory=process_runner(clock),
-            clock=clock,
-            heartbeat_interval=options.heartbeat_interval,
-            max_concurrent=options.max_concurrent,
-            heartbeat_fleet=heartbeats,
-        )
-        async with node:
-            node_id = await node.wait_registered()
-            if options.ready_file is not None:
-                write_ready_file(options.ready_file, {})
-            log.info("node %d serving the link at %s", node_id, options.link)
-            task_status.started(node_id)
-            await anyio.sleep_forever()
+    space = SegmentSpace()
+    try:
+        async with (
+            GrpcFleetClient(link.host, link.port, ssl=options.ssl) as fleet,
+            GrpcFleetClient(link.host, link.port, ssl=options.ssl) as heartbeats,
+        ):
+            node = Node(
+                fleet,
+                node_config=options.node_config,
+                cache_dir=options.work_dir / "bundles",
+                runner_factory=process_runner(clock, space),
+                clock=clock,
+                heartbeat_interval=options.heartbeat_interval,
+                max_concurrent=options.max_concurrent,
+                heartbeat_fleet=heartbeats,
+                payload_store=space,
+            )
+            async with node:
+                node_id = await node.wait_registered()
+                if options.ready_file is not None:
+                    write_ready_file(options.ready_file, {})
+                log.info("node %d serving the link at %s", node_id, options.link)
+                task_status.started(node_id)
+                await anyio.sleep_forever()
+    finally:
+        space.remove_all()

@@ -43,14 +43,16 @@ import anyio
 import anyio.abc
 
 from fedcore.clock import Clock
+from fedcore.domain import Error, ErrorCode, Message
 from fedcore.errors import (
     FedcoreError,
     LinkUnavailableError,
     NodeNotFoundError,
+    ResourceError,
     RunFinishedError,
 )
 from fedcore.roles.node.backoff import DEFAULT_BACKOFF, BackoffPolicy
-from fedcore.roles.node.payloads import with_payload
+from fedcore.roles.node.payloads import MemoryPayloads, PayloadStore, with_payload
 from fedcore.roles.node.replies import OutgoingReply
 from fedcore.roles.node.retry import Retrier
 from fedcore.roles.node.runner import RunnerFactory
@@ -97,6 +99,8 @@ class Node:
     - ``heartbeat_fleet``: the fleet API heartbeats go through, if not ``fleet``:
       in deployment a connection of their own, so that a heartbeat never queues
       behind the megabytes of a payload on the same connection.
+    - ``payload_store``: where pulled payloads land and are decoded (default: the
+      node's own memory); in deployment, shared memory the ClientApp process maps.
 
     :meth:`wait_registered` returns the node's id once it has one. A node runs once.
     """
@@ -118,6 +122,7 @@ class Node:
         backoff: BackoffPolicy = DEFAULT_BACKOFF,
         seed: int | None = None,
         heartbeat_fleet: FleetService | None = None,
+        payload_store: PayloadStore | None = None,
     ) -> None:
         lease = LEASE_HEARTBEATS * heartbeat_interval if lease is None else lease
         for name, value in (
@@ -140,6 +145,7 @@ class Node:
             raise ValueError(f"max_concurrent must be at least 1, got {max_concurrent}")
         self._fleet = fleet
         self._heartbeat_fleet = heartbeat_fleet or fleet
+        self._payloads = payload_store or MemoryPayloads()
         self._node_config = dict(node_config)
         self._clock = clock
         self._heartbeat_interval = heartbeat_interval
@@ -341,12 +347,7 @@ class Node:
         message_id, run_id = message.metadata.message_id, message.metadata.run_id
         try:
             with scope:
-                ref = leased.payload
-                if ref is not None:
-                    message = await self._retry(
-                        lambda: with_payload(self._fleet, node_id, leased.message, ref)
-                    )
-                reply = await self._runs.handle(node_id, message)
+                reply = await self._answer(node_id, leased)
                 pushed = await OutgoingReply(reply).push(self._fleet, node_id, self._retry)
                 log.debug(
                     "message %s: reply stored%s",
@@ -362,6 +363,25 @@ class Node:
             log.exception("message %s of run %d dropped: unexpected error", message_id, run_id)
         finally:
             self._inflight.remove(message_id, scope)
+
+    async def _answer(self, node_id: int, leased: LeasedMessage) -> Message:
+        """The reply to a leased message: its ClientApp's, or an error if it cannot be held.
+
+        A content that does not fit here (shared memory full) would not fit the next
+        time the link hands it out either: the ServerApp hears so in its round rather
+        than at the message's TTL, hours later.
+        """
+        message, ref = leased.message, leased.payload
+        if ref is not None:
+            try:
+                message = await self._retry(
+                    lambda: with_payload(self._fleet, node_id, leased.message, ref, self._payloads)
+                )
+            except ResourceError as exc:
+                log.error("message %s: %s", message.metadata.message_id, exc)
+                reason = f"the node cannot hold the message's content: {exc}"
+                return Message(error=Error(ErrorCode.UNKNOWN, reason), reply_to=message)
+        return await self._runs.handle(node_id, message)
 
     # Stopping -----------------------------------------------------------------------
 

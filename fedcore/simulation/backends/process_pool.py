@@ -23,9 +23,12 @@ always completes even while its worker is itself blocked writing outcomes.
 Payloads cross by the channel when small. A large message content is written once
 into a shared-memory segment that every task carrying that same content names —
 the model a round sends to 500 nodes is written once, not 500 times — and is
-unlinked when the content object is garbage-collected. A large reply comes back
-the same way: the worker writes a segment, the engine maps it and unlinks it at
-once, and the reply's arrays are views of that mapping, released with them.
+unlinked when the content object is garbage-collected. A content already in a
+segment of the backend's space (a node received it there: ``space`` is then the
+node's, and the backend works in a subspace of it) is not written at all: the task
+names that segment. A large reply comes back the same way: the worker writes a
+segment, the engine maps it and unlinks it at once, and the reply's arrays are
+views of that mapping, released with them.
 
 Failures. A ClientApp exception is the worker's business: it answers with an error
 reply (code 2). A worker that dies (a segfault, ``os._exit``, the OOM killer) shows
@@ -65,7 +68,7 @@ from fedcore.simulation.backends.base import Backend
 from fedcore.simulation.backends.shared_memory import SegmentSpace, map_segment
 from fedcore.simulation.backends.sizing import PoolPlan
 from fedcore.simulation.backends.worker import WORKER_ENV, WorkerSpec
-from fedcore.wire import pack_recorddict_parts, parts_size
+from fedcore.wire import parts_size
 from fedcore.wire.worker import (
     HELLO,
     Deframer,
@@ -225,17 +228,17 @@ class ProcessPoolBackend(Backend):
         clock: Clock,
         *,
         inline_limit: int = INLINE_LIMIT,
+        space: SegmentSpace | None = None,
     ) -> None:
         self._client_ref = client_ref
         self._search_path = search_path
         self._plan = plan
         self._clock = clock
         self._inline_limit = inline_limit
-        self._space = SegmentSpace()
+        self._space = SegmentSpace() if space is None else space.subspace()
         self._workers: set[_Worker] = set()
         self._retired: set[_Worker] = set()
         self._jobs_in, self._jobs_out = anyio.create_memory_object_stream[_Job](math.inf)
-        self._contents: dict[int, tuple[weakref.ref[RecordDict], str]] = {}
         self._task_group: TaskGroup | None = None
         self._started = 0
 
@@ -287,7 +290,6 @@ class ProcessPoolBackend(Backend):
             self._jobs_in.close()
             self._jobs_out.close()
             self._space.remove_all()
-            self._contents.clear()
 
     async def run(self, message: Message, context: Context) -> tuple[Message, Context]:
         job = _Job(message, self._payload(message, context))
@@ -340,27 +342,27 @@ class ProcessPoolBackend(Backend):
                 started = self._clock.now()
             while len(in_flight) < depth and _bytes(in_flight) < PIPELINE_BYTES:
                 try:
-                    job = self._jobs_out.receive_nowait()
+                    await self._send(worker, in_flight, self._jobs_out.receive_nowait())
                 except anyio.WouldBlock:
                     break
-                await self._send(worker, in_flight, job)
             if not in_flight:
                 continue
-            head = in_flight[0]
-            remaining = head.message.metadata.expires_at - self._clock.now()
+            # No local names a job: a settled one, its content and reply, must not stay
+            # alive here until the next job comes (a node's model is hundreds of MB).
+            remaining = in_flight[0].message.metadata.expires_at - self._clock.now()
             try:
                 with self._clock.move_on_after(remaining) as deadline:
                     outcomes = await worker.receive()
             except WorkerDied as died:
-                head.fail(ErrorCode.CLIENT_APP_CRASHED, f"the ClientApp crashed: {died}")
+                in_flight[0].fail(ErrorCode.CLIENT_APP_CRASHED, f"the ClientApp crashed: {died}")
                 await self._retire(worker, in_flight)
                 return
             if deadline.cancelled_caught:
                 reason = (
                     f"the ClientApp was still running when the message's TTL of "
-                    f"{head.message.metadata.ttl:g} s ran out; its worker was stopped"
+                    f"{in_flight[0].message.metadata.ttl:g} s ran out; its worker was stopped"
                 )
-                head.fail(ErrorCode.MESSAGE_UNAVAILABLE, reason)
+                in_flight[0].fail(ErrorCode.MESSAGE_UNAVAILABLE, reason)
                 await self._retire(worker, in_flight)
                 return
             for data in outcomes:
@@ -424,27 +426,17 @@ class ProcessPoolBackend(Backend):
 
     def _content_segment(self, content: RecordDict) -> str | None:
         """The segment holding ``content``, written on first use; ``None`` if it is small."""
+        held = self._space.content_segment(content)
+        if held is not None:
+            return held
         array_bytes = sum(record.nbytes for record in content.array_records.values())
         if array_bytes <= self._inline_limit // 2:
             return None
-        cached = self._contents.get(id(content))
-        if cached is not None and cached[0]() is content:
-            return cached[1]
-        name = self._space.write(pack_recorddict_parts(content))
-        self._contents[id(content)] = (weakref.ref(content), name)
-        weakref.finalize(content, _forget, self._contents, id(content), self._space.root / name)
-        return name
+        return self._space.write_content(content)
 
 
 def _bytes(jobs: deque[_Job]) -> int:
     return sum(len(job.payload) for job in jobs)
-
-
-def _forget(contents: dict[int, tuple[weakref.ref[RecordDict], str]], key: int, path: Path) -> None:
-    entry = contents.get(key)
-    if entry is not None and entry[1] == path.name:
-        del contents[key]
-    path.unlink(missing_ok=True)
 
 
 def _stop(workers: list[_Worker], grace: float) -> None:

@@ -6,11 +6,19 @@ reader. Decoding a payload from a mapping yields numpy arrays that are views of
 the mapped pages: no copy on the receiving side, and the pages are released when
 the last array over them is gone.
 
-Names are ``fedcore-<pid>-<pool>-<n>`` (a worker's add ``w<n>-``), so that the
-owner of a pool can remove every segment it or its workers may have left — after a
-worker crash, say — with :meth:`SegmentSpace.remove_all`. A reader that takes
-ownership unlinks the name as soon as it has mapped the segment; the mapping
-outlives the name.
+Names are ``fedcore-<pid>-<pool>-<n>`` (a worker's add ``w<n>-``, a
+:meth:`~SegmentSpace.subspace`'s ``<n>-``), so that the owner of a pool can remove
+every segment it or its workers may have left — after a worker crash, say — with
+:meth:`SegmentSpace.remove_all`. A reader that takes ownership unlinks the name as
+soon as it has mapped the segment; the mapping outlives the name.
+
+A space also remembers which segment holds the encoding of which message content
+(a RecordDict), for as long as that content lives: a content is written once
+however many tasks carry it, and a content that was *received* into a segment (a
+node's pulled payload, :class:`SegmentSink`) is never written again at all. The
+segment is unlinked when its content is garbage-collected. Subspaces share their
+parent's memory of contents, so that the node's payloads and each run's pool (a
+subspace each, removed on its own when the run's pool stops) see the same.
 
 The standard library's ``multiprocessing.shared_memory`` is not used: its resource
 tracker unlinks segments that another process still needs and warns about ones it
@@ -20,30 +28,48 @@ arrays still point into it.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import itertools
 import mmap
 import os
 import secrets
 import tempfile
+import weakref
+from collections.abc import Iterator
 from pathlib import Path
 
-from fedcore.wire import Parts
+from fedcore.domain import RecordDict
+from fedcore.errors import ResourceError
+from fedcore.wire import Parts, pack_recorddict_parts, unpack_recorddict
+from fedcore.wire.protobuf import Buffer
 
 ROOT = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
 # Fault the pages in with the mapping (Linux): a payload is always read whole.
 _MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
 
 
+_Contents = dict[int, tuple[weakref.ref[RecordDict], str]]
+"""Segments holding contents: by the content's id, a reference to it and the segment's name."""
+
+
 class SegmentSpace:
-    """The segments of one pool: names, creation, cleanup."""
+    """The segments of one pool: names, creation, the contents they hold, cleanup."""
 
     def __init__(self, root: Path = ROOT, prefix: str | None = None) -> None:
         self.root = root
         self.prefix = prefix or f"fedcore-{os.getpid()}-{secrets.token_hex(4)}-"
         self._numbers = itertools.count()
+        self._contents: _Contents = {}
 
     def new_name(self) -> str:
         return f"{self.prefix}{next(self._numbers)}"
+
+    def subspace(self) -> SegmentSpace:
+        """A space under this one: a prefix of its own, the contents of this one."""
+        child = SegmentSpace(self.root, f"{self.new_name()}-")
+        child._contents = self._contents
+        return child
 
     def write(self, parts: Parts) -> str:
         """Write a payload into a new segment and return its name."""
@@ -51,10 +77,39 @@ class SegmentSpace:
         write_segment(self.root / name, parts)
         return name
 
+    def content_segment(self, content: RecordDict) -> str | None:
+        """The segment known to hold ``content``'s encoding, or ``None``."""
+        entry = self._contents.get(id(content))
+        if entry is not None and entry[0]() is content:
+            return entry[1]
+        return None
+
+    def write_content(self, content: RecordDict) -> str:
+        """Write ``content``'s encoding into a new segment, remembered while ``content`` lives."""
+        name = self.write(pack_recorddict_parts(content))
+        self.remember(content, name)
+        return name
+
+    def payload_sink(self, size: int) -> SegmentSink:
+        """A new segment of ``size`` bytes to receive a content's encoding into."""
+        return SegmentSink(self, size)
+
+    def remember(self, content: RecordDict, name: str) -> None:
+        """Note that segment ``name`` holds ``content``'s encoding; unlink it with ``content``."""
+        self._contents[id(content)] = (weakref.ref(content), name)
+        weakref.finalize(content, _forget, self._contents, id(content), self.root / name)
+
     def remove_all(self, prefix: str | None = None) -> int:
-        """Unlink every segment of this space (or those under ``prefix``); return how many."""
+        """Unlink every segment of this space (or those under ``prefix``); return how many.
+
+        The contents they held are forgotten: a later task writes them again.
+        """
+        prefix = prefix or self.prefix
+        for key, (_, name) in self._contents.copy().items():
+            if name.startswith(prefix):
+                self._contents.pop(key, None)
         removed = 0
-        for path in self.root.glob(f"{prefix or self.prefix}*"):
+        for path in self.root.glob(f"{prefix}*"):
             try:
                 path.unlink()
                 removed += 1
@@ -63,7 +118,81 @@ class SegmentSpace:
         return removed
 
 
+class SegmentSink:
+    """A content's encoding arriving in pieces, written where a worker can map it, then decoded.
+
+    The segment is allocated at its final size and each piece is written at its
+    offset (``pwrite``: the one copy, straight into the segment's pages). :meth:`decode`
+    maps it read-only and decodes it there, so the content's arrays are views of
+    the very pages a worker maps in turn, and remembers it in its space; until
+    then, :meth:`discard` removes it.
+    """
+
+    def __init__(self, space: SegmentSpace, size: int) -> None:
+        self._space = space
+        self._name = space.new_name()
+        self._path = space.root / self._name
+        self._size = size
+        self._descriptor = os.open(self._path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        try:
+            with self._no_room_is_resource_error():
+                os.ftruncate(self._descriptor, size)
+        except BaseException:
+            self.discard()
+            raise
+
+    def write(self, offset: int, data: Buffer) -> None:
+        """Write ``data`` at ``offset``; the caller keeps it within the announced size."""
+        view = memoryview(data).cast("B")
+        with self._no_room_is_resource_error():
+            while view:
+                written = os.pwrite(self._descriptor, view, offset)
+                view, offset = view[written:], offset + written
+
+    @contextlib.contextmanager
+    def _no_room_is_resource_error(self) -> Iterator[None]:
+        """A full memory file system (``/dev/shm`` fills first in containers) says so."""
+        try:
+            yield
+        except OSError as exc:
+            if exc.errno not in _NO_ROOM:
+                raise
+            raise ResourceError(
+                f"no room for a payload of {self._size} bytes in {self._space.root} "
+                f"({exc.strerror}); give it more space (Docker: --shm-size)"
+            ) from exc
+
+    def decode(self) -> RecordDict:
+        """The content, decoded in place: its arrays are read-only views of the segment."""
+        self._close()
+        if not self._size:  # nothing to map; let the decoder say what is wrong with nothing
+            return unpack_recorddict(b"")
+        mapped = map_segment(self._path, take=False)
+        content = unpack_recorddict(memoryview(mapped))
+        self._space.remember(content, self._name)
+        return content
+
+    def discard(self) -> None:
+        """Remove the segment; for a payload that will not be decoded."""
+        self._close()
+        self._path.unlink(missing_ok=True)
+
+    def _close(self) -> None:
+        if self._descriptor >= 0:
+            os.close(self._descriptor)
+            self._descriptor = -1
+
+
+def _forget(contents: _Contents, key: int, path: Path) -> None:
+    """A content was collected: unlink its segment, and forget it unless its id was reused."""
+    entry = contents.get(key)
+    if entry is not None and entry[1] == path.name:
+        contents.pop(key, None)
+    path.unlink(missing_ok=True)
+
+
 _IOV_MAX = 1024
+_NO_ROOM = {errno.ENOSPC, errno.ENOMEM, errno.EFBIG, errno.EDQUOT}
 
 
 def write_segment(path: Path, parts: Parts, *, reuse: bool = False) -> None:

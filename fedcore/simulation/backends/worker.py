@@ -151,9 +151,9 @@ class _Server:
 
     Message contents arrive in segments the engine wrote: a round's content is one
     segment shared by all its tasks, so the last few are kept mapped rather than
-    mapped again for every task. Large outcomes go out in segments this worker
-    owns: once the engine has let go of one (a release), the next outcome is
-    written over it, into pages already allocated.
+    mapped again for every task (until the engine unlinks them). Large outcomes go
+    out in segments this worker owns: once the engine has let go of one (a
+    release), the next outcome is written over it, into pages already allocated.
     """
 
     KEEP_CONTENTS = 2
@@ -206,6 +206,11 @@ class _Server:
         return pack_pointer(name)
 
     def _content(self, name: str) -> RecordDict:
+        # A kept segment whose name is gone was let go of by the engine (its content was
+        # collected): no task names it again, so its pages need not wait for two more.
+        for kept in [kept for kept in self._contents if kept != name]:
+            if not (self.space.root / kept).exists():
+                del self._contents[kept]
         mapped = self._contents.pop(name, None)
         if mapped is None:
             mapped = map_segment(self.space.root / name, take=False)
