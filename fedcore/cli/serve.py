@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -87,8 +88,8 @@ LINK_RUNTIME_ADDRESS = "127.0.0.1:0"
 @click.option(
     "--work-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Bundles and process output (default: .fedcore-link, .fedcore-node or .fedcore-exec "
-    "here).",
+    help="Bundles, process output and (link) large models in transit (default: .fedcore-link, "
+    ".fedcore-node or .fedcore-exec here).",
 )
 @click.option(
     "--insecure", is_flag=True, help="Accept plaintext on listeners other machines can reach."
@@ -210,6 +211,7 @@ def serve(
             local_exec=not no_local_exec,
         )
         options.check()
+        _spool_in(options.work_dir / "spool")
         _serve_until_signal(lambda: serve_link(options))
         return
     if role == "exec":
@@ -311,3 +313,14 @@ def _serve_until_signal(serve_role: Callable[[], Awaitable[None]]) -> None:
         while isinstance(first, ExceptionGroup):
             first = first.exceptions[0]
         raise first from None
+
+
+def _spool_in(directory: Path) -> None:
+    """Have this process spool large payloads (:mod:`fedcore.wire.spool`) in ``directory``.
+
+    The link relays models in temporary files: in its work directory they are on the
+    disk the operator chose for it, rather than in a ``/tmp`` that may be a memory
+    file system. The files have no names, so nothing is left there after a crash.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    tempfile.tempdir = str(directory)

@@ -1,0 +1,40 @@
+"""A model far over the frame cap goes ServerApp → link → nodes → ClientApps and back, intact.
+
+The echo app (benchmarks/apps/echo) fails its run when a reply is not the model it
+sent, so a completed run is the check that every hop — the runtime API's spooled
+bodies, the SQLite blobs, the fleet's chunked payloads, the node's shared-memory
+hand-off — kept every byte. How much memory each hop takes is the benchmark's
+business (``python -m benchmarks deploy``, cases ``large`` and ``large-memory``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from fedcore.testing.deployment import Deployment
+
+ECHO = Path(__file__).resolve().parents[2] / "benchmarks" / "apps" / "echo"
+MODEL_FLOATS = 6_000_000
+"""24 MB: three fleet chunks, and 24 runtime-API spool thresholds."""
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.mark.parametrize("database", ["file", ":memory:"])
+def test_a_model_over_the_frame_cap_echoes_back_intact(tmp_path: Path, database: str) -> None:
+    with Deployment(tmp_path, heartbeat_interval=1.0) as deployment:
+        deployment.start_link(database=None if database == "file" else database)
+        for index in range(2):
+            deployment.start_node(f"partition-id={index} num-partitions=2")
+        config = f"num-nodes=2 num-server-rounds=2 model-floats={MODEL_FLOATS}"
+        done = deployment.fedcore(
+            "run", str(ECHO), "--stream", "--run-config", config, timeout=90.0
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert len(re.findall(r"round \d+: [0-9.]+ ms, 2 replies", done.stdout)) == 2
+        spool = tmp_path / "link" / "spool"
+        assert spool.is_dir(), "the link spools in its work directory"
+        assert list(spool.iterdir()) == [], "spooled payloads have no names to leave behind"
