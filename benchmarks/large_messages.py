@@ -1,9 +1,10 @@
 """Deployment case ``large`` (and ``large-memory``): a 200 MB model to 2 nodes and back.
 
 A link (on an SQLite file; ``large-memory``: ``--database :memory:``) and 2 node
-processes (heartbeating every 5 s, serve's default) run the echo app (benchmarks/apps/echo) with a float32 model of
-:data:`LARGE_FLOATS` values, 200 MB, for :data:`LARGE_ROUNDS` rounds: every round
-the model goes ServerApp → link → each node → its ClientApp process, and back.
+processes (heartbeating every 5 s, serve's default) run the echo app
+(benchmarks/apps/echo) with a float32 model of :data:`LARGE_FLOATS` values, 200 MB,
+for :data:`LARGE_ROUNDS` rounds: every round the model goes ServerApp → link → each
+node → its ClientApp process, and back.
 
 The promise measured (issue 5, item 7): the processes that relay a model — the
 link, and each node in front of its ClientApp — hold a chunk of it per transfer,

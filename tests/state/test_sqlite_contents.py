@@ -319,7 +319,9 @@ async def test_a_version_4_file_moves_its_reply_contents(path: Path, fake_clock:
     assert count(path, "contents") == 0
 
 
-async def test_a_saved_context_is_streamed_and_mapped_too(path: Path, fake_clock: FakeClock) -> None:
+async def test_a_saved_context_is_streamed_and_mapped_too(
+    path: Path, fake_clock: FakeClock
+) -> None:
     """A ServerApp's state may hold a model: saved and loaded a piece at a time, replaced."""
     async with state_on(path, fake_clock) as state:
         run_id = (await state.create_run({})).run_id
