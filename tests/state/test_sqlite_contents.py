@@ -218,11 +218,13 @@ def page_count(path: Path) -> int:
     return int(pages)
 
 
-async def test_a_version_2_file_moves_its_contents(path: Path, fake_clock: FakeClock) -> None:
-    shared, other = pack_recorddict(small(1)), pack_recorddict(small(2))
+def old_file(path: Path, version: int) -> sqlite3.Connection:
+    """A database of schema ``version`` with run 5 (running) and node 9 (online) in it."""
     connection = sqlite3.connect(path, isolation_level=None)
     connection.execute("PRAGMA journal_mode = WAL")
-    for statement in [*MIGRATIONS[0], *MIGRATIONS[1]]:
+    connection.execute("PRAGMA foreign_keys = ON")
+    connection.create_function("sha256", 1, lambda data: hashlib.sha256(data).digest())
+    for statement in [statement for migration in MIGRATIONS[:version] for statement in migration]:
         connection.execute(statement)
     config = pack_recorddict(RecordDict({"run_config": ConfigRecord({})}))
     connection.execute(
@@ -232,6 +234,12 @@ async def test_a_version_2_file_moves_its_contents(path: Path, fake_clock: FakeC
     connection.execute(
         "INSERT INTO nodes (node_id, heartbeat_interval, online_until) VALUES (9, 1e9, 9e99)"
     )
+    return connection
+
+
+async def test_a_version_2_file_moves_its_contents(path: Path, fake_clock: FakeClock) -> None:
+    shared, other = pack_recorddict(small(1)), pack_recorddict(small(2))
+    connection = old_file(path, 2)
     now = fake_clock.now()
     for message_id, content in (("a", shared), ("b", shared), ("c", other)):
         connection.execute(
@@ -261,20 +269,7 @@ async def test_a_version_2_file_moves_its_contents(path: Path, fake_clock: FakeC
 
 
 async def test_a_version_4_file_moves_its_reply_contents(path: Path, fake_clock: FakeClock) -> None:
-    connection = sqlite3.connect(path, isolation_level=None)
-    connection.execute("PRAGMA journal_mode = WAL")
-    connection.execute("PRAGMA foreign_keys = ON")
-    connection.create_function("sha256", 1, lambda data: hashlib.sha256(data).digest())
-    for statement in [statement for migration in MIGRATIONS[:4] for statement in migration]:
-        connection.execute(statement)
-    config = pack_recorddict(RecordDict({"run_config": ConfigRecord({})}))
-    connection.execute(
-        "INSERT INTO runs (run_id, position, run_config, status) VALUES (5, 1, ?, 'running')",
-        (config,),
-    )
-    connection.execute(
-        "INSERT INTO nodes (node_id, heartbeat_interval, online_until) VALUES (9, 1e9, 9e99)"
-    )
+    connection = old_file(path, 4)
     sent = pack_recorddict(small(1))
     connection.execute(
         "INSERT INTO contents (sha256, data) VALUES (?, ?)", (hashlib.sha256(sent).digest(), sent)
