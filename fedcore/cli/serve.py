@@ -15,7 +15,7 @@ from fedcore.apps.run_config import resolve_run_config
 from fedcore.errors import FedcoreError
 from fedcore.roles.exec.launcher import LaunchSettings
 from fedcore.runtime.addresses import parse_address
-from fedcore.runtime.exec import ExecOptions, serve_exec
+from fedcore.runtime.exec import ExecOptions, serve_exec, serve_node_exec
 from fedcore.runtime.link import LinkOptions, serve_link
 from fedcore.runtime.node import NodeOptions, serve_node
 from fedcore.runtime.tls import client_context, server_context
@@ -53,8 +53,9 @@ LINK_RUNTIME_ADDRESS = "127.0.0.1:0"
 @click.option(
     "--exec-secret-file",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="[link, exec] The secret the link and its execs share; made (random, mode 0600) if "
-    "missing. Default for the link: exec.secret in its work directory; required for an exec.",
+    help="[link, node, exec] The secret a link or node shares with its execs; made (random, "
+    "mode 0600) if missing. Default for the link: exec.secret in its work directory; required "
+    "for an exec, and for a node with --exec-socket.",
 )
 @click.option(
     "--no-local-exec",
@@ -63,6 +64,13 @@ LINK_RUNTIME_ADDRESS = "127.0.0.1:0"
     "(needs --exec-address).",
 )
 @click.option("--link-exec", help="[exec] The link's exec API address, HOST:PORT.")
+@click.option(
+    "--exec-socket",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="[node, exec] The Unix socket of a node's exec. An exec given it listens there and "
+    "starts the node's ClientApp processes (instead of --link-exec); a node given it has that "
+    "exec start them, instead of starting them itself (process isolation).",
+)
 @click.option(
     "--claim-lease",
     type=click.FloatRange(min=0, min_open=True),
@@ -152,6 +160,7 @@ def serve(
     exec_secret_file: Path | None,
     no_local_exec: bool,
     link_exec: str | None,
+    exec_socket: Path | None,
     claim_lease: float,
     max_runs: int,
     database: str,
@@ -175,9 +184,11 @@ def serve(
           control API; it launches each run's ServerApp process (its exec role),
           unless --no-local-exec leaves that to external execs.
     node: one device or data silo. Connects out to the link, runs ClientApps in a
-          process per run (its exec role), and needs no inbound port.
-    exec: launches the ServerApps of a link's runs, in a process of its own (process
-          isolation): needs --link-exec and --exec-secret-file.
+          process per run (its exec role; or its own exec's, --exec-socket), and
+          needs no inbound port.
+    exec: launches the ServerApps of a link's runs (--link-exec), or the ClientApps of
+          a node (--exec-socket), in a process of its own (process isolation);
+          needs --exec-secret-file.
     """
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -214,6 +225,14 @@ def serve(
         _spool_in(options.work_dir / "spool")
         _serve_until_signal(lambda: serve_link(options))
         return
+    if role == "exec" and exec_socket is not None:
+        if link_exec is not None or exec_secret_file is None:
+            raise click.UsageError(
+                "an exec serves a link (--link-exec) or a node (--exec-socket), not both; "
+                "either way it needs --exec-secret-file"
+            )
+        _serve_until_signal(lambda: serve_node_exec(exec_socket, exec_secret_file, ready_file))
+        return
     if role == "exec":
         _serve_exec(
             link_exec,
@@ -244,7 +263,11 @@ def serve(
         max_concurrent=max_concurrent,
         ssl=ssl,
         ready_file=ready_file,
+        exec_socket=exec_socket,
+        exec_secret_file=exec_secret_file,
     )
+    if exec_socket is not None and exec_secret_file is None:
+        raise click.UsageError("--exec-socket needs --exec-secret-file (the exec's secret)")
     _serve_until_signal(lambda: serve_node(node_options))
 
 

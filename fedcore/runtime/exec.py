@@ -1,10 +1,13 @@
-"""The exec's composition root, for an exec in a process of its own; and the shared secret.
+"""The exec's composition roots, for an exec in a process of its own: a link's, or a node's.
 
-``fedcore serve --role exec`` comes here. :func:`serve_exec` reads the secret it
-shares with the link, makes first contact with the link's exec API (waiting while
-the link is not up yet; a wrong secret ends it at once), runs the ServerApp
+``fedcore serve --role exec`` comes here. For a link (``--link-exec``),
+:func:`serve_exec` reads the secret it shares with the link, makes first contact
+with the link's exec API (waiting while the link is not up yet; a wrong secret
+ends it at once), runs the ServerApp
 launcher over :class:`~fedcore.transport.http.exec.HttpExecClient`, writes the ready
 file and serves until cancelled. Leaving ends the ServerApp processes it started.
+For a node (``--exec-socket``), :func:`serve_node_exec` starts the node's ClientApp
+processes when the node asks on a Unix socket (:mod:`fedcore.transport.spawn`).
 
 The secret it shares with the link is in a file both read
 (:func:`fedcore.runtime.secret_files.read_secret`).
@@ -15,6 +18,7 @@ from __future__ import annotations
 import logging
 import ssl as _ssl
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -26,7 +30,9 @@ from fedcore.roles.exec.launcher import RETRY_MAX, LaunchSettings, ServerAppLaun
 from fedcore.runtime.addresses import Address
 from fedcore.runtime.ready import write_ready_file
 from fedcore.runtime.secret_files import read_secret
+from fedcore.simulation.backends.process_pool import worker_command
 from fedcore.transport.http.exec import HttpExecClient
+from fedcore.transport.spawn import serve_spawner
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +85,23 @@ async def serve_exec(
                 options.runtime_address or runtime,
             )
             task_status.started()
+
+
+async def serve_node_exec(
+    socket_path: Path,
+    secret_file: Path,
+    ready_file: Path | None = None,
+    *,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Start a node's ClientApp processes, asked for at ``socket_path``, until cancelled."""
+    secret = read_secret(secret_file, what="exec secret")
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(partial(serve_spawner, socket_path, secret, worker_command))
+        if ready_file is not None:
+            write_ready_file(ready_file, {})
+        log.info("exec ready: starting ClientApp processes for the node asking at %s", socket_path)
+        task_status.started()
 
 
 async def _first_contact(client: HttpExecClient, clock: Clock, options: ExecOptions) -> str:

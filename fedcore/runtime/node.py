@@ -5,7 +5,9 @@ fleet API (gRPC, TLS when given), runs the node role with a runner factory that
 gives each run one ClientApp process — the simulation's process pool with a single
 worker, so a crash is answered with code 8 and a replacement starts, and a message
 past its TTL gets code 3 — writes the ready file once registered, and serves until
-cancelled.
+cancelled. With an exec of its own (``exec_socket``: ``fedcore serve --role exec
+--exec-socket``, for process isolation) the pool asks that exec to start each
+ClientApp process (:mod:`fedcore.transport.spawn`) instead of starting it itself.
 
 The node and those pools share one space of shared-memory segments: the node
 streams each pulled payload into a segment of it, and the pool names that segment
@@ -19,6 +21,7 @@ from __future__ import annotations
 import logging
 import ssl as _ssl
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -26,13 +29,16 @@ import anyio.abc
 
 from fedcore.clock import Clock, SystemClock
 from fedcore.domain import Run
+from fedcore.errors import UsageError
 from fedcore.roles.node import ClientAppRunner, Node, RunnerFactory
 from fedcore.runtime.addresses import Address
 from fedcore.runtime.ready import write_ready_file
-from fedcore.simulation.backends.process_pool import ProcessPoolBackend
+from fedcore.runtime.secret_files import read_secret
+from fedcore.simulation.backends.process_pool import ProcessPoolBackend, Spawn, spawn_local
 from fedcore.simulation.backends.shared_memory import SegmentSpace
 from fedcore.simulation.backends.sizing import PoolPlan
 from fedcore.transport.grpc.client import GrpcFleetClient
+from fedcore.transport.spawn import spawn_remote
 from fedcore.wire.fleet import ConfigValue
 
 log = logging.getLogger(__name__)
@@ -49,15 +55,32 @@ class NodeOptions:
     max_concurrent: int = 1
     ssl: _ssl.SSLContext | None = None
     ready_file: Path | None = None
+    exec_socket: Path | None = None
+    """The Unix socket of the exec that starts this node's ClientApp processes, if not itself."""
+    exec_secret_file: Path | None = None
 
 
-def process_runner(clock: Clock, space: SegmentSpace) -> RunnerFactory:
-    """A runner factory giving each run one ClientApp worker process, its segments in ``space``."""
+def process_runner(clock: Clock, space: SegmentSpace, spawn: Spawn = spawn_local) -> RunnerFactory:
+    """A runner factory giving each run one ClientApp worker process, its segments in ``space``.
+
+    ``spawn`` starts the process: this node itself by default, or its exec.
+    """
 
     def build(run: Run, app_dir: Path, client_ref: str) -> ClientAppRunner:
-        return ProcessPoolBackend(client_ref, app_dir, PoolPlan(1, ()), clock, space=space)
+        plan = PoolPlan(1, ())
+        return ProcessPoolBackend(client_ref, app_dir, plan, clock, space=space, spawn=spawn)
 
     return build
+
+
+def _spawner(options: NodeOptions) -> Spawn:
+    """How the node's ClientApp processes start: by the node, or by the exec it names."""
+    if options.exec_socket is None:
+        return spawn_local
+    if options.exec_secret_file is None:
+        raise UsageError("a node whose exec starts its ClientApps needs the exec's secret file")
+    secret = read_secret(options.exec_secret_file, what="exec secret")
+    return partial(spawn_remote, options.exec_socket, secret)
 
 
 async def serve_node(
@@ -79,7 +102,7 @@ async def serve_node(
                 fleet,
                 node_config=options.node_config,
                 cache_dir=options.work_dir / "bundles",
-                runner_factory=process_runner(clock, space),
+                runner_factory=process_runner(clock, space, _spawner(options)),
                 clock=clock,
                 heartbeat_interval=options.heartbeat_interval,
                 max_concurrent=options.max_concurrent,

@@ -143,6 +143,22 @@ class Deployment:
             ],
         )  # fmt: skip
 
+    def start_node_exec(self, socket_path: Path) -> Server:
+        """Start an exec that starts ClientApp processes for the nodes asking at ``socket_path``.
+
+        A node uses it when started with ``"--exec-socket", str(socket_path),
+        "--exec-secret-file", str(self.exec_secret_file)``.
+        """
+        index = sum(server.name.startswith("exec") for server in self.servers)
+        return self._start(
+            f"exec{index}",
+            [
+                "--role", "exec",
+                "--exec-socket", str(socket_path),
+                "--exec-secret-file", str(self.exec_secret_file),
+            ],
+        )  # fmt: skip
+
     def start_node(self, node_config: str, *extra: str) -> Server:
         """Start a node connected to the link, with ``node_config``."""
         assert self.link is not None

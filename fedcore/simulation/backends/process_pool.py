@@ -53,10 +53,11 @@ import sys
 import time
 import weakref
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Protocol, Self
 
 import anyio
 from anyio.abc import TaskGroup
@@ -102,6 +103,42 @@ STOP_GRACE = 5.0
 """Seconds workers get to finish their task and lifespan when the backend closes normally."""
 
 _WORKER_MAIN = "import sys; from fedcore.simulation.backends.worker import main; main(sys.argv[1])"
+
+
+class WorkerProcess(Protocol):
+    """A worker process as the pool handles it: a ``subprocess.Popen``, or a look-alike."""
+
+    pid: int
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def kill(self) -> None: ...
+
+
+Spawn = Callable[[socket.socket, dict[str, str]], WorkerProcess]
+"""Starts a worker on its end of the channel, with ``environment`` added to its own.
+
+Blocking: the pool calls it in a thread. :func:`spawn_local` by default; a node
+whose ClientApps an exec starts passes one that asks the exec
+(:func:`fedcore.transport.spawn.spawn_remote`).
+"""
+
+
+def worker_command(channel: int) -> list[str]:
+    """The command line of a worker whose channel is file descriptor ``channel``."""
+    return [sys.executable, "-c", _WORKER_MAIN, str(channel)]
+
+
+def spawn_local(channel: socket.socket, environment: dict[str, str]) -> WorkerProcess:
+    """Start a worker as a child of this process."""
+    return subprocess.Popen(
+        worker_command(channel.fileno()),
+        pass_fds=(channel.fileno(),),
+        env={**os.environ, **environment},
+    )
 
 
 class WorkerDied(Exception):
@@ -155,17 +192,13 @@ class _Worker:
     the driver sends them to the worker before its next job.
     """
 
-    def __init__(self, spec: WorkerSpec, environment: dict[str, str]) -> None:
+    def __init__(self, spec: WorkerSpec, environment: dict[str, str], spawn: Spawn) -> None:
         self.index = spec.index
         self.segment_prefix = spec.segment_prefix
         self.releases: deque[str] = deque()
         ours, theirs = socket.socketpair()
         with theirs:
-            self.process = subprocess.Popen(
-                [sys.executable, "-c", _WORKER_MAIN, str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),),
-                env={**os.environ, **environment, WORKER_ENV: "1"},
-            )
+            self.process = spawn(theirs, {**environment, WORKER_ENV: "1"})
         ours.sendall(framed(pack_spec(spec.as_dict())))  # small: fits the socket's buffer
         self.channel = _Channel(ours)
 
@@ -229,6 +262,7 @@ class ProcessPoolBackend(Backend):
         *,
         inline_limit: int = INLINE_LIMIT,
         space: SegmentSpace | None = None,
+        spawn: Spawn = spawn_local,
     ) -> None:
         self._client_ref = client_ref
         self._search_path = search_path
@@ -236,6 +270,7 @@ class ProcessPoolBackend(Backend):
         self._clock = clock
         self._inline_limit = inline_limit
         self._space = SegmentSpace() if space is None else space.subspace()
+        self._spawn = spawn
         self._workers: set[_Worker] = set()
         self._retired: set[_Worker] = set()
         self._jobs_in, self._jobs_out = anyio.create_memory_object_stream[_Job](math.inf)
@@ -315,7 +350,8 @@ class ProcessPoolBackend(Backend):
             segment_prefix=f"{self._space.prefix}w{self._started}-",
             inline_limit=self._inline_limit,
         )
-        worker = _Worker(spec, self._plan.environment(index))
+        environment = self._plan.environment(index)
+        worker = await anyio.to_thread.run_sync(_Worker, spec, environment, self._spawn)
         self._workers.add(worker)
         try:
             (hello, *_) = await worker.receive()

@@ -1,0 +1,92 @@
+"""Nodes whose ClientApp processes an exec of their own starts (``--exec-socket``).
+
+The exec is a process apart (``fedcore serve --role exec --exec-socket``): the
+ClientApp processes are its children, not the node's, and they still talk to the
+node directly. A crash of one is error code 8 and the next round is whole, as with
+processes the node starts itself. Heartbeat 1 s, patience 2, as RELIABILITY.md asks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fedcore.testing.deployment import Deployment, Server
+
+CHAOS_APP = Path(__file__).resolve().parent / "chaos_app"
+WORKER = b"fedcore.simulation.backends.worker"
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture
+def federation(tmp_path: Path) -> Iterator[Deployment]:
+    with Deployment(tmp_path, heartbeat_interval=1.0) as deployment:
+        deployment.start_link()
+        socket_path = tmp_path / "node-exec.sock"
+        deployment.start_node_exec(socket_path)
+        for index in range(3):
+            deployment.start_node(
+                f"partition-id={index} num-partitions=3",
+                "--exec-socket", str(socket_path),
+                "--exec-secret-file", str(deployment.exec_secret_file),
+            )  # fmt: skip
+        (tmp_path / "markers").mkdir()
+        yield deployment
+
+
+def _run(federation: Deployment, **config: object) -> tuple[dict[str, object], list[dict]]:
+    """Run the chaos app to its end; its final state and the replies its ServerApp logged."""
+    config.setdefault("marker-dir", str(federation.root / "markers"))
+    text = " ".join(f"{key}={json.dumps(value)}" for key, value in config.items())
+    submitted = federation.fedcore("run", str(CHAOS_APP), "--run-config", text)
+    assert submitted.returncode == 0, submitted.stderr
+    followed = federation.fedcore("log", submitted.stdout.strip(), "--follow", "--json")
+    assert followed.returncode == 0, followed.stderr
+    *lines, final = [json.loads(line) for line in followed.stdout.splitlines()]
+    replies = [json.loads(line["text"]) for line in lines if line["text"].startswith("{")]
+    return final, replies
+
+
+def _workers(server: Server) -> list[int]:
+    """The pids of the ClientApp worker processes among ``server``'s children."""
+    children = []
+    for task in Path(f"/proc/{server.process.pid}/task").glob("*/children"):
+        children += [int(pid) for pid in task.read_text().split()]
+    found = []
+    for pid in children:
+        try:
+            if WORKER in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def test_the_exec_starts_the_clientapps_and_the_run_completes(federation: Deployment) -> None:
+    final, replies = _run(federation, rounds=2)
+    assert final["status"] == "finished:completed", final
+    assert sorted((r["round"], r["partition"]) for r in replies if r["code"] is None) == [
+        (round_number, partition) for round_number in (1, 2) for partition in range(3)
+    ]
+    (node_exec,) = [server for server in federation.servers if server.name.startswith("exec")]
+    nodes = [server for server in federation.servers if server.name.startswith("node")]
+    assert len(_workers(node_exec)) == 3, "one ClientApp process per node, the exec's children"
+    assert all(_workers(node) == [] for node in nodes), "no node started one itself"
+
+
+def test_a_crashed_clientapp_process_of_the_exec_is_code_8_and_the_next_round_is_fine(
+    federation: Deployment,
+) -> None:
+    final, replies = _run(federation, rounds=3, **{"crash-partition": 1, "crash-round": 2})
+    assert final["status"] == "finished:completed", final
+    errors = [(r["round"], r["code"]) for r in replies if r["code"] is not None]
+    assert errors == [(2, 8)]
+    assert sorted(r["partition"] for r in replies if r["round"] == 3 and r["code"] is None) == [
+        0,
+        1,
+        2,
+    ]

@@ -1,0 +1,115 @@
+"""The node ↔ exec spawn protocol on a Unix socket: a process per request, on the node's channel.
+
+The exec here starts a tiny stand-in for a worker: it reads one byte from its
+channel and exits with that byte as its status, so a test decides how it ends.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import pytest
+
+from fedcore.errors import AppLoadError
+from fedcore.transport import spawn
+from fedcore.transport.spawn import serve_spawner, spawn_remote
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "a-secret-of-the-exec-and-its-node"
+STAND_IN = (
+    "import os, sys\n"
+    "channel = int(sys.argv[1])\n"
+    "try:\n"
+    "    os.write(channel, os.environ.get('GREETING', '?').encode())\n"
+    "    data = os.read(channel, 1)\n"
+    "except OSError:\n"
+    "    data = b''\n"
+    "sys.exit(data[0] if data else 0)\n"
+)
+
+
+def stand_in(channel: int) -> Sequence[str]:
+    return [sys.executable, "-c", STAND_IN, str(channel)]
+
+
+@asynccontextmanager
+async def exec_at(path: Path) -> AsyncIterator[None]:
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(partial(serve_spawner, path, SECRET, stand_in))
+        yield
+        tasks.cancel_scope.cancel()
+
+
+async def spawned(path: Path, secret: str = SECRET) -> tuple[socket.socket, spawn.RemoteProcess]:
+    ours, theirs = socket.socketpair()
+    try:
+        with theirs:
+            process = await anyio.to_thread.run_sync(
+                spawn_remote, path, secret, theirs, {"GREETING": "hi"}
+            )
+    except BaseException:
+        ours.close()
+        raise
+    return ours, process
+
+
+async def test_the_exec_starts_a_process_on_the_nodes_channel_and_reports_its_end(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "exec.sock"
+    async with exec_at(path):
+        assert path.stat().st_mode & 0o777 == 0o600
+        ours, process = await spawned(path)
+        with ours:
+            assert await anyio.to_thread.run_sync(ours.recv, 2) == b"hi"  # env, channel
+            assert process.poll() is None
+            with pytest.raises(subprocess.TimeoutExpired):
+                process.wait(timeout=0.01)
+            ours.send(bytes([7]))
+            assert await anyio.to_thread.run_sync(process.wait, 10.0) == 7
+        assert process.poll() == 7
+        assert process.pid != os.getpid()
+    assert not path.exists(), "the exec removes its socket on the way out"
+
+
+async def test_a_kill_is_carried_out_by_the_exec(tmp_path: Path) -> None:
+    path = tmp_path / "exec.sock"
+    async with exec_at(path):
+        ours, process = await spawned(path)
+        with ours:
+            process.kill()
+            assert await anyio.to_thread.run_sync(process.wait, 10.0) == -9
+
+
+async def test_a_wrong_secret_is_refused_and_nothing_starts(tmp_path: Path) -> None:
+    path = tmp_path / "exec.sock"
+    async with exec_at(path):
+        with pytest.raises(AppLoadError, match="refused: not the exec's secret"):
+            await spawned(path, secret="another-secret-entirely-wrong")
+
+
+async def test_no_exec_listening_is_an_app_load_error_after_the_patience(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(spawn, "CONNECT_PATIENCE", 0.3)
+    path = tmp_path / "nobody.sock"
+    with pytest.raises(AppLoadError, match=r"no exec answers at .* is `fedcore serve"):
+        await spawned(path)
+
+
+async def test_an_exec_that_goes_away_takes_its_processes(tmp_path: Path) -> None:
+    path = tmp_path / "exec.sock"
+    async with exec_at(path):
+        ours, process = await spawned(path)
+    with ours:
+        assert await anyio.to_thread.run_sync(process.wait, 10.0) == -9
