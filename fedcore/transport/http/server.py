@@ -36,6 +36,7 @@ from fedcore.transport.http.errors import (
 from fedcore.wire import Parts, parts_size
 from fedcore.wire.frame import slices
 from fedcore.wire.protobuf import Buffer
+from fedcore.wire.spool import SPOOL_THRESHOLD
 
 log = logging.getLogger(__name__)
 
@@ -154,9 +155,12 @@ async def payload_response(
     A pull of replies answers with their models: joined into one ``bytes``, they
     would cost the link their size again for as long as the answer takes to send.
     """
+    size = parts_size(parts)
+    if size <= SPOOL_THRESHOLD:  # small: one write costs less than streaming
+        return web.Response(body=b"".join(parts), content_type=content_type)
     response = web.StreamResponse()
     response.content_type = content_type
-    response.content_length = parts_size(parts)
+    response.content_length = size
     await response.prepare(request)
     for piece in slices(parts, WRITE_SLICE):
         await response.write(piece)
