@@ -90,3 +90,38 @@ def test_a_crashed_clientapp_process_of_the_exec_is_code_8_and_the_next_round_is
         1,
         2,
     ]
+
+
+def test_the_exec_killed_mid_round_is_code_8_and_a_restarted_exec_serves_the_next(
+    federation: Deployment,
+) -> None:
+    """Its ClientApp processes die with it; the nodes ask again, and the new exec answers."""
+    hold = {"hold-partition": 0, "hold-round": 2, "hold-seconds": 60}
+    submitted = federation.fedcore(
+        "run",
+        str(CHAOS_APP),
+        "--run-config",
+        " ".join(
+            f"{key}={json.dumps(value)}"
+            for key, value in {
+                "rounds": 3,
+                "marker-dir": str(federation.root / "markers"),
+                **hold,
+            }.items()
+        ),
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    federation.wait_for_file(federation.root / "markers" / "held")
+    (node_exec,) = [server for server in federation.servers if server.name.startswith("exec")]
+    federation.kill(node_exec)
+    federation.start_node_exec(federation.root / "node-exec.sock")
+    followed = federation.fedcore("log", submitted.stdout.strip(), "--follow", "--json")
+    *lines, final = [json.loads(line) for line in followed.stdout.splitlines()]
+    replies = [json.loads(line["text"]) for line in lines if line["text"].startswith("{")]
+    assert final["status"] == "finished:completed", final
+    assert [(r["round"], r["code"]) for r in replies if r["code"] is not None] == [(2, 8)]
+    assert sorted(r["partition"] for r in replies if r["round"] == 3 and r["code"] is None) == [
+        0,
+        1,
+        2,
+    ]

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import numpy as np
 import pytest
 from pool_apps import client
@@ -42,6 +43,11 @@ def _children() -> set[int]:
             if state != "Z":
                 found.add(int(pid))
     return found
+
+
+def _exited(pid: int) -> bool:
+    """Whether child ``pid`` has ended, all its threads too (it is not reaped here)."""
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
 def _segments() -> set[str]:
@@ -115,6 +121,26 @@ async def test_a_worker_killed_mid_round_is_replaced_and_the_round_completes() -
     assert len(replies) == 8
     assert [error.code for error in errors] == [ErrorCode.CLIENT_APP_CRASHED]
     assert "killed by SIGKILL" in errors[0].reason
+
+
+async def test_a_worker_killed_while_idle_costs_no_reply() -> None:
+    """Its death shows before the next task is sent: the task goes to its replacement."""
+
+    async def main(grid: fc.Grid, context: fc.Context) -> tuple[set[int], list[fc.Message]]:
+        nodes = await grid.get_node_ids()
+        ask = [fc.Message(fc.RecordDict(), n, "query.whoami") for n in nodes]
+        first = {int(reply.content["metrics"]["pid"]) for reply in await grid.send_and_receive(ask)}
+        (victim,) = first
+        os.kill(victim, signal.SIGKILL)
+        with anyio.fail_after(10):
+            while not _exited(victim):
+                await anyio.lowlevel.checkpoint()
+        again = [fc.Message(fc.RecordDict(), n, "query.whoami") for n in nodes]
+        return first, await grid.send_and_receive(again)
+
+    first, replies = (await fc.simulate(_app(main), nodes=3, max_workers=1, seed=0)).value
+    assert [reply.error for reply in replies if reply.has_error()] == []
+    assert {reply.content["metrics"]["pid"] for reply in replies}.isdisjoint(first)
 
 
 async def test_a_client_app_past_its_ttl_is_stopped_and_answered() -> None:

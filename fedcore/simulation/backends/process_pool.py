@@ -372,9 +372,17 @@ class ProcessPoolBackend(Backend):
         while True:
             if not in_flight:
                 try:
-                    await self._send(worker, in_flight, await self._jobs_out.receive())
+                    job = await self._jobs_out.receive()
                 except anyio.EndOfStream:
                     return
+                if worker.process.poll() is not None:
+                    # It died while idle (killed, its exec gone, the OOM killer): the job
+                    # never reached it, and goes to its replacement rather than failing.
+                    log.warning("worker %d died while idle; replacing it", worker.index)
+                    await self._retire(worker, [job])
+                    return
+                await self._send(worker, in_flight, job)
+                del job
                 started = self._clock.now()
             while len(in_flight) < depth and _bytes(in_flight) < PIPELINE_BYTES:
                 try:
@@ -391,7 +399,7 @@ class ProcessPoolBackend(Backend):
                     outcomes = await worker.receive()
             except WorkerDied as died:
                 in_flight[0].fail(ErrorCode.CLIENT_APP_CRASHED, f"the ClientApp crashed: {died}")
-                await self._retire(worker, in_flight)
+                await self._retire(worker, list(in_flight)[1:])
                 return
             if deadline.cancelled_caught:
                 reason = (
@@ -399,7 +407,7 @@ class ProcessPoolBackend(Backend):
                     f"{in_flight[0].message.metadata.ttl:g} s ran out; its worker was stopped"
                 )
                 in_flight[0].fail(ErrorCode.MESSAGE_UNAVAILABLE, reason)
-                await self._retire(worker, in_flight)
+                await self._retire(worker, list(in_flight)[1:])
                 return
             for data in outcomes:
                 self._settle(worker, in_flight.popleft(), data)
@@ -425,10 +433,9 @@ class ProcessPoolBackend(Backend):
         weakref.finalize(mapped, worker.releases.append, segment)
         job.settle(*unpack_outcome(memoryview(mapped)))
 
-    async def _retire(self, worker: _Worker, in_flight: deque[_Job]) -> None:
-        """Replace a worker that died or overran a TTL; its unstarted jobs go back in line."""
-        in_flight.popleft()
-        for job in in_flight:
+    async def _retire(self, worker: _Worker, unstarted: list[_Job]) -> None:
+        """Replace a worker that died or overran a TTL; its ``unstarted`` jobs go back in line."""
+        for job in unstarted:
             self._jobs_in.send_nowait(job)
         worker.kill()
         worker.close()
