@@ -9,6 +9,7 @@ processes the node starts itself. Heartbeat 1 s, patience 2, as RELIABILITY.md a
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,6 +50,14 @@ def _run(federation: Deployment, **config: object) -> tuple[dict[str, object], l
     *lines, final = [json.loads(line) for line in followed.stdout.splitlines()]
     replies = [json.loads(line["text"]) for line in lines if line["text"].startswith("{")]
     return final, replies
+
+
+def _replies(federation: Deployment, run_id: str) -> list[dict]:
+    """The replies the run's ServerApp has logged so far."""
+    logged = federation.fedcore("log", run_id, "--json")
+    assert logged.returncode == 0, logged.stderr
+    texts = [json.loads(line)["text"] for line in logged.stdout.splitlines()]
+    return [json.loads(text) for text in texts if text.startswith("{")]
 
 
 def _workers(server: Server) -> list[int]:
@@ -112,6 +121,10 @@ def test_the_exec_killed_mid_round_is_code_8_and_a_restarted_exec_serves_the_nex
     )
     assert submitted.returncode == 0, submitted.stderr
     federation.wait_for_file(federation.root / "markers" / "held")
+    run_id = submitted.stdout.strip()
+    deadline = time.monotonic() + 30  # until the other nodes are done with round 2
+    while len([r for r in _replies(federation, run_id) if r["round"] == 2]) < 2:
+        assert time.monotonic() < deadline, "the other nodes did not answer round 2"
     (node_exec,) = [server for server in federation.servers if server.name.startswith("exec")]
     federation.kill(node_exec)
     federation.start_node_exec(federation.root / "node-exec.sock")
