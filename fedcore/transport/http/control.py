@@ -31,8 +31,7 @@ import hmac
 import logging
 import ssl as _ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import aiohttp
 from aiohttp import BodyPartReader, MultipartReader, hdrs, web
@@ -53,7 +52,7 @@ from fedcore.transport.http.errors import (
     unauthorized,
 )
 from fedcore.transport.http.server import Handler, bearer, guarded, refuse_compressed
-from fedcore.transport.http.session import TIMEOUT, Body, Session
+from fedcore.transport.http.session import TIMEOUT, Body, Session, SessionClient
 from fedcore.wire.fleet import ConfigValue
 
 __all__ = ["HttpControlClient", "control_app"]
@@ -245,7 +244,7 @@ def _query_flag(request: web.Request, name: str) -> bool:
     return value in ("1", "true")
 
 
-class HttpControlClient(ControlService):
+class HttpControlClient(SessionClient, ControlService):
     """The control API of the link at ``host:port``; use it as an async context manager.
 
     ``token`` is sent as a bearer token. ``timeout`` bounds each call (a followed
@@ -263,18 +262,6 @@ class HttpControlClient(ControlService):
     ) -> None:
         self._session = Session(host, port, ssl=ssl, timeout=timeout)
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
-
-    async def __aenter__(self) -> Self:
-        await self._session.open()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self._session.close()
 
     async def submit_run(self, bundle: bytes, run_config: Mapping[str, ConfigValue]) -> Run:
         with aiohttp.MultipartWriter("form-data") as body:

@@ -32,8 +32,7 @@ from __future__ import annotations
 import logging
 import ssl as _ssl
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from aiohttp import web
 
@@ -47,7 +46,7 @@ from fedcore.transport.http import bodies
 from fedcore.transport.http.bodies import JSON, dumps, loads
 from fedcore.transport.http.errors import error_document
 from fedcore.transport.http.server import Handler, guarded, request_body
-from fedcore.transport.http.session import TIMEOUT, Session
+from fedcore.transport.http.session import TIMEOUT, Session, SessionClient
 from fedcore.transport.http.signing import MAX_SKEW, Signer, Verifier
 
 __all__ = ["HttpExecClient", "exec_app"]
@@ -211,7 +210,7 @@ def _claim_from_json(document: object) -> RunClaim:
     )
 
 
-class HttpExecClient(ExecService):
+class HttpExecClient(SessionClient, ExecService):
     """The exec API of the link at ``host:port``, for an exec holding ``secret``.
 
     Use it as an async context manager. Each request is signed with ``secret`` and
@@ -231,18 +230,6 @@ class HttpExecClient(ExecService):
     ) -> None:
         self._session = Session(host, port, ssl=ssl, timeout=timeout)
         self._signer = Signer(secret, clock or SystemClock())
-
-    async def __aenter__(self) -> Self:
-        await self._session.open()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self._session.close()
 
     async def runtime_address(self) -> str:
         document = bodies.fields(loads(await self._call("GET", "/v1/exec/link")), "an answer")

@@ -37,8 +37,7 @@ from __future__ import annotations
 import math
 import ssl as _ssl
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from aiohttp import web
 
@@ -54,7 +53,7 @@ from fedcore.transport.http.server import (
     request_body,
     request_payload,
 )
-from fedcore.transport.http.session import TIMEOUT, Body, Session
+from fedcore.transport.http.session import TIMEOUT, Body, Session, SessionClient
 from fedcore.transport.runtime import RuntimeService
 from fedcore.wire import DecodeLimits, pack_recorddict_parts, unpack_recorddict
 from fedcore.wire.batch import batch_prefix, pack_batch_parts, unpack_batch
@@ -204,7 +203,7 @@ def _status(value: str) -> RunStatus:
         raise DecodeError(f"unknown run status {value[:40]!r}") from None
 
 
-class HttpRuntimeClient(RuntimeService):
+class HttpRuntimeClient(SessionClient, RuntimeService):
     """The runtime API of the link at ``host:port``, for a process holding ``secret``.
 
     Use it as an async context manager. ``secret`` is the launch secret every call
@@ -227,18 +226,6 @@ class HttpRuntimeClient(RuntimeService):
         self._secret = secret
         self._max_body = max_body_bytes
         self._limits = DecodeLimits(max_bytes=max_body_bytes)
-
-    async def __aenter__(self) -> Self:
-        await self._session.open()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self._session.close()
 
     async def authenticate(self, run_id: int, secret: str) -> Run:
         body = await self._call("GET", "/v1/runtime/run", run_id, secret=secret)

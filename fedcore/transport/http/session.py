@@ -1,10 +1,11 @@
 """The clients' side of HTTP: one aiohttp session to the link, and nothing of aiohttp leaking.
 
-:class:`Session` makes the requests of :class:`~fedcore.transport.http.control.HttpControlClient`
-and :class:`~fedcore.transport.http.runtime.HttpRuntimeClient`. An answer that is not
-2xx becomes the fedcore error that the table of :mod:`fedcore.transport.http.errors`
-gives; a link that cannot be reached (nothing listens, the connection broke or timed
-out, the answer was cut short) becomes :class:`~fedcore.errors.LinkUnavailableError`.
+:class:`Session` makes the requests of each HTTP client (control, runtime, exec), and
+:class:`SessionClient` gives them their one lifecycle: its ``async with`` opens and
+closes the session. An answer that is not 2xx becomes the fedcore error that the
+table of :mod:`fedcore.transport.http.errors` gives; a link that cannot be reached
+(nothing listens, the connection broke or timed out, the answer was cut short)
+becomes :class:`~fedcore.errors.LinkUnavailableError`.
 Bodies are read under a cap, not decompressed, and never followed to a redirect.
 """
 
@@ -13,7 +14,8 @@ from __future__ import annotations
 import ssl as _ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 import aiohttp
 from aiohttp.abc import AbstractStreamWriter
@@ -204,3 +206,21 @@ class Session:
             method, path, headers=headers, timeout=timeout, data=data
         ) as response:
             return await self.read_payload(response, cap)
+
+
+class SessionClient:
+    """A client over one :class:`Session` to the link, used as an async context manager."""
+
+    _session: Session
+
+    async def __aenter__(self) -> Self:
+        await self._session.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._session.close()
