@@ -76,10 +76,3 @@ class Spool:
     def close(self) -> None:
         """Give the file back; a mapping made before stays valid."""
         self._file.close()
-
-
-def spool_parts(parts: Iterable[Buffer]) -> memoryview:
-    """The concatenation of ``parts``, written to a spool and mapped."""
-    with Spool() as spool:
-        spool.write_all(parts)
-        return spool.mapped()
