@@ -98,10 +98,13 @@ def loads(data: bytes | bytearray) -> Any:
 
 def invalid(problem: str, cause: BaseException | None = None) -> NoReturn:
     """Refuse a document, in one line of a few hundred characters at most."""
-    problem = " ".join(problem.split())
-    if len(problem) > MAX_DETAIL:
-        problem = problem[: MAX_DETAIL - 3] + "..."
-    raise DecodeError(f"invalid document: {problem}") from cause
+    raise DecodeError(f"invalid document: {one_line(problem)}") from cause
+
+
+def one_line(message: str) -> str:
+    """``message`` on one line of a few hundred characters at most."""
+    message = " ".join(message.split())
+    return message if len(message) <= MAX_DETAIL else message[: MAX_DETAIL - 3] + "..."
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

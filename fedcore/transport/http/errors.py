@@ -48,8 +48,7 @@ from fedcore.errors import (
     StateError,
     UsageError,
 )
-from fedcore.transport.http.bodies import JSON, dumps, loads
-from fedcore.wire.protobuf import MAX_DETAIL
+from fedcore.transport.http.bodies import JSON, dumps, loads, one_line
 
 INTERNAL = "internal error"
 MAX_ERROR_BYTES = 64 * 1024
@@ -90,12 +89,6 @@ _EXPECTED: dict[int, tuple[type[FedcoreError], ...]] = {
     413: (DecodeError, UsageError),
 }
 _UNAVAILABLE = frozenset({502, 503, 504})
-
-
-def one_line(message: str) -> str:
-    """``message`` on one line of a few hundred characters at most."""
-    message = " ".join(message.split())
-    return message if len(message) <= MAX_DETAIL else message[: MAX_DETAIL - 3] + "..."
 
 
 def error_document(kind: type[FedcoreError] | None, message: str) -> dict[str, Any]:
