@@ -109,15 +109,20 @@ class RemoteProcess:
 
 
 def spawn_remote(
-    path: Path, secret: str, channel: socket.socket, environment: Mapping[str, str]
+    path: Path,
+    secret: str,
+    channel: socket.socket,
+    environment: Mapping[str, str],
+    *,
+    patience: float = CONNECT_PATIENCE,
 ) -> RemoteProcess:
     """Have the exec at ``path`` start a ClientApp process on ``channel``.
 
-    Blocking (call it in a thread). Keeps trying for :data:`CONNECT_PATIENCE`
-    seconds while nothing listens at ``path``; raises :class:`AppLoadError` when
-    the exec refuses (a wrong secret) or never answers.
+    Blocking (call it in a thread). Keeps trying for ``patience`` seconds while
+    nothing listens at ``path``; raises :class:`AppLoadError` when the exec
+    refuses (a wrong secret) or never answers.
     """
-    connection = _connect(path)
+    connection = _connect(path, patience)
     try:
         pairs = [f"{key}={value}" for key, value in environment.items()]
         request = pack_spec({"secret": secret, "environment": pairs})
@@ -133,8 +138,8 @@ def spawn_remote(
     return RemoteProcess(connection, pid)
 
 
-def _connect(path: Path) -> socket.socket:
-    deadline = time.monotonic() + CONNECT_PATIENCE
+def _connect(path: Path, patience: float) -> socket.socket:
+    deadline = time.monotonic() + patience
     pause = 0.1
     while True:
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)

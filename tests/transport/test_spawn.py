@@ -50,12 +50,14 @@ async def exec_at(path: Path) -> AsyncIterator[None]:
         tasks.cancel_scope.cancel()
 
 
-async def spawned(path: Path, secret: str = SECRET) -> tuple[socket.socket, spawn.RemoteProcess]:
+async def spawned(
+    path: Path, secret: str = SECRET, patience: float = spawn.CONNECT_PATIENCE
+) -> tuple[socket.socket, spawn.RemoteProcess]:
     ours, theirs = socket.socketpair()
     try:
         with theirs:
             process = await anyio.to_thread.run_sync(
-                spawn_remote, path, secret, theirs, {"GREETING": "hi"}
+                partial(spawn_remote, path, secret, theirs, {"GREETING": "hi"}, patience=patience)
             )
     except BaseException:
         ours.close()
@@ -98,13 +100,10 @@ async def test_a_wrong_secret_is_refused_and_nothing_starts(tmp_path: Path) -> N
             await spawned(path, secret="another-secret-entirely-wrong")
 
 
-async def test_no_exec_listening_is_an_app_load_error_after_the_patience(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(spawn, "CONNECT_PATIENCE", 0.3)
+async def test_no_exec_listening_is_an_app_load_error_after_the_patience(tmp_path: Path) -> None:
     path = tmp_path / "nobody.sock"
     with pytest.raises(AppLoadError, match=r"no exec answers at .* is `fedcore serve"):
-        await spawned(path)
+        await spawned(path, patience=0.3)
 
 
 async def test_an_exec_that_goes_away_takes_its_processes(tmp_path: Path) -> None:
