@@ -79,6 +79,12 @@ class RuntimeGrid(Grid):
                 await self._clock.sleep(self._jitter.uniform(0, delay))
                 delay = min(delay * 2, 5.0)
 
+    def _next_wait(self, deadline: float | None) -> float:
+        """Seconds the next long poll may wait: ``long_poll`` at most, and not past ``deadline``."""
+        if deadline is None:
+            return self._long_poll
+        return max(0.0, min(self._long_poll, deadline - self._clock.now()))
+
     async def get_node_ids(self) -> list[int]:
         run_id = self._run.run_id
         return await self.call(lambda: self._service.get_node_ids(run_id))
@@ -87,8 +93,7 @@ class RuntimeGrid(Grid):
         run_id = self._run.run_id
         deadline = None if timeout is None else self._clock.now() + timeout
         while True:
-            remaining = self._long_poll if deadline is None else deadline - self._clock.now()
-            wait = max(0.0, min(self._long_poll, remaining))
+            wait = self._next_wait(deadline)
             node_ids = await self.call(
                 functools.partial(
                     self._service.get_node_ids, run_id, at_least=count, wait_seconds=wait
@@ -133,8 +138,7 @@ class RuntimeGrid(Grid):
         pending = dict.fromkeys(message_ids)
         deadline = None if timeout is None else self._clock.now() + timeout
         while pending:
-            remaining = self._long_poll if deadline is None else deadline - self._clock.now()
-            wait = max(0.0, min(self._long_poll, remaining))
+            wait = self._next_wait(deadline)
             for reply in await self._take(list(pending), wait=wait):
                 message_id = reply.metadata.reply_to_message_id
                 if message_id in pending:
