@@ -37,6 +37,8 @@ _INT64 = range(-(2**63), 2**63)
 _ID = re.compile(r"0|[1-9][0-9]{0,18}")
 _SIGNED = re.compile(r"-?(0|[1-9][0-9]{0,18})")
 _READ_SIZE = 4 << 20
+WRITE_SLICE = 256 * 1024
+"""Bytes of a large body written at a time, either side, so the event loop runs between slices."""
 
 
 async def read_at_most(content: aiohttp.StreamReader, limit: int) -> bytes:

@@ -26,7 +26,7 @@ from typing import TypeVar
 from aiohttp import hdrs, web
 
 from fedcore.errors import DecodeError, FedcoreError
-from fedcore.transport.http.bodies import read_at_most, read_payload
+from fedcore.transport.http.bodies import WRITE_SLICE, read_at_most, read_payload
 from fedcore.transport.http.errors import (
     error_response,
     expected_error,
@@ -42,8 +42,6 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 R = TypeVar("R")
-WRITE_SLICE = 256 * 1024
-"""Bytes of a large body written at a time, so the event loop runs between slices."""
 SHUTDOWN_SECONDS = 5.0
 """How long a stopping server lets the requests in progress finish before cancelling them."""
 

@@ -21,14 +21,13 @@ import aiohttp
 from aiohttp.abc import AbstractStreamWriter
 
 from fedcore.errors import DecodeError, FedcoreError, LinkUnavailableError
-from fedcore.transport.http.bodies import MAX_JSON_BYTES, read_at_most, read_payload
+from fedcore.transport.http.bodies import MAX_JSON_BYTES, WRITE_SLICE, read_at_most, read_payload
 from fedcore.transport.http.errors import MAX_ERROR_BYTES, answer_error
 from fedcore.wire.frame import slices
 from fedcore.wire.protobuf import Buffer
 
 TIMEOUT = 30.0
 """Seconds to connect, and for the link to answer a call beyond any wait it was asked for."""
-_SLICE = 256 * 1024
 
 
 class Body(aiohttp.Payload):
@@ -60,7 +59,7 @@ class Body(aiohttp.Payload):
         self, writer: AbstractStreamWriter, content_length: int | None
     ) -> None:
         remaining = self.size if content_length is None else content_length
-        for piece in slices(self._value, _SLICE):
+        for piece in slices(self._value, WRITE_SLICE):
             if remaining <= 0:
                 return
             await writer.write(piece[:remaining])
