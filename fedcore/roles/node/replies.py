@@ -19,7 +19,7 @@ from __future__ import annotations
 import anyio.to_thread
 
 from fedcore.domain import Message
-from fedcore.errors import DecodeError, LinkUnavailableError
+from fedcore.errors import DecodeError
 from fedcore.roles.node.retry import Retrier
 from fedcore.transport.fleet import FleetService
 from fedcore.wire import Parts, pack_recorddict_parts, parts_size
@@ -50,26 +50,20 @@ class OutgoingReply:
 
     async def push(self, fleet: FleetService, node_id: int, retry: Retrier) -> PushedReply:
         """Push until the link holds the reply; raise the link's final refusal."""
-        backoff = retry.backoff()
-        payload_lost = False
-        while True:
-            try:
-                if self._parts is not None and self.payload is None:
-                    if self._digest is None:  # hashing megabytes: off the event loop
-                        self._digest = await anyio.to_thread.run_sync(Digest.of, self._parts)
-                    payload_id = await fleet.push_payload(
-                        node_id, self.message_id, self._digest, self._parts
-                    )
-                    self.payload = PayloadRef(payload_id, self._digest)
-                pushed = await fleet.push_reply(node_id, self.reply, self.payload)
-            except LinkUnavailableError as exc:
-                retry.unavailable(exc)
-                await backoff.wait()
-                continue
-            except DecodeError:
-                if self.payload is None or payload_lost:
-                    raise
-                payload_lost, self.payload = True, None
-                continue
-            retry.available()
-            return pushed
+        try:
+            return await retry(lambda: self._push_once(fleet, node_id))
+        except DecodeError:
+            if self.payload is None:
+                raise
+            self.payload = None  # the link lost the payload the reply names: push it again
+            return await retry(lambda: self._push_once(fleet, node_id))
+
+    async def _push_once(self, fleet: FleetService, node_id: int) -> PushedReply:
+        if self._parts is not None and self.payload is None:
+            if self._digest is None:  # hashing megabytes: off the event loop
+                self._digest = await anyio.to_thread.run_sync(Digest.of, self._parts)
+            payload_id = await fleet.push_payload(
+                node_id, self.message_id, self._digest, self._parts
+            )
+            self.payload = PayloadRef(payload_id, self._digest)
+        return await fleet.push_reply(node_id, self.reply, self.payload)
