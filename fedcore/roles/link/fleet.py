@@ -20,9 +20,6 @@ import math
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 
-import anyio
-import anyio.to_thread
-
 from fedcore.clock import Clock
 from fedcore.domain import Message, Run
 from fedcore.domain.message import assemble_message
@@ -146,13 +143,16 @@ class LinkFleet(FleetService):
 
     async def get_run(self, node_id: int, run_id: int) -> tuple[Run, Digest]:
         run = await self._visible_run(node_id, run_id)
-        return run, await self._bundle_digest(run)
+        digest = self._bundle_digests.get(run.bundle_hash)
+        if digest is None:
+            _, digest = await self._bundle(run)
+        return run, digest
 
     @asynccontextmanager
     async def get_bundle(self, node_id: int, run_id: int) -> AsyncIterator[Transfer]:
         run = await self._visible_run(node_id, run_id)
-        data = await self._bundle(run)
-        yield Transfer(self._bundle_digests[run.bundle_hash], sliced([data], self._chunk_size))
+        data, digest = await self._bundle(run)
+        yield Transfer(digest, sliced([data], self._chunk_size))
 
     async def _visible_run(self, node_id: int, run_id: int) -> Run:
         if run_id not in self._runs_of_node.get(node_id, ()):
@@ -161,21 +161,14 @@ class LinkFleet(FleetService):
             raise RunNotFoundError(f"no run {run_id} for node {node_id}")
         return await self._state.get_run(run_id)
 
-    async def _bundle(self, run: Run) -> bytes:
+    async def _bundle(self, run: Run) -> tuple[bytes, Digest]:
         if not run.bundle_hash:
             raise RunNotFoundError(f"run {run.run_id} has no app bundle")
         data = await self._state.get_bundle(run.bundle_hash)
-        if run.bundle_hash not in self._bundle_digests:
-            digest = await anyio.to_thread.run_sync(Digest.of, data)  # up to 50 MiB
-            self._bundle_digests.setdefault(run.bundle_hash, digest)
-        return data
-
-    async def _bundle_digest(self, run: Run) -> Digest:
-        digest = self._bundle_digests.get(run.bundle_hash)
-        if digest is None:
-            await self._bundle(run)
-            digest = self._bundle_digests[run.bundle_hash]
-        return digest
+        # The state keeps a bundle under its SHA-256 (LinkState.put_bundle): no need to
+        # hash up to 50 MiB again, and a node refuses bytes that do not match it.
+        digest = Digest(len(data), bytes.fromhex(run.bundle_hash))
+        return data, self._bundle_digests.setdefault(run.bundle_hash, digest)
 
     # Payloads ---------------------------------------------------------------------------
 
