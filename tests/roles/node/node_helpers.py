@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import Any
 
 import anyio
+import numpy as np
 
 from fedcore.apps.bundle import Bundle, pack_bundle
 from fedcore.apps.client_app import ClientApp
@@ -20,6 +21,7 @@ from fedcore.simulation.backends.inline import InlineBackend
 from fedcore.testing import FakeClock
 from fedcore.testing.fleet import FakeFleet
 from fedcore.transport.fleet import Buffer, FleetService, Transfer
+from fedcore.wire import unpack_recorddict
 from fedcore.wire.chunks import Digest
 from fedcore.wire.fleet import ConfigValue, PayloadRef, PushedReply
 from fedcore.wire.rpc import PulledMessages
@@ -268,3 +270,12 @@ def node(
 def stored(fake: FakeFleet, message_ids: Iterable[str]) -> list[Message]:
     """The replies the fleet stored for ``message_ids``, in that order."""
     return [fake.replies[message_id].reply for message_id in message_ids]
+
+
+def stored_weights(fake: FakeFleet, message_id: str) -> np.ndarray:
+    """The array ``w`` of the reply stored for ``message_id``, which came as a payload."""
+    payload = fake.replies[message_id].payload
+    assert payload is not None, "the reply's content did not travel as a payload"
+    data = b"".join(bytes(part) for part in fake.payloads[payload.payload_id].parts)
+    weights: np.ndarray = unpack_recorddict(data)["arrays"]["w"]
+    return weights

@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import numpy as np
 import pytest
-from node_helpers import Runners, add_run, make_bundle, node, train
+from node_helpers import Runners, add_run, make_bundle, node, stored_weights, train
 
 from fedcore.apps.client_app import ClientApp
 from fedcore.domain import ArrayRecord, Context, Message, RecordDict
@@ -18,7 +18,6 @@ from fedcore.roles.node import BackoffPolicy
 from fedcore.testing import FakeClock
 from fedcore.testing.fleet import FakeFleet
 from fedcore.transport.grpc import GrpcFleetClient, serve_fleet
-from fedcore.wire import unpack_recorddict
 from fedcore.wire.fleet import MAX_INLINE_CONTENT
 
 pytestmark = pytest.mark.anyio
@@ -88,11 +87,3 @@ async def test_a_node_serves_over_grpc_and_comes_back_after_the_link_restarts(
                 first = next(r.getMessage() for r in caplog.records if r.name.endswith(".retry"))
                 assert "is unavailable: " in first or "did not answer" in first, first
                 assert f"the link does not know node {first_id} any more" in caplog.text
-
-
-def stored_weights(fleet: FakeFleet, message_id: str) -> np.ndarray:
-    payload = fleet.replies[message_id].payload
-    assert payload is not None
-    data = b"".join(bytes(part) for part in fleet.payloads[payload.payload_id].parts)
-    weights: np.ndarray = unpack_recorddict(data)["arrays"]["w"]
-    return weights

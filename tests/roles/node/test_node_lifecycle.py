@@ -30,16 +30,6 @@ from fedcore.testing.fleet import FakeFleet
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def fake(fake_clock: FakeClock) -> FakeFleet:
-    return FakeFleet(fake_clock)
-
-
-@pytest.fixture
-def fleet(fake: FakeFleet) -> FlakyFleet:
-    return FlakyFleet(fake)
-
-
 def gated() -> tuple[ClientApp, anyio.Event, list[str]]:
     """A ClientApp whose handler waits for the returned event; it lists what it started."""
     client, gate, started = ClientApp(), anyio.Event(), []

@@ -42,17 +42,6 @@ class Echo:
 
 
 @pytest.fixture
-def fake(fake_clock: FakeClock) -> FakeFleet:
-    fake = FakeFleet(fake_clock)
-    return fake
-
-
-@pytest.fixture
-def fleet(fake: FakeFleet) -> FlakyFleet:
-    return FlakyFleet(fake)
-
-
-@pytest.fixture
 def echo() -> Echo:
     return Echo()
 

@@ -6,13 +6,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from node_helpers import FlakyFleet, Runners, add_run, advance, make_bundle, node, train, until
+from node_helpers import (
+    FlakyFleet,
+    Runners,
+    add_run,
+    advance,
+    make_bundle,
+    node,
+    stored_weights,
+    train,
+    until,
+)
 
 from fedcore.apps.client_app import ClientApp
 from fedcore.domain import ArrayRecord, Context, Message, RecordDict
 from fedcore.testing import FakeClock
 from fedcore.testing.fleet import FakeFleet
-from fedcore.wire import unpack_recorddict
 from fedcore.wire.fleet import MAX_INLINE_CONTENT
 
 pytestmark = pytest.mark.anyio
@@ -33,27 +42,9 @@ def doubling(seen: list[np.ndarray]) -> ClientApp:
     return client
 
 
-@pytest.fixture
-def fake(fake_clock: FakeClock) -> FakeFleet:
-    return FakeFleet(fake_clock)
-
-
-@pytest.fixture
-def fleet(fake: FakeFleet) -> FlakyFleet:
-    return FlakyFleet(fake)
-
-
 def large_message(node_id: int) -> tuple[Message, np.ndarray]:
     weights = np.arange(LARGE, dtype=np.float32)
     return train(node_id, RecordDict({"arrays": ArrayRecord({"w": weights})})), weights
-
-
-def stored_weights(fake: FakeFleet, message_id: str) -> np.ndarray:
-    payload = fake.replies[message_id].payload
-    assert payload is not None, "the reply's content did not travel as a payload"
-    data = b"".join(bytes(part) for part in fake.payloads[payload.payload_id].parts)
-    weights: np.ndarray = unpack_recorddict(data)["arrays"]["w"]
-    return weights
 
 
 async def test_large_contents_travel_as_payloads_both_ways(

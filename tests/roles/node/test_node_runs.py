@@ -62,16 +62,6 @@ def counting() -> ClientApp:
     return client
 
 
-@pytest.fixture
-def fake(fake_clock: FakeClock) -> FakeFleet:
-    return FakeFleet(fake_clock)
-
-
-@pytest.fixture
-def fleet(fake: FakeFleet) -> FlakyFleet:
-    return FlakyFleet(fake)
-
-
 def counts(fake: FakeFleet, message_ids: list[str]) -> list[int]:
     return [reply.content["m"]["n"] for reply in stored(fake, message_ids)]
 
