@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import random
 import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
@@ -58,6 +59,12 @@ from fedcore.domain import (
     RunStatus,
 )
 from fedcore.domain.message import assemble_message
+from fedcore.errors import (
+    ClaimLostError,
+    InvalidTransitionError,
+    ReplyRejectedError,
+    RunFinishedError,
+)
 from fedcore.state.notify import Subscription
 
 DEFAULT_HEARTBEAT_PATIENCE = 2.0
@@ -360,6 +367,22 @@ class LinkState(ABC):
         """
 
 
+def new_id(ids: random.Random, taken: Callable[[int], bool]) -> int:
+    """A fresh node or run id from ``ids``: 63 bits, above the server's id, not ``taken``."""
+    while True:
+        candidate = ids.getrandbits(63)
+        if candidate > SERVER_NODE_ID and not taken(candidate):
+            return candidate
+
+
+def new_message_id(ids: random.Random, taken: Callable[[str], bool]) -> str:
+    """A fresh message or reply id from ``ids``: 32 lowercase hex digits, not ``taken``."""
+    while True:
+        message_id = f"{ids.getrandbits(128):032x}"
+        if not taken(message_id):
+            return message_id
+
+
 def check_message_id(message_id: str) -> None:
     """Refuse a message id a ServerApp chose that is not 32 lowercase hex digits."""
     if len(message_id) != 32 or message_id.strip("0123456789abcdef"):
@@ -370,6 +393,21 @@ def check_heartbeat_interval(heartbeat_interval: float) -> None:
     """Refuse a heartbeat interval that is not a positive number of seconds."""
     if not heartbeat_interval > 0:
         raise ValueError(f"heartbeat_interval must be positive, got {heartbeat_interval}")
+
+
+def check_takes_messages(run_id: int, status: RunStatus) -> None:
+    """Refuse a push to a finished run."""
+    if status.finished:
+        raise RunFinishedError(f"run {run_id} is {status}; it takes no messages")
+
+
+def check_reply_type(reply: Message, message_type: str) -> None:
+    """Refuse a reply whose type is not that of the message it answers."""
+    if reply.metadata.message_type != message_type:
+        raise ReplyRejectedError(
+            f"reply type {reply.metadata.message_type!r} does not match "
+            f"message type {message_type!r}"
+        )
 
 
 def unknown_message_reply(run_id: int, message_id: str) -> Message:
@@ -399,6 +437,20 @@ def secret_matches(digest: bytes | None, secret: str) -> bool:
 def _digest(secret: str) -> bytes:
     # surrogatepass: a secret from the network may hold any str; it then only fails to match.
     return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).digest()
+
+
+def check_claim_token(run_id: int, current: int | None, token: int) -> None:
+    """Refuse ``token`` unless it is the run's live claim, ``current`` (None: no claim)."""
+    if token != current:
+        raise ClaimLostError(f"token {token} is not the claim of run {run_id}")
+
+
+def check_running(run_id: int, status: RunStatus) -> None:
+    """What ``heartbeat_run`` refuses: a finished run, and one not running yet."""
+    if status.finished:
+        raise RunFinishedError(f"run {run_id} is {status}: its ServerApp should end")
+    if status is not RunStatus.RUNNING:
+        raise InvalidTransitionError(f"run {run_id} is {status}, not running yet")
 
 
 def after_claim_expired(attempts: int) -> tuple[RunStatus, str]:

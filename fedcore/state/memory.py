@@ -46,7 +46,6 @@ from fedcore.errors import (
     MessageNotFoundError,
     NodeNotFoundError,
     ReplyRejectedError,
-    RunFinishedError,
 )
 from fedcore.state.base import (
     DEFAULT_HEARTBEAT_PATIENCE,
@@ -55,6 +54,10 @@ from fedcore.state.base import (
     check_heartbeat_interval,
     check_lease,
     check_message_id,
+    check_reply_type,
+    check_takes_messages,
+    new_id,
+    new_message_id,
     unknown_message_reply,
 )
 from fedcore.state.memory_runs import MemoryRuns
@@ -63,7 +66,6 @@ from fedcore.state.notify import Subscription, Topic
 
 @dataclass(slots=True)
 class _Node:
-    heartbeat_interval: float
     online_until: float
     online: bool = True  # false once the reaper has declared it offline
 
@@ -187,12 +189,6 @@ class InMemoryLinkState(LinkState):
         node = self._nodes.get(node_id)
         return node is not None and node.online_until > self._clock.now()
 
-    def _new_id(self, taken: Callable[[int], bool]) -> int:
-        while True:
-            candidate = self._ids.getrandbits(63)
-            if candidate > SERVER_NODE_ID and not taken(candidate):
-                return candidate
-
     async def create_nodes(self, count: int, *, heartbeat_interval: float) -> list[int]:
         if count < 0:
             raise ValueError(f"cannot create {count} nodes")
@@ -201,8 +197,8 @@ class InMemoryLinkState(LinkState):
         online_until = self._clock.now() + self._patience * heartbeat_interval
         created = []
         for _ in range(count):
-            node_id = self._new_id(self._nodes.__contains__)
-            self._nodes[node_id] = _Node(heartbeat_interval, online_until)
+            node_id = new_id(self._ids, self._nodes.__contains__)
+            self._nodes[node_id] = _Node(online_until)
             self._schedule(online_until, partial(self._check_node, node_id, online_until))
             created.append(node_id)
             self._node_topic.publish(node_id, node_id)
@@ -224,7 +220,6 @@ class InMemoryLinkState(LinkState):
             raise NodeNotFoundError(f"no node {node_id}")
         # _fire_due() has just declared the node offline if its deadline passed.
         was_online, node.online = node.online, True
-        node.heartbeat_interval = heartbeat_interval
         node.online_until = self._clock.now() + self._patience * heartbeat_interval
         self._schedule(node.online_until, partial(self._check_node, node_id, node.online_until))
         if not was_online:
@@ -311,9 +306,7 @@ class InMemoryLinkState(LinkState):
 
     async def push_messages(self, run_id: int, messages: Sequence[Message]) -> list[str]:
         self._fire_due()
-        status = self._runs.status(run_id)
-        if status.finished:
-            raise RunFinishedError(f"run {run_id} is {status}; it takes no messages")
+        check_takes_messages(run_id, self._runs.status(run_id))
         run_messages = self._run_messages.setdefault(run_id, set())
         for message in messages:
             chosen = message.metadata.message_id
@@ -345,9 +338,7 @@ class InMemoryLinkState(LinkState):
         return ids
 
     def _new_message_id(self) -> str:
-        while (message_id := f"{self._ids.getrandbits(128):032x}") in self._messages:
-            continue
-        return message_id
+        return new_message_id(self._ids, self._messages.__contains__)
 
     async def get_replies(self, run_id: int, message_ids: Iterable[str]) -> list[Message]:
         self._fire_due()
@@ -431,11 +422,7 @@ class InMemoryLinkState(LinkState):
         if entry is None or entry.message.metadata.dst_node_id != node_id:
             raise MessageNotFoundError(f"node {node_id} has no message {reply_to!r} to reply to")
         original = entry.message.metadata
-        if reply.metadata.message_type != original.message_type:
-            raise ReplyRejectedError(
-                f"reply type {reply.metadata.message_type!r} does not match "
-                f"message type {original.message_type!r}"
-            )
+        check_reply_type(reply, original.message_type)
         if entry.reply is not None:
             return self._repeat_reply(entry, reply)
         meta = reply.metadata

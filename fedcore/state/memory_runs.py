@@ -30,19 +30,16 @@ from functools import partial
 from typing import Any
 
 from fedcore.clock import Clock
-from fedcore.domain import SERVER_NODE_ID, LogLine, RecordDict, Run, RunStatus, transition
-from fedcore.errors import (
-    ClaimLostError,
-    InvalidTransitionError,
-    NotFoundError,
-    RunFinishedError,
-    RunNotFoundError,
-)
+from fedcore.domain import LogLine, RecordDict, Run, RunStatus, transition
+from fedcore.errors import NotFoundError, RunNotFoundError
 from fedcore.state.base import (
     RunClaim,
     after_claim_expired,
+    check_claim_token,
     check_heartbeat_interval,
     check_lease,
+    check_running,
+    new_id,
     new_launch_secret,
     secret_matches,
     silent_serverapp_reason,
@@ -107,8 +104,7 @@ class MemoryRuns:
     def create_run(self, run_config: dict[str, Any], seed: int | None, bundle_hash: str) -> Run:
         if bundle_hash and bundle_hash not in self._bundles:
             raise NotFoundError(f"no bundle {bundle_hash!r}")
-        while (run_id := self._ids.getrandbits(63)) <= SERVER_NODE_ID or run_id in self._runs:
-            continue
+        run_id = new_id(self._ids, self._runs.__contains__)
         run = Run(
             run_id=run_id,
             run_config=dict(run_config),
@@ -131,7 +127,7 @@ class MemoryRuns:
     ) -> Run:
         row = self._row(run_id)
         if token is not None:
-            _check_token(row, token)
+            check_claim_token(run_id, row.token, token)
         self._move(row, status, reason)
         return _copy(row.run)
 
@@ -170,7 +166,7 @@ class MemoryRuns:
     def renew_claim(self, run_id: int, token: int, lease: float) -> float:
         check_lease(lease)
         row = self._row(run_id)
-        _check_token(row, token)
+        check_claim_token(run_id, row.token, token)
         self._claim_until(row, self._clock.now() + lease)
         return row.claim_until
 
@@ -188,7 +184,7 @@ class MemoryRuns:
     def start_run(self, run_id: int, token: int, heartbeat_interval: float) -> Run:
         check_heartbeat_interval(heartbeat_interval)
         row = self._row(run_id)
-        _check_token(row, token)
+        check_claim_token(run_id, row.token, token)
         if row.run.status is not RunStatus.RUNNING:  # else a retry: nothing to do
             self._move(row, RunStatus.RUNNING, "")
             self._watch_server_app(row, heartbeat_interval)
@@ -197,10 +193,7 @@ class MemoryRuns:
     def heartbeat_run(self, run_id: int, heartbeat_interval: float) -> Run:
         check_heartbeat_interval(heartbeat_interval)
         row = self._row(run_id)
-        if row.run.status.finished:
-            raise RunFinishedError(f"run {run_id} is {row.run.status}: its ServerApp should end")
-        if row.run.status is not RunStatus.RUNNING:
-            raise InvalidTransitionError(f"run {run_id} is {row.run.status}, not running yet")
+        check_running(run_id, row.run.status)
         self._watch_server_app(row, heartbeat_interval)
         return _copy(row.run)
 
@@ -270,8 +263,3 @@ class MemoryRuns:
 
 def _copy(run: Run) -> Run:
     return dataclasses.replace(run, run_config=dict(run.run_config))
-
-
-def _check_token(row: _RunRow, token: int) -> None:
-    if row.token is None or row.token != token:
-        raise ClaimLostError(f"token {token} is not the claim of run {row.run.run_id}")

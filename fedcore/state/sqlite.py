@@ -72,7 +72,6 @@ from fedcore.errors import (
     MessageNotFoundError,
     NodeNotFoundError,
     ReplyRejectedError,
-    RunFinishedError,
 )
 from fedcore.state.base import (
     DEFAULT_HEARTBEAT_PATIENCE,
@@ -81,6 +80,10 @@ from fedcore.state.base import (
     check_heartbeat_interval,
     check_lease,
     check_message_id,
+    check_reply_type,
+    check_takes_messages,
+    new_id,
+    new_message_id,
     unknown_message_reply,
 )
 from fedcore.state.database import INT64, Database
@@ -147,7 +150,7 @@ class SqliteLinkState(LinkState):
         for message_id, node_id in ending:
             self._db.execute("end_lease", message_id=message_id)
             self._db.notify(partial(self._message_topic.publish, node_id, node_id))
-        fired_runs = self._runs.fire(due, now)
+        fired_runs = self._runs.fire(due)
         return bool(expiring or silent or ending) or fired_runs
 
     def _reopen(self, now: float) -> None:
@@ -157,10 +160,9 @@ class SqliteLinkState(LinkState):
     # Nodes -------------------------------------------------------------------------
 
     def _new_node_id(self) -> int:
-        while True:
-            candidate = self._ids.getrandbits(63)
-            if candidate > SERVER_NODE_ID and self._db.row("node_id_taken", id=candidate) is None:
-                return candidate
+        return new_id(
+            self._ids, lambda candidate: self._db.row("node_id_taken", id=candidate) is not None
+        )
 
     async def create_nodes(self, count: int, *, heartbeat_interval: float) -> list[int]:
         if count < 0:
@@ -283,9 +285,7 @@ class SqliteLinkState(LinkState):
         return await self._db.transact(partial(self._push_messages, run_id, list(messages)))
 
     def _push_messages(self, run_id: int, messages: list[Message], now: float) -> list[str]:
-        status = self._runs.status(run_id)
-        if status.finished:
-            raise RunFinishedError(f"run {run_id} is {status}; it takes no messages")
+        check_takes_messages(run_id, self._runs.status(run_id))
         for message in messages:
             if message.metadata.dst_node_id not in INT64:
                 raise ValueError(
@@ -347,10 +347,9 @@ class SqliteLinkState(LinkState):
         return retried
 
     def _new_message_id(self) -> str:
-        while True:
-            message_id = f"{self._ids.getrandbits(128):032x}"
-            if self._db.row("message_id_taken", id=message_id) is None:
-                return message_id
+        return new_message_id(
+            self._ids, lambda candidate: self._db.row("message_id_taken", id=candidate) is not None
+        )
 
     async def get_replies(self, run_id: int, message_ids: Iterable[str]) -> list[Message]:
         return await self._db.transact(partial(self._get_replies, run_id, list(message_ids)))
@@ -459,11 +458,7 @@ class SqliteLinkState(LinkState):
         row = self._db.row("message_and_reply", message_id=reply_to)
         if row is None or row["dst_node_id"] != node_id:
             raise MessageNotFoundError(f"node {node_id} has no message {reply_to!r} to reply to")
-        if reply.metadata.message_type != row["message_type"]:
-            raise ReplyRejectedError(
-                f"reply type {reply.metadata.message_type!r} does not match "
-                f"message type {row['message_type']!r}"
-            )
+        check_reply_type(reply, row["message_type"])
         if row["reply_id"] is not None:
             return _repeated_reply(row, reply)
         transition(MessageStatus(row["status"]), MessageStatus.REPLIED)

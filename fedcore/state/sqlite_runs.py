@@ -23,20 +23,17 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from fedcore.domain import SERVER_NODE_ID, ConfigRecord, LogLine, RecordDict, Run, RunStatus
+from fedcore.domain import ConfigRecord, LogLine, RecordDict, Run, RunStatus
 from fedcore.domain.lifecycle import transition
-from fedcore.errors import (
-    ClaimLostError,
-    InvalidTransitionError,
-    NotFoundError,
-    RunFinishedError,
-    RunNotFoundError,
-)
+from fedcore.errors import NotFoundError, RunNotFoundError
 from fedcore.state.base import (
     RunClaim,
     after_claim_expired,
+    check_claim_token,
     check_heartbeat_interval,
     check_lease,
+    check_running,
+    new_id,
     new_launch_secret,
     secret_matches,
     silent_serverapp_reason,
@@ -60,7 +57,7 @@ class SqliteRuns:
 
     # Timers ------------------------------------------------------------------------
 
-    def fire(self, due: float, now: float) -> bool:
+    def fire(self, due: float) -> bool:
         """Fire the claims and ServerApp deadlines stored for ``due``; say if there were."""
         ending = self._db.rows("claims_ending_at", deadline=due)
         for run_id, attempts in ending:
@@ -90,10 +87,9 @@ class SqliteRuns:
     def _create_run(self, run_config: bytes, seed: int | None, bundle_hash: str, now: float) -> Run:
         if bundle_hash and self._db.row("bundle_exists", bundle_hash=bundle_hash) is None:
             raise NotFoundError(f"no bundle {bundle_hash!r}")
-        while True:
-            run_id = self._ids.getrandbits(63)
-            if run_id > SERVER_NODE_ID and self._db.row("run_id_taken", id=run_id) is None:
-                break
+        run_id = new_id(
+            self._ids, lambda candidate: self._db.row("run_id_taken", id=candidate) is not None
+        )
         self._db.execute(
             "insert_run",
             run_id=run_id,
@@ -142,7 +138,7 @@ class SqliteRuns:
     ) -> Run:
         row = self._run_row(run_id)
         if token is not None:
-            _check_token(row, token)
+            check_claim_token(run_id, row["claim_token"], token)
         self._move(run_id, RunStatus(row["status"]), status, reason)
         return self._get_run(run_id)
 
@@ -191,7 +187,7 @@ class SqliteRuns:
         return await self._db.transact(partial(self._renew_claim, run_id, token, lease))
 
     def _renew_claim(self, run_id: int, token: int, lease: float, now: float) -> float:
-        _check_token(self._run_row(run_id), token)
+        check_claim_token(run_id, self._run_row(run_id)["claim_token"], token)
         claim_until = now + lease
         self._db.execute("renew_claim", run_id=run_id, claim_until=claim_until)
         self._db.watch(claim_until)
@@ -203,7 +199,7 @@ class SqliteRuns:
 
     def _start_run(self, run_id: int, token: int, heartbeat_interval: float, now: float) -> Run:
         row = self._run_row(run_id)
-        _check_token(row, token)
+        check_claim_token(run_id, row["claim_token"], token)
         status = RunStatus(row["status"])
         if status is not RunStatus.RUNNING:  # else a retry: nothing to do
             self._move(run_id, status, RunStatus.RUNNING, "")
@@ -217,11 +213,7 @@ class SqliteRuns:
         )
 
     def _heartbeat_run(self, run_id: int, heartbeat_interval: float, now: float) -> Run:
-        status = self.status(run_id)
-        if status.finished:
-            raise RunFinishedError(f"run {run_id} is {status}: its ServerApp should end")
-        if status is not RunStatus.RUNNING:
-            raise InvalidTransitionError(f"run {run_id} is {status}, not running yet")
+        check_running(run_id, self.status(run_id))
         self._watch_server_app(run_id, heartbeat_interval, now)
         return self._get_run(run_id)
 
@@ -323,11 +315,6 @@ class SqliteRuns:
 
     def watch_logs(self, run_id: int, callback: Callable[[int], None]) -> Subscription:
         return self._log_topic.subscribe(callback, run_id)
-
-
-def _check_token(row: sqlite3.Row, token: int) -> None:
-    if row["claim_token"] is None or row["claim_token"] != token:
-        raise ClaimLostError(f"token {token} is not the claim of run {row['run_id']}")
 
 
 def _run_from(row: sqlite3.Row) -> Run:
