@@ -53,6 +53,18 @@ def write_lock_held(path: Path) -> Iterator[Callable[[], None]]:
         other.close()
 
 
+async def node_with_a_message(state: SqliteLinkState) -> tuple[int, int, str]:
+    """A node heartbeating every ``INTERVAL``, sent a message that outlives the test:
+    its id, its run's and the message's."""
+    node_id = await state.create_node(heartbeat_interval=INTERVAL)
+    run_id = (await state.create_run({})).run_id
+    content = RecordDict({"config": ConfigRecord({"x": 1})})
+    (message_id,) = await state.push_messages(
+        run_id, [Message(content, node_id, "train", ttl=600.0)]
+    )
+    return node_id, run_id, message_id
+
+
 async def beat_late(
     path: Path, clock: FakeClock, state: SqliteLinkState, heartbeat: Callable[[], Awaitable[object]]
 ) -> None:
@@ -74,12 +86,7 @@ async def test_a_node_heartbeat_that_arrived_in_time_keeps_its_node(
     path: Path, fake_clock: FakeClock
 ) -> None:
     async with state_on(path, fake_clock) as state:
-        node_id = await state.create_node(heartbeat_interval=INTERVAL)
-        run_id = (await state.create_run({})).run_id
-        content = RecordDict({"config": ConfigRecord({"x": 1})})
-        (message_id,) = await state.push_messages(
-            run_id, [Message(content, node_id, "train", ttl=600.0)]
-        )
+        node_id, run_id, message_id = await node_with_a_message(state)
 
         async def heartbeat() -> None:
             await state.heartbeat(node_id, heartbeat_interval=INTERVAL)
@@ -112,12 +119,7 @@ async def test_a_heartbeat_that_arrived_late_still_counts_as_missed(
 ) -> None:
     """The other side of the rule: arriving after the deadline, queued or not, is late."""
     async with state_on(path, fake_clock) as state:
-        node_id = await state.create_node(heartbeat_interval=INTERVAL)
-        run_id = (await state.create_run({})).run_id
-        content = RecordDict({"config": ConfigRecord({"x": 1})})
-        (message_id,) = await state.push_messages(
-            run_id, [Message(content, node_id, "train", ttl=600.0)]
-        )
+        node_id, run_id, message_id = await node_with_a_message(state)
         with write_lock_held(path) as release:
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(state.get_node_ids)
