@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import pytest
+from anyio.abc import TaskGroup
 
 from fedcore.errors import StateError
 from fedcore.state.database import MAX_BATCH, Database
@@ -90,6 +91,16 @@ async def db(tmp_path: Path, fake_clock: FakeClock, trace: list[str]) -> AsyncIt
         yield database
 
 
+async def held(tasks: TaskGroup, db: Database) -> Gate:
+    """Start a transaction that holds ``db`` (the calls made next queue behind it) until
+    the gate returned is opened."""
+    gate = Gate()
+    tasks.start_soon(db.transact, gate)
+    with anyio.fail_after(WAIT):
+        await gate.entered.wait()
+    return gate
+
+
 def _nodes_go_offline(db: Database, due: float) -> bool:
     """The timers of these tests: nodes whose deadline passed go offline."""
     silent = db.rows("nodes_silent_at", deadline=due)
@@ -148,11 +159,8 @@ async def call_and_keep(outcomes: dict[int, object], key: int, call: Awaitable[o
 async def test_calls_queued_behind_a_transaction_commit_as_one(
     db: Database, trace: list[str], hops: list[int]
 ) -> None:
-    gate = Gate()
     async with anyio.create_task_group() as tasks:
-        tasks.start_soon(db.transact, gate)
-        with anyio.fail_after(WAIT):
-            await gate.entered.wait()
+        gate = await held(tasks, db)
         for node_id in range(1, 11):
             tasks.start_soon(db.transact, partial(insert, db, node_id))
         await anyio.wait_all_tasks_blocked()
@@ -168,12 +176,9 @@ async def test_calls_queued_behind_a_transaction_commit_as_one(
 async def test_a_batch_holds_at_most_max_batch_calls(
     db: Database, trace: list[str], hops: list[int]
 ) -> None:
-    gate = Gate()
     count = MAX_BATCH + 44
     async with anyio.create_task_group() as tasks:
-        tasks.start_soon(db.transact, gate)
-        with anyio.fail_after(WAIT):
-            await gate.entered.wait()
+        gate = await held(tasks, db)
         for node_id in range(1, count + 1):
             tasks.start_soon(db.transact, partial(insert, db, node_id))
         await anyio.wait_all_tasks_blocked()
@@ -204,11 +209,8 @@ async def test_a_call_that_fails_rolls_back_alone_and_gets_its_own_error(
 
     works = {1: announced, 2: refused, 3: announced, 4: clashing, 5: announced}
     outcomes: dict[int, object] = {}
-    gate = Gate()
     async with anyio.create_task_group() as tasks:
-        tasks.start_soon(db.transact, gate)
-        with anyio.fail_after(WAIT):
-            await gate.entered.wait()
+        gate = await held(tasks, db)
         for node_id, work in works.items():
             tasks.start_soon(call_and_keep, outcomes, node_id, db.transact(partial(work, node_id)))
         await anyio.wait_all_tasks_blocked()
@@ -232,16 +234,14 @@ async def test_a_caller_gets_its_result_only_once_its_whole_batch_committed(
     db: Database,
 ) -> None:
     """A push that returned is durable (R2): the calls after it in its batch commit with it."""
-    gate, later = Gate(), Gate()
+    later = Gate()
     returned: list[int] = []
 
     async def first() -> None:
         returned.append(await db.transact(partial(insert, db, 1)))
 
     async with anyio.create_task_group() as tasks:
-        tasks.start_soon(db.transact, gate)
-        with anyio.fail_after(WAIT):
-            await gate.entered.wait()
+        gate = await held(tasks, db)
         tasks.start_soon(first)
         await anyio.wait_all_tasks_blocked()
         tasks.start_soon(db.transact, later)
@@ -260,11 +260,8 @@ async def test_a_caller_gets_its_result_only_once_its_whole_batch_committed(
 
 async def test_a_batch_syncs_when_any_of_its_calls_asks(db: Database, trace: list[str]) -> None:
     for durable_call in (False, True):
-        gate = Gate()
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(db.transact, gate)
-            with anyio.fail_after(WAIT):
-                await gate.entered.wait()
+            gate = await held(tasks, db)
             for node_id in (1, 2):
                 work = partial(exists, db, node_id)
                 tasks.start_soon(partial(db.transact, work, durable=False))
@@ -282,11 +279,8 @@ async def test_timers_that_fall_due_within_an_unsynced_batch_fire_in_a_synced_tr
     db: Database, fake_clock: FakeClock, trace: list[str], hops: list[int]
 ) -> None:
     start = fake_clock.now()
-    gate = Gate()
     async with anyio.create_task_group() as tasks:
-        tasks.start_soon(db.transact, gate)
-        with anyio.fail_after(WAIT):
-            await gate.entered.wait()
+        gate = await held(tasks, db)
         work = partial(insert, db, 1, online_until=start + 1.0)
         tasks.start_soon(partial(db.transact, work, durable=False))
         await anyio.wait_all_tasks_blocked()
@@ -315,11 +309,8 @@ async def test_a_transaction_that_fails_fails_every_call_in_it(
     start = fake_clock.now()
     outcomes: dict[int, object] = {}
     async with database:
-        gate = Gate()
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(database.transact, gate)
-            with anyio.fail_after(WAIT):
-                await gate.entered.wait()
+            gate = await held(tasks, database)
             work = partial(insert, database, 1, online_until=start + 1.0)
             tasks.start_soon(call_and_keep, outcomes, 1, database.transact(work))
             await anyio.wait_all_tasks_blocked()
@@ -341,12 +332,9 @@ async def test_a_transaction_that_fails_fails_every_call_in_it(
 async def test_a_call_sees_the_time_it_arrived_not_the_time_it_ran(
     db: Database, fake_clock: FakeClock
 ) -> None:
-    gate = Gate()
     outcomes: dict[int, object] = {}
     async with anyio.create_task_group() as tasks:
-        tasks.start_soon(db.transact, gate)
-        with anyio.fail_after(WAIT):
-            await gate.entered.wait()
+        gate = await held(tasks, db)
         fake_clock.advance(5.0)
         arrived = fake_clock.now()
         tasks.start_soon(call_and_keep, outcomes, 1, db.transact(lambda now: now))
@@ -382,7 +370,6 @@ async def test_arrival_times_never_go_back(tmp_path: Path) -> None:
 
 
 async def test_a_call_cancelled_while_queued_never_runs(db: Database, trace: list[str]) -> None:
-    gate = Gate()
     scope = anyio.CancelScope()
 
     async def cancelled() -> None:
@@ -390,9 +377,7 @@ async def test_a_call_cancelled_while_queued_never_runs(db: Database, trace: lis
             await db.transact(partial(insert, db, 7))
 
     async with anyio.create_task_group() as tasks:
-        tasks.start_soon(db.transact, gate)
-        with anyio.fail_after(WAIT):
-            await gate.entered.wait()
+        gate = await held(tasks, db)
         tasks.start_soon(cancelled)
         await anyio.wait_all_tasks_blocked()
         scope.cancel()
@@ -436,13 +421,10 @@ async def test_closing_runs_the_calls_already_queued(tmp_path: Path, fake_clock:
     database = Database(
         tmp_path / "link.db", fake_clock, fire=lambda due, now: False, reopen=lambda now: None
     )
-    gate = Gate()
     outcomes: dict[int, object] = {}
     async with anyio.create_task_group() as tasks:
         async with database:
-            tasks.start_soon(database.transact, gate)
-            with anyio.fail_after(WAIT):
-                await gate.entered.wait()
+            gate = await held(tasks, database)
             tasks.start_soon(
                 call_and_keep, outcomes, 9, database.transact(partial(insert, database, 9))
             )
