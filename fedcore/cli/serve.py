@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import ssl
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -14,14 +15,13 @@ import click
 from fedcore.apps.run_config import resolve_run_config
 from fedcore.errors import FedcoreError
 from fedcore.roles.exec.launcher import LaunchSettings
-from fedcore.runtime.addresses import parse_address
+from fedcore.runtime.addresses import Address, parse_address
 from fedcore.runtime.exec import ExecOptions, serve_exec, serve_node_exec
-from fedcore.runtime.link import LinkOptions, serve_link
+from fedcore.runtime.link import RUNTIME_ADDRESS, LinkOptions, serve_link
 from fedcore.runtime.node import NodeOptions, serve_node
 from fedcore.runtime.tls import client_context, server_context
 
 ROLES = ("link", "node", "exec")
-LINK_RUNTIME_ADDRESS = "127.0.0.1:0"
 
 
 @click.command()
@@ -41,7 +41,7 @@ LINK_RUNTIME_ADDRESS = "127.0.0.1:0"
 @click.option(
     "--runtime-address",
     help=f"[link] Where ServerApp processes connect (HTTP); loopback, as they run on this "
-    f"machine (default: {LINK_RUNTIME_ADDRESS}). [exec] Where the ServerApps it launches "
+    f"machine (default: {RUNTIME_ADDRESS}). [exec] Where the ServerApps it launches "
     "reach the link's runtime API (default: the address the link gives).",
 )
 @click.option(
@@ -204,9 +204,9 @@ def serve(
         options = LinkOptions(
             fleet_address=parse_address(fleet_address, what="--fleet-address"),
             control_address=parse_address(control_address, what="--control-address"),
-            runtime_address=parse_address(
-                runtime_address or LINK_RUNTIME_ADDRESS, what="--runtime-address"
-            ),
+            runtime_address=parse_address(runtime_address, what="--runtime-address")
+            if runtime_address
+            else RUNTIME_ADDRESS,
             database=database,
             work_dir=work_dir or Path(".fedcore-link"),
             ready_file=ready_file,
@@ -247,21 +247,14 @@ def serve(
         return
     if link is None:
         raise click.UsageError("--role node needs --link HOST:PORT (the link's fleet address)")
-    ssl = None
-    if root_certificates is not None:
-        ssl = client_context(root_certificates, alpn=["h2"])
-    elif not insecure and not parse_address(link, what="--link").is_loopback:
-        raise click.UsageError(
-            "connecting to a link on another machine needs TLS: give --root-certificates, "
-            "or --insecure to accept plaintext"
-        )
+    link_address = parse_address(link, what="--link")
     node_options = NodeOptions(
-        link=parse_address(link, what="--link"),
+        link=link_address,
         node_config=resolve_run_config(None, node_config) if node_config else {},
         work_dir=work_dir or Path(".fedcore-node"),
         heartbeat_interval=heartbeat_interval,
         max_concurrent=max_concurrent,
-        ssl=ssl,
+        ssl=_link_tls(link_address, root_certificates, insecure, alpn=["h2"]),
         ready_file=ready_file,
         exec_socket=exec_socket,
         exec_secret_file=exec_secret_file,
@@ -287,14 +280,6 @@ def _serve_exec(
             "--exec-secret-file PATH (the secret it shares with the link)"
         )
     link = parse_address(link_exec, what="--link-exec")
-    ssl = None
-    if root_certificates is not None:
-        ssl = client_context(root_certificates)
-    elif not insecure and not link.is_loopback:
-        raise click.UsageError(
-            "connecting to a link on another machine needs TLS: give --root-certificates, "
-            "or --insecure to accept plaintext"
-        )
     if runtime_address is not None:
         parse_address(runtime_address, what="--runtime-address")
     options = ExecOptions(
@@ -303,10 +288,24 @@ def _serve_exec(
         runtime_address=runtime_address,
         work_dir=work_dir or Path(".fedcore-exec"),
         ready_file=ready_file,
-        ssl=ssl,
+        ssl=_link_tls(link, root_certificates, insecure),
         launch=launch,
     )
     _serve_until_signal(lambda: serve_exec(options))
+
+
+def _link_tls(
+    link: Address, root_certificates: Path | None, insecure: bool, alpn: list[str] | None = None
+) -> ssl.SSLContext | None:
+    """TLS to the link, trusting ``root_certificates``; plaintext only on loopback or insecure."""
+    if root_certificates is not None:
+        return client_context(root_certificates, alpn=alpn)
+    if not insecure and not link.is_loopback:
+        raise click.UsageError(
+            "connecting to a link on another machine needs TLS: give --root-certificates, "
+            "or --insecure to accept plaintext"
+        )
+    return None
 
 
 def _serve_until_signal(serve_role: Callable[[], Awaitable[None]]) -> None:
