@@ -113,7 +113,7 @@ def rounds() -> dict[str, Any]:
             "nodes": ROUNDS_NODES,
             "model_floats": ROUNDS_FLOATS,
             **_round_figures(output, ROUNDS_COUNT),
-            "link_peak_bytes": _memory(link.process.pid)["VmHWM"],
+            "link_peak_bytes": _status(link.process.pid)["VmHWM"],
         }
 
 
@@ -151,7 +151,7 @@ def w1_50(database: str | None) -> dict[str, Any]:
         )
         return figures | {
             "database": database or "sqlite file",
-            "link_peak_bytes": _memory(link.process.pid)["VmHWM"],
+            "link_peak_bytes": _status(link.process.pid)["VmHWM"],
         }
 
 
@@ -213,7 +213,7 @@ def heartbeats() -> dict[str, Any]:
         if listed.returncode != 0:
             raise RuntimeError(f"fedcore ls --nodes failed:\n{listed.stderr}")
         online = sum(node["online"] for node in json.loads(listed.stdout))
-        return figures | {"online_after": online, **_prefixed("link_", _memory(link.process.pid))}
+        return figures | {"online_after": online, **_prefixed("link_", _status(link.process.pid))}
 
 
 async def _heartbeats(address: Address, link_pid: int) -> dict[str, Any]:
@@ -317,19 +317,20 @@ def _serverapp_peak(output: str) -> int:
     return int(found[1]) * 1024
 
 
-def _memory(pid: int) -> dict[str, int]:
-    """VmHWM (peak) and VmRSS (now) of a live process, in bytes."""
+def _status(pid: int) -> dict[str, int]:
+    """The ``Vm*`` and ``Rss*`` fields of ``/proc/<pid>/status``, in bytes."""
     fields = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         name, _, value = line.partition(":")
-        if name in ("VmHWM", "VmRSS"):
+        if name.startswith(("Rss", "Vm")):
             fields[name] = int(value.split()[0]) * 1024
     return fields
 
 
 def _prefixed(prefix: str, figures: dict[str, int]) -> dict[str, int]:
+    """VmHWM (peak) and VmRSS (now) of ``figures``, named as the rows report them."""
     names = {"VmHWM": "peak_bytes", "VmRSS": "rss_bytes"}
-    return {prefix + names[name]: value for name, value in figures.items()}
+    return {prefix + label: figures[name] for name, label in names.items()}
 
 
 def _cpu(pid: int) -> float:

@@ -31,7 +31,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from benchmarks.deployment import NODE_HEARTBEAT, _round_figures, _run_echo, _serverapp_peak
+from benchmarks.deployment import (
+    NODE_HEARTBEAT,
+    _round_figures,
+    _run_echo,
+    _serverapp_peak,
+    _status,
+)
 from fedcore.testing.deployment import Deployment
 
 LARGE_NODES, LARGE_ROUNDS, LARGE_FLOATS = 2, 3, 50_000_000
@@ -104,16 +110,6 @@ def _sampled(roles: dict[str, Callable[[], list[int]]]) -> Iterator[dict[str, di
     finally:
         stop.set()
         sampler.join()
-
-
-def _status(pid: int) -> dict[str, int]:
-    """The memory fields of ``/proc/<pid>/status``, in bytes."""
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        name, _, value = line.partition(":")
-        if name.startswith(("Rss", "Vm")):
-            fields[name] = int(value.split()[0]) * 1024
-    return fields
 
 
 def _children(pid: int) -> list[int]:
