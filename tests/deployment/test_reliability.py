@@ -12,6 +12,7 @@ import os
 import random
 import signal
 import sqlite3
+import subprocess
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from fedcore.testing.deployment import Deployment
+from fedcore.testing.deployment import FEDCORE, Deployment
 
 CHAOS_APP = Path(__file__).resolve().parent / "chaos_app"
 HEARTBEAT = 1.0
@@ -39,9 +40,13 @@ def federation(tmp_path: Path) -> Iterator[Deployment]:
         yield deployment
 
 
-def _submit(federation: Deployment, **config: Any) -> str:
+def _run_config(federation: Deployment, **config: Any) -> str:
     config.setdefault("marker-dir", str(federation.root / "markers"))
-    text = " ".join(f"{key}={json.dumps(value)}" for key, value in config.items())
+    return " ".join(f"{key}={json.dumps(value)}" for key, value in config.items())
+
+
+def _submit(federation: Deployment, **config: Any) -> str:
+    text = _run_config(federation, **config)
     submitted = federation.fedcore("run", str(CHAOS_APP), "--run-config", text)
     assert submitted.returncode == 0, submitted.stderr
     return submitted.stdout.strip()
@@ -111,6 +116,38 @@ def test_a_killed_serverapp_fails_its_run_at_once(federation: Deployment) -> Non
     # The exec sees its child exit: seconds (CLI start-up included), not a heartbeat timeout.
     assert time.monotonic() - killed_at < 5.0
     assert federation.app_pids() == []
+
+
+def test_a_stopped_run_ends_its_serverapp_and_its_stream_with_status_3(
+    federation: Deployment,
+) -> None:
+    assert federation.link is not None
+    config = _run_config(federation, rounds=100_000, delay=0.05)
+    streaming = subprocess.Popen(
+        [str(FEDCORE), "run", str(CHAOS_APP), "--stream", "--json", "--run-config", config],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "FEDCORE_LINK": federation.link.address("control")},
+        cwd=federation.root,
+    )
+    try:
+        federation.wait_for_file(federation.root / "markers" / "round-2")
+        (listed,) = json.loads(federation.fedcore("ls", "--json").stdout)
+        stopped = federation.fedcore("stop", listed["run_id"], "--json")
+        assert stopped.returncode == 0, stopped.stderr
+        assert json.loads(stopped.stdout)["status"] == "finished:stopped"
+        out, err = streaming.communicate(timeout=60)
+    finally:
+        if streaming.poll() is None:
+            streaming.kill()
+            streaming.communicate()
+    assert streaming.returncode == 3, err
+    assert json.loads(out.splitlines()[-1])["status"] == "finished:stopped"
+    give_up = time.monotonic() + 30.0
+    while federation.app_pids():
+        assert time.monotonic() < give_up, "the ServerApp outlived its stopped run"
+        time.sleep(0.05)
 
 
 def test_the_link_killed_and_restarted_on_its_database_loses_no_reply(
