@@ -39,13 +39,23 @@ def federation(tmp_path: Path) -> Iterator[Deployment]:
         yield deployment
 
 
-def _run(federation: Deployment, **config: object) -> tuple[dict[str, object], list[dict]]:
-    """Run the chaos app to its end; its final state and the replies its ServerApp logged."""
+def _submit(federation: Deployment, **config: object) -> str:
+    """Submit a run of the chaos app; its id."""
     config.setdefault("marker-dir", str(federation.root / "markers"))
     text = " ".join(f"{key}={json.dumps(value)}" for key, value in config.items())
     submitted = federation.fedcore("run", str(CHAOS_APP), "--run-config", text)
     assert submitted.returncode == 0, submitted.stderr
-    followed = federation.fedcore("log", submitted.stdout.strip(), "--follow", "--json")
+    return submitted.stdout.strip()
+
+
+def _run(federation: Deployment, **config: object) -> tuple[dict[str, object], list[dict]]:
+    """Run the chaos app to its end; its final state and the replies its ServerApp logged."""
+    return _follow(federation, _submit(federation, **config))
+
+
+def _follow(federation: Deployment, run_id: str) -> tuple[dict[str, object], list[dict]]:
+    """The run's final state and the replies its ServerApp logged, once it has finished."""
+    followed = federation.fedcore("log", run_id, "--follow", "--json")
     assert followed.returncode == 0, followed.stderr
     *lines, final = [json.loads(line) for line in followed.stdout.splitlines()]
     replies = [json.loads(line["text"]) for line in lines if line["text"].startswith("{")]
@@ -106,31 +116,15 @@ def test_the_exec_killed_mid_round_is_code_8_and_a_restarted_exec_serves_the_nex
 ) -> None:
     """Its ClientApp processes die with it; the nodes ask again, and the new exec answers."""
     hold = {"hold-partition": 0, "hold-round": 2, "hold-seconds": 60}
-    submitted = federation.fedcore(
-        "run",
-        str(CHAOS_APP),
-        "--run-config",
-        " ".join(
-            f"{key}={json.dumps(value)}"
-            for key, value in {
-                "rounds": 3,
-                "marker-dir": str(federation.root / "markers"),
-                **hold,
-            }.items()
-        ),
-    )
-    assert submitted.returncode == 0, submitted.stderr
+    run_id = _submit(federation, rounds=3, **hold)
     federation.wait_for_file(federation.root / "markers" / "held")
-    run_id = submitted.stdout.strip()
     deadline = time.monotonic() + 30  # until the other nodes are done with round 2
     while len([r for r in _replies(federation, run_id) if r["round"] == 2]) < 2:
         assert time.monotonic() < deadline, "the other nodes did not answer round 2"
     (node_exec,) = [server for server in federation.servers if server.name.startswith("exec")]
     federation.kill(node_exec)
     federation.start_node_exec(federation.root / "node-exec.sock")
-    followed = federation.fedcore("log", submitted.stdout.strip(), "--follow", "--json")
-    *lines, final = [json.loads(line) for line in followed.stdout.splitlines()]
-    replies = [json.loads(line["text"]) for line in lines if line["text"].startswith("{")]
+    final, replies = _follow(federation, run_id)
     assert final["status"] == "finished:completed", final
     assert [(r["round"], r["code"]) for r in replies if r["code"] is not None] == [(2, 8)]
     assert sorted(r["partition"] for r in replies if r["round"] == 3 and r["code"] is None) == [
