@@ -34,6 +34,10 @@ them, as Python code is expected to.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+E = TypeVar("E", bound=BaseException)
+
 
 class FedcoreError(Exception):
     """Base of every error fedcore raises on purpose."""
@@ -125,3 +129,15 @@ class LinkUnavailableError(FedcoreError, ConnectionError):
     The one failure of a fleet call that a node retries (with backoff): everything
     else the link answers is final for that request.
     """
+
+
+def first_error(group: BaseExceptionGroup[E]) -> E:
+    """The first exception in ``group``, however deeply nested.
+
+    A task group wraps what its tasks raised; a role that reports one error to a
+    person reports the first of them.
+    """
+    found: E | BaseExceptionGroup[E] = group
+    while isinstance(found, BaseExceptionGroup):
+        found = found.exceptions[0]
+    return found

@@ -13,7 +13,7 @@ import anyio
 import click
 
 from fedcore.apps.run_config import resolve_run_config
-from fedcore.errors import FedcoreError
+from fedcore.errors import FedcoreError, first_error
 from fedcore.roles.exec.launcher import LaunchSettings
 from fedcore.runtime.addresses import Address, parse_address
 from fedcore.runtime.exec import ExecOptions, serve_exec, serve_node_exec
@@ -331,10 +331,7 @@ def _serve_until_signal(serve_role: Callable[[], Awaitable[None]]) -> None:
         errors, _ = group.split(FedcoreError)
         if errors is None:
             raise
-        first: FedcoreError | ExceptionGroup[FedcoreError] = errors
-        while isinstance(first, ExceptionGroup):
-            first = first.exceptions[0]
-        raise first from None
+        raise first_error(errors) from None
 
 
 def _spool_in(directory: Path) -> None:

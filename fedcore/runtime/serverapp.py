@@ -28,7 +28,7 @@ import anyio
 from fedcore.apps.loading import load_app
 from fedcore.clock import Clock, SystemClock
 from fedcore.domain import SERVER_NODE_ID, Context, RecordDict, RunStatus
-from fedcore.errors import FedcoreError, RunFinishedError
+from fedcore.errors import FedcoreError, RunFinishedError, first_error
 from fedcore.roles.exec.launcher import (
     APP_DIR_ENV,
     HEARTBEAT_ENV,
@@ -114,10 +114,7 @@ async def _heartbeat(
 def _first(group: ExceptionGroup[Exception]) -> Exception:
     """The exception that ended ``main``: a stop wins over what the stop itself caused."""
     stopped, _ = group.split(_Stopped)
-    found: Exception = stopped or group
-    while isinstance(found, ExceptionGroup):
-        found = found.exceptions[0]
-    return found
+    return first_error(stopped or group)
 
 
 def _one_line(exc: BaseException) -> str:

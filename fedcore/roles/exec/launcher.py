@@ -47,7 +47,13 @@ import anyio.to_thread
 
 from fedcore.apps.bundle import unpack_bundle
 from fedcore.clock import Clock
-from fedcore.errors import ClaimLostError, FedcoreError, LinkUnavailableError, StateError
+from fedcore.errors import (
+    ClaimLostError,
+    FedcoreError,
+    LinkUnavailableError,
+    StateError,
+    first_error,
+)
 from fedcore.state.base import RunClaim
 from fedcore.transport.exec import ExecService
 
@@ -150,7 +156,7 @@ class ServerAppLauncher:
         except* ClaimLostError:
             log.warning("run %d: the claim was lost; another exec has it or it ended", run_id)
         except* FedcoreError as failed:
-            await self._fail(claim, f"could not launch the ServerApp: {_first(failed)}")
+            await self._fail(claim, f"could not launch the ServerApp: {first_error(failed)}")
         finally:
             self._running -= 1
             if self._slot_freed is not None:
@@ -289,14 +295,6 @@ class ServerAppLauncher:
             await self._patiently(lambda: self._service.fail_run(run_id, claim.token, reason))
         except StateError as exc:  # finished meanwhile, or the claim moved on
             log.info("run %d: not marked failed (%s)", run_id, exc)
-
-
-def _first(group: BaseExceptionGroup[FedcoreError]) -> FedcoreError:
-    """The first error in ``group``, however deeply nested."""
-    found: FedcoreError | BaseExceptionGroup[FedcoreError] = group
-    while isinstance(found, BaseExceptionGroup):
-        found = found.exceptions[0]
-    return found
 
 
 def _describe(code: int) -> str:
