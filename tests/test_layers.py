@@ -16,10 +16,11 @@ import fedcore
 
 ROOT = Path(fedcore.__file__).parent
 
-BASE = {"errors", "clock"}
+BASE = {"errors", "clock", "backoff"}
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "clock": set(),
+    "backoff": {"clock"},
     "domain": {"errors"},
     "wire": {"errors", "domain"},
     "data": set(),

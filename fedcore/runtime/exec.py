@@ -25,8 +25,8 @@ import anyio
 import anyio.abc
 
 from fedcore.clock import Clock, SystemClock
-from fedcore.errors import LinkUnavailableError, UsageError
-from fedcore.roles.exec.launcher import RETRY_MAX, LaunchSettings, ServerAppLauncher
+from fedcore.errors import UsageError
+from fedcore.roles.exec.launcher import LaunchSettings, ServerAppLauncher, patiently
 from fedcore.runtime.addresses import Address
 from fedcore.runtime.ready import write_ready_file
 from fedcore.runtime.secret_files import read_secret
@@ -109,16 +109,13 @@ async def _first_contact(client: HttpExecClient, clock: Clock, options: ExecOpti
 
     A refusal (a wrong secret) raises at once: retrying would not change it.
     """
-    pause = 0.5
-    while True:
-        try:
-            return await client.runtime_address()
-        except LinkUnavailableError:
-            log.info("waiting for the link's exec API at %s", options.link)
-        except UsageError as exc:
-            raise UsageError(
-                f"{exc} (is {options.secret_file} the file the link was given as "
-                "--exec-secret-file?)"
-            ) from None
-        await clock.sleep(pause)
-        pause = min(2 * pause, RETRY_MAX)
+    try:
+        return await patiently(
+            clock,
+            client.runtime_address,
+            note=lambda exc, delay: log.info("waiting for the link's exec API at %s", options.link),
+        )
+    except UsageError as exc:
+        raise UsageError(
+            f"{exc} (is {options.secret_file} the file the link was given as --exec-secret-file?)"
+        ) from None

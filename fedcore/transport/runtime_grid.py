@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import TypeVar
 
 from fedcore.apps.grid import Grid, pushable
+from fedcore.backoff import Backoff, BackoffPolicy
 from fedcore.clock import Clock
 from fedcore.domain import Message, Run
 from fedcore.errors import LinkUnavailableError, NotEnoughNodesError
@@ -36,6 +37,8 @@ LONG_POLL = 20.0
 """Seconds one waiting call may last; a longer wait is several calls."""
 LINK_PATIENCE = 120.0
 """Seconds the grid keeps retrying while the link cannot be reached."""
+LINK_BACKOFF = BackoffPolicy(initial=0.05, maximum=5.0)
+"""How a call spaces its retries while the link is unavailable."""
 
 
 class RuntimeGrid(Grid):
@@ -68,16 +71,16 @@ class RuntimeGrid(Grid):
     async def call(self, function: Callable[[], Awaitable[T]]) -> T:
         """Call the link, retrying with backoff while it is unavailable (up to the patience)."""
         give_up = self._clock.now() + self._link_patience
-        delay = 0.05
+        backoff = Backoff(self._clock, LINK_BACKOFF, self._jitter)
         while True:
             try:
                 return await function()
             except LinkUnavailableError as exc:
+                delay = backoff.next_delay()
                 if self._clock.now() + delay > give_up:
                     raise
                 log.warning("the link is unavailable (%s); retrying", exc)
-                await self._clock.sleep(self._jitter.uniform(0, delay))
-                delay = min(delay * 2, 5.0)
+                await self._clock.sleep(delay)
 
     def _next_wait(self, deadline: float | None) -> float:
         """Seconds the next long poll may wait: ``long_poll`` at most, and not past ``deadline``."""

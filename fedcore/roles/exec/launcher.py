@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -46,6 +47,7 @@ import anyio.abc
 import anyio.to_thread
 
 from fedcore.apps.bundle import unpack_bundle
+from fedcore.backoff import Backoff, BackoffPolicy
 from fedcore.clock import Clock
 from fedcore.errors import (
     ClaimLostError,
@@ -70,9 +72,8 @@ LAST_LINES = 20
 """Lines of a crashed ServerApp's output quoted in the run's log."""
 LONGEST_LINE = 2000
 """Characters of each quoted line, at most: a process may print megabytes without a newline."""
-RETRY_FIRST = 0.5
-RETRY_MAX = 10.0
-"""Seconds between calls retried while the link is unavailable: doubling, up to this."""
+RETRY_BACKOFF = BackoffPolicy(initial=0.5, maximum=10.0)
+"""How an exec spaces the calls it retries while the link is unavailable."""
 
 
 @dataclass(frozen=True)
@@ -163,15 +164,7 @@ class ServerAppLauncher:
                 self._slot_freed.set()
 
     async def _patiently(self, call: Callable[[], Awaitable[T]]) -> T:
-        """``call()``, made again after a pause each time the link is unavailable."""
-        pause = RETRY_FIRST
-        while True:
-            try:
-                return await call()
-            except LinkUnavailableError as exc:
-                log.warning("%s; trying again in %g s", exc, pause)
-            await self._clock.sleep(pause)
-            pause = min(2 * pause, RETRY_MAX)
+        return await patiently(self._clock, call)
 
     async def _renew(self, claim: RunClaim) -> None:
         """Keep the claim while the run starts and runs; a lost claim ends the launch."""
@@ -295,6 +288,29 @@ class ServerAppLauncher:
             await self._patiently(lambda: self._service.fail_run(run_id, claim.token, reason))
         except StateError as exc:  # finished meanwhile, or the claim moved on
             log.info("run %d: not marked failed (%s)", run_id, exc)
+
+
+async def patiently(
+    clock: Clock,
+    call: Callable[[], Awaitable[T]],
+    *,
+    note: Callable[[LinkUnavailableError, float], None] | None = None,
+) -> T:
+    """``call()``, made again after a backoff each time the link is unavailable.
+
+    ``note(exc, delay)`` hears of each retry; by default it is logged as a warning.
+    """
+    backoff = Backoff(clock, RETRY_BACKOFF, random.Random())
+    while True:
+        try:
+            return await call()
+        except LinkUnavailableError as exc:
+            delay = backoff.next_delay()
+            if note is None:
+                log.warning("%s; trying again in %.2g s", exc, delay)
+            else:
+                note(exc, delay)
+        await clock.sleep(delay)
 
 
 def _describe(code: int) -> str:

@@ -7,7 +7,7 @@ Each run's ClientApp runs in a :class:`ClientAppRunner` that the composition roo
 it.
 """
 
-from fedcore.roles.node.backoff import Backoff, BackoffPolicy
+from fedcore.backoff import Backoff, BackoffPolicy
 from fedcore.roles.node.node import Node
 from fedcore.roles.node.runner import ClientAppRunner, RunnerFactory
 

@@ -42,6 +42,7 @@ from typing import NoReturn, Self
 import anyio
 import anyio.abc
 
+from fedcore.backoff import DEFAULT_BACKOFF, BackoffPolicy
 from fedcore.clock import Clock
 from fedcore.domain import Error, ErrorCode, Message
 from fedcore.errors import (
@@ -51,7 +52,6 @@ from fedcore.errors import (
     ResourceError,
     RunFinishedError,
 )
-from fedcore.roles.node.backoff import DEFAULT_BACKOFF, BackoffPolicy
 from fedcore.roles.node.payloads import MemoryPayloads, PayloadStore, with_payload
 from fedcore.roles.node.replies import OutgoingReply
 from fedcore.roles.node.retry import Retrier

@@ -14,9 +14,9 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from fedcore.backoff import Backoff, BackoffPolicy
 from fedcore.clock import Clock
 from fedcore.errors import LinkUnavailableError
-from fedcore.roles.node.backoff import Backoff, BackoffPolicy
 
 log = logging.getLogger(__name__)
 

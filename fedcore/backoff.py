@@ -1,7 +1,8 @@
-"""Exponential backoff with full jitter, on the injected clock.
+"""Exponential backoff with full jitter, on the injected clock: how every client retries.
 
 A node that loses its link must not hammer it when it comes back, and a thousand
-nodes that lost it together must not come back in lockstep. So the n-th retry in a
+nodes that lost it together must not come back in lockstep; the same goes for a
+ServerApp's and an exec's calls to a link that restarts. So the n-th retry in a
 row waits a random time between 0 and ``min(maximum, initial × factor**n)`` ("full
 jitter"): the ceiling grows until it reaches the cap, and the randomness spreads
 the nodes out. A success resets the count. The randomness is a ``random.Random``
