@@ -191,6 +191,19 @@ def pack_bundle(
     return Bundle(data, hashlib.sha256(data).hexdigest(), tuple(files))
 
 
+def bundle_dir(expected_sha256: str, cache_dir: str | os.PathLike[str]) -> Path:
+    """Where :func:`unpack_bundle` unpacks the bundle of ``expected_sha256`` in ``cache_dir``.
+
+    A directory there is that bundle, checked when it was unpacked: a caller that finds
+    it need not fetch the bundle again. ``BundleError`` for a hash that is not one.
+    """
+    if not isinstance(expected_sha256, str) or not _SHA256.fullmatch(expected_sha256):
+        raise BundleError(
+            f"expected_sha256 is not 64 lowercase hex digits: {_quote(str(expected_sha256))}"
+        )
+    return Path(cache_dir) / expected_sha256
+
+
 def unpack_bundle(
     data: bytes,
     expected_sha256: str,
@@ -209,15 +222,11 @@ def unpack_bundle(
     _check_limit("max_bytes", max_bytes)
     _check_limit("max_files", max_files)
     _check_limit("max_ratio", max_ratio)
-    if not isinstance(expected_sha256, str) or not _SHA256.fullmatch(expected_sha256):
-        raise BundleError(
-            f"expected_sha256 is not 64 lowercase hex digits: {_quote(str(expected_sha256))}"
-        )
+    target = bundle_dir(expected_sha256, cache_dir)
     actual = hashlib.sha256(data).hexdigest()
     if actual != expected_sha256:
         raise BundleError(f"bundle hash mismatch: expected {expected_sha256}, got {actual}")
-    cache = Path(cache_dir)
-    target = cache / expected_sha256
+    cache = target.parent
     if target.is_dir():
         return target
     _check_entry_count(data, max_files)

@@ -46,9 +46,10 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
-from fedcore.apps.bundle import unpack_bundle
+from fedcore.apps.bundle import bundle_dir, unpack_bundle
 from fedcore.backoff import Backoff, BackoffPolicy
 from fedcore.clock import Clock
+from fedcore.domain import Run
 from fedcore.errors import (
     ClaimLostError,
     FedcoreError,
@@ -180,12 +181,22 @@ class ServerAppLauncher:
                     return  # the run ended; the process watch takes it from here
                 raise
 
+    async def _app_dir(self, run: Run) -> Path:
+        """The run's unpacked bundle: fetched only if not unpacked here already.
+
+        Inside the link, submitting the run unpacked it into this very cache; a
+        relaunch (a claim that ran out) finds it too.
+        """
+        cache = self._work_dir / "bundles"
+        app_dir = bundle_dir(run.bundle_hash, cache)
+        if await anyio.to_thread.run_sync(app_dir.is_dir):
+            return app_dir
+        bundle = await self._patiently(lambda: self._service.get_bundle(run.bundle_hash))
+        return await anyio.to_thread.run_sync(unpack_bundle, bundle, run.bundle_hash, cache)
+
     async def _run_process(self, claim: RunClaim) -> None:
         run = claim.run
-        bundle = await self._patiently(lambda: self._service.get_bundle(run.bundle_hash))
-        app_dir = await anyio.to_thread.run_sync(
-            unpack_bundle, bundle, run.bundle_hash, self._work_dir / "bundles"
-        )
+        app_dir = await self._app_dir(run)
         runtime_address = self._runtime_address
         if runtime_address is None:
             runtime_address = await self._patiently(self._service.runtime_address)

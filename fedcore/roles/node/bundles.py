@@ -14,7 +14,7 @@ from pathlib import Path
 
 import anyio.to_thread
 
-from fedcore.apps.bundle import MAX_BUNDLE_BYTES, unpack_bundle
+from fedcore.apps.bundle import MAX_BUNDLE_BYTES, bundle_dir, unpack_bundle
 from fedcore.apps.loading import app_table
 from fedcore.errors import AppLoadError, BundleError
 from fedcore.transport.fleet import FleetService
@@ -34,7 +34,7 @@ async def fetch_bundle(
     Raises :class:`BundleError` for a bundle refused, and whatever the fleet raises.
     """
     sha256 = digest.sha256.hex()
-    unpacked = cache_dir / sha256
+    unpacked = bundle_dir(sha256, cache_dir)
     if await anyio.to_thread.run_sync(unpacked.is_dir):
         return unpacked
     if digest.size > MAX_DOWNLOAD:

@@ -249,3 +249,35 @@ async def test_calls_are_retried_while_the_link_is_away(
         tasks.cancel_scope.cancel()
     assert service.refused == ["claim_runs", "claim_runs", "start_run"]
     assert failed.reason == "the ServerApp process exited with status 7"
+
+
+class CountingExec(LinkExec):
+    """A LinkExec that counts the bundles it hands out."""
+
+    def __init__(self, state: InMemoryLinkState, clock: FakeClock) -> None:
+        super().__init__(state, clock, runtime_address="127.0.0.1:7")
+        self.bundles_fetched = 0
+
+    async def get_bundle(self, bundle_hash: str) -> bytes:
+        self.bundles_fetched += 1
+        return await super().get_bundle(bundle_hash)
+
+
+async def test_a_bundle_unpacked_here_already_is_not_fetched_again(
+    state: InMemoryLinkState, fake_clock: FakeClock, tmp_path: Path
+) -> None:
+    service = CountingExec(state, fake_clock)
+    launcher = ServerAppLauncher(
+        service,
+        fake_clock,
+        work_dir=tmp_path / "work",
+        settings=LaunchSettings(command=(sys.executable, "-c", "import sys; sys.exit(7)")),
+    )
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(launcher.serve)
+        for _ in range(2):  # the same app, twice: one bundle
+            run = await _submit(state, tmp_path)
+            await _until(state, run.run_id, {RunStatus.FAILED})
+        tasks.cancel_scope.cancel()
+    assert service.bundles_fetched == 1
+    assert len(list((tmp_path / "work" / "bundles").iterdir())) == 1
