@@ -24,7 +24,15 @@ CASES = [
 ] + [("100k", "process"), ("W3", "accuracy"), ("async", "race")]
 CASES += [
     ("deploy", variant)
-    for variant in ("rounds", "w1-50", "w1-50-sqlite", "heartbeats", "large", "large-memory")
+    for variant in (
+        "rounds",
+        "w1-50",
+        "w1-50-sqlite",
+        "heartbeats",
+        "large",
+        "large-memory",
+        "large-400",
+    )
 ]
 MIB = 2**20
 

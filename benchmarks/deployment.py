@@ -22,7 +22,8 @@ Cases (``python -m benchmarks.run deploy CASE``):
   it shares the machine's cores with the link, so its own load is part of every
   latency figure. The link keeps its state in an SQLite file.
 - ``large``, ``large-memory``: a 200 MB model to 2 node processes and back, and the
-  memory of every process on the way (benchmarks/large_messages.py).
+  memory of every process on the way (benchmarks/large_messages.py); ``large-400``
+  the same with a 400 MB model, to see the relays' memory does not follow its size.
 
 Each row also gives the machine's load average when the case began: the figures
 are only comparable between runs on an otherwise idle machine. Everything binds
@@ -81,7 +82,7 @@ def case(variant: str) -> dict[str, Any]:
     A run that the link ends as failed is reported (``failed``: why) rather than
     raised, so that the other cases still run and the table says what broke.
     """
-    from benchmarks.large_messages import large  # it builds on this module
+    from benchmarks.large_messages import LARGE_FLOATS, large  # it builds on this module
 
     cases: dict[str, Callable[[], dict[str, Any]]] = {
         "rounds": rounds,
@@ -90,6 +91,7 @@ def case(variant: str) -> dict[str, Any]:
         "heartbeats": heartbeats,
         "large": partial(large, None),
         "large-memory": partial(large, MEMORY),
+        "large-400": partial(large, None, 2 * LARGE_FLOATS),
     }
     load = os.getloadavg()[0]
     started = time.perf_counter()

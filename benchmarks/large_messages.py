@@ -45,8 +45,11 @@ SAMPLE_SECONDS = 0.02
 FIELDS = ("RssAnon", "RssShmem", "RssFile")
 
 
-def large(database: str | None) -> dict[str, Any]:
-    """The echo of a 200 MB model, the link's state in ``database`` (None: an SQLite file)."""
+def large(database: str | None, floats: int = LARGE_FLOATS) -> dict[str, Any]:
+    """The echo of a model of ``floats`` float32s, the link's state in ``database``.
+
+    ``database`` None is an SQLite file.
+    """
     with (
         tempfile.TemporaryDirectory() as tmp,
         Deployment(Path(tmp), heartbeat_interval=NODE_HEARTBEAT) as deployment,
@@ -65,10 +68,10 @@ def large(database: str | None) -> dict[str, Any]:
         }
         before = {pid: _status(pid)["RssAnon"] for pid in [link.process.pid, *node_pids]}
         with _sampled(roles) as peaks:
-            output = _run_echo(deployment, LARGE_NODES, LARGE_ROUNDS, LARGE_FLOATS)
+            output = _run_echo(deployment, LARGE_NODES, LARGE_ROUNDS, floats)
         return {
             "nodes": LARGE_NODES,
-            "model_floats": LARGE_FLOATS,
+            "model_floats": floats,
             "database": database or "sqlite file",
             **_round_figures(output, LARGE_ROUNDS),
             "link_peak_bytes": _status(link.process.pid)["VmHWM"],

@@ -4,7 +4,8 @@
 ``floor`` (one process, no orchestration), ``pool`` (a bare process pool), a backend
 name, ``accuracy`` (W3 only) or ``race`` (async: FedBuff against FedAvg). The
 ``deploy`` workload's variants are its cases (benchmarks/deployment.py): ``rounds``,
-``w1-50``, ``w1-50-sqlite``, ``heartbeats``, ``large`` and ``large-memory``.
+``w1-50``, ``w1-50-sqlite``, ``heartbeats``, ``large``, ``large-memory`` and
+``large-400``.
 """
 
 from __future__ import annotations
