@@ -111,15 +111,19 @@ ROLES = ("link", "node", "exec")
 @click.option(
     "--ssl-certfile",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="[link] TLS certificate (fleet and exec APIs).",
+    help="[link] TLS certificate (fleet and exec APIs). [node] Its client certificate, for a "
+    "link started with --ssl-ca-certfile.",
 )
 @click.option(
-    "--ssl-keyfile", type=click.Path(dir_okay=False, path_type=Path), help="[link] TLS key."
+    "--ssl-keyfile",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="[link, node] The key of --ssl-certfile.",
 )
 @click.option(
     "--ssl-ca-certfile",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="[link] CA for client certificates: nodes must present one (mutual TLS).",
+    help="[link] CA for client certificates: nodes must present one it signed (mutual TLS, "
+    "a node's --ssl-certfile/--ssl-keyfile).",
 )
 @click.option("--link", "link", help="[node] The link's fleet address, HOST:PORT.")
 @click.option(
@@ -254,7 +258,13 @@ def serve(
         work_dir=work_dir or Path(".fedcore-node"),
         heartbeat_interval=heartbeat_interval,
         max_concurrent=max_concurrent,
-        ssl=_link_tls(link_address, root_certificates, insecure, alpn=["h2"]),
+        ssl=_link_tls(
+            link_address,
+            root_certificates,
+            insecure,
+            alpn=["h2"],
+            client=(ssl_certfile, ssl_keyfile),
+        ),
         ready_file=ready_file,
         exec_socket=exec_socket,
         exec_secret_file=exec_secret_file,
@@ -295,11 +305,23 @@ def _serve_exec(
 
 
 def _link_tls(
-    link: Address, root_certificates: Path | None, insecure: bool, alpn: list[str] | None = None
+    link: Address,
+    root_certificates: Path | None,
+    insecure: bool,
+    alpn: list[str] | None = None,
+    client: tuple[Path | None, Path | None] = (None, None),
 ) -> ssl.SSLContext | None:
-    """TLS to the link, trusting ``root_certificates``; plaintext only on loopback or insecure."""
+    """TLS to the link, trusting ``root_certificates``; plaintext only on loopback or insecure.
+
+    ``client`` is the certificate and key to present, for a link that asks for one.
+    """
+    certfile, keyfile = client
+    if (certfile is None) != (keyfile is None):
+        raise click.UsageError("--ssl-certfile and --ssl-keyfile go together")
+    if certfile is not None and root_certificates is None:
+        raise click.UsageError("a client certificate needs --root-certificates (TLS to the link)")
     if root_certificates is not None:
-        return client_context(root_certificates, alpn=alpn)
+        return client_context(root_certificates, certfile, keyfile, alpn=alpn)
     if not insecure and not link.is_loopback:
         raise click.UsageError(
             "connecting to a link on another machine needs TLS: give --root-certificates, "

@@ -105,3 +105,29 @@ def test_a_listener_other_machines_can_reach_needs_tls_or_insecure(tmp_path: Pat
     assert refused.returncode == 2
     assert "reachable from other machines but has no TLS" in refused.stderr
     assert "--insecure" in refused.stderr
+
+
+def test_a_link_asking_for_client_certificates_takes_nodes_that_present_one(
+    tmp_path: Path,
+) -> None:
+    """Mutual TLS: the link's CA here is the node's own self-signed certificate."""
+    cert, key = _certificate(tmp_path, "link")
+    client_cert, client_key = _certificate(tmp_path, "node")
+    with Deployment(tmp_path / "deployment") as deployment:
+        deployment.start_link(
+            "--ssl-certfile", str(cert),
+            "--ssl-keyfile", str(key),
+            "--ssl-ca-certfile", str(client_cert),
+        )  # fmt: skip
+        deployment.start_node(
+            "partition-id=0",
+            "--root-certificates", str(cert),
+            "--ssl-certfile", str(client_cert),
+            "--ssl-keyfile", str(client_key),
+        )  # fmt: skip
+        listed = deployment.fedcore("ls", "--nodes", "--json")
+        assert listed.returncode == 0, listed.stderr
+        assert len(json.loads(listed.stdout)) == 1
+        assert deployment.link is not None
+        without = _register(deployment.link.address("fleet"), cert)
+        assert "LinkUnavailableError" in without.stderr, "no client certificate: refused"
