@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import socket
 import sys
 from pathlib import Path
 
 import pytest
 
 from fedcore.cli import main
+from fedcore.testing.network import closed_port
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "quickstart-numpy"
 
@@ -26,22 +26,13 @@ def _fedcore(
     return code, capsys.readouterr().err
 
 
-@pytest.fixture
-def closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.mark.parametrize("command", [["ls"], ["log", "7"], ["stop", "7"], ["ls", "--nodes"]])
 def test_an_unreachable_link_is_one_line_and_status_1(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-    closed_port: int,
     command: list[str],
 ) -> None:
-    code, err = _fedcore(monkeypatch, capsys, *command, "--link", f"127.0.0.1:{closed_port}")
+    code, err = _fedcore(monkeypatch, capsys, *command, "--link", f"127.0.0.1:{closed_port()}")
     assert code == 1
     assert err.startswith("error: the link at 127.0.0.1:")
     assert len(err.splitlines()) == 1
@@ -59,9 +50,8 @@ def test_run_checks_the_app_and_its_config_before_contacting_the_link(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
-    closed_port: int,
 ) -> None:
-    link = f"127.0.0.1:{closed_port}"
+    link = f"127.0.0.1:{closed_port()}"
     code, err = _fedcore(monkeypatch, capsys, "run", str(tmp_path), "--link", link)
     assert (code, err.count("\n")) == (2, 1)
     assert "has no pyproject.toml" in err

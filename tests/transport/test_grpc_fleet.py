@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import hashlib
 import logging
-import socket
 import struct
 import time
 import tracemalloc
@@ -35,6 +34,7 @@ from fedcore.errors import (
 )
 from fedcore.testing import FakeClock
 from fedcore.testing.fleet import FakeFleet
+from fedcore.testing.network import closed_port
 from fedcore.transport.fleet import PayloadRef, Transfer
 from fedcore.transport.grpc import GrpcFleetClient, serve_fleet
 from fedcore.transport.grpc.frames import RawCodec
@@ -408,9 +408,7 @@ async def test_an_oversized_frame_is_refused_unread_and_others_are_served(
 
 
 async def test_nothing_listening_is_link_unavailable() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = closed_port()
     async with GrpcFleetClient("127.0.0.1", port) as client:
         with pytest.raises(LinkUnavailableError, match=f"127.0.0.1:{port}"):
             await client.register_node({}, 1.0)

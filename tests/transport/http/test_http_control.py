@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -34,6 +33,7 @@ from fedcore.errors import (
     StateError,
     UsageError,
 )
+from fedcore.testing.network import closed_port
 from fedcore.transport.control import ControlService, Health, NodeInfo
 from fedcore.transport.http import HttpControlClient, control_app, serve_http
 from fedcore.transport.http.session import Body
@@ -392,9 +392,7 @@ async def test_the_client_reads_answers_that_are_not_fedcore_ones() -> None:
 
 
 async def test_nothing_listening_is_link_unavailable() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = closed_port()
     async with HttpControlClient("127.0.0.1", port) as client:
         with pytest.raises(LinkUnavailableError, match=f"127.0.0.1:{port}"):
             await client.health()

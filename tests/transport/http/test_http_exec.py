@@ -25,6 +25,7 @@ from fedcore.roles.link.exec import LinkExec
 from fedcore.state.base import RunClaim
 from fedcore.state.memory import InMemoryLinkState
 from fedcore.testing import FakeClock
+from fedcore.testing.network import closed_port
 from fedcore.transport.http import serve_http
 from fedcore.transport.http.exec import HttpExecClient, exec_app
 from fedcore.transport.http.signing import NONCE, SIGNATURE, TIMESTAMP, Signer, Verifier
@@ -184,19 +185,10 @@ async def test_errors_cross_as_the_same_errors(
 
 
 async def test_a_link_that_is_not_there_is_unavailable(fake_clock: FakeClock) -> None:
-    port = _free_port()
+    port = closed_port()
     async with HttpExecClient("127.0.0.1", port, secret=SECRET, clock=fake_clock) as client:
         with pytest.raises(LinkUnavailableError):
             await client.runtime_address()
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 # ------------------------------------------------------------------- refusals

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hmac
 import mmap
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -30,6 +29,7 @@ from fedcore.errors import (
 )
 from fedcore.testing import FakeClock
 from fedcore.testing.arrays import backing
+from fedcore.testing.network import closed_port
 from fedcore.transport.http import HttpRuntimeClient, runtime_app, serve_http
 from fedcore.transport.http.session import Body
 from fedcore.transport.runtime import RuntimeService
@@ -473,9 +473,7 @@ async def test_service_errors_come_back_as_the_same_class(
 
 
 async def test_nothing_listening_is_link_unavailable() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = closed_port()
     async with HttpRuntimeClient("127.0.0.1", port, secret=SECRET) as client:
         with pytest.raises(LinkUnavailableError, match=f"127.0.0.1:{port}"):
             await client.authenticate(RUN_ID, SECRET)
