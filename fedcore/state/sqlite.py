@@ -409,11 +409,15 @@ class SqliteLinkState(LinkState):
             partial(self._renew_leases, node_id, list(message_ids), lease)
         )
 
+    def _check_node_known(self, node_id: int) -> None:
+        """``NodeNotFoundError`` unless ``node_id`` is registered (online or not)."""
+        if node_id not in INT64 or self._db.row("node_online_flag", node_id=node_id) is None:
+            raise NodeNotFoundError(f"no node {node_id}")
+
     def _renew_leases(
         self, node_id: int, message_ids: list[str], lease: float, now: float
     ) -> list[str]:
-        if node_id not in INT64 or self._db.row("node_online_flag", node_id=node_id) is None:
-            raise NodeNotFoundError(f"no node {node_id}")
+        self._check_node_known(node_id)
         lease_until = now + lease
         released = [
             message_id
@@ -435,8 +439,7 @@ class SqliteLinkState(LinkState):
     def _pull_messages(
         self, node_id: int, limit: int | None, lease: float | None, now: float
     ) -> list[Message]:
-        if node_id not in INT64 or self._db.row("node_online_flag", node_id=node_id) is None:
-            raise NodeNotFoundError(f"no node {node_id}")
+        self._check_node_known(node_id)
         rows = self._db.rows(
             "pending_messages_of_node",
             node_id=node_id,

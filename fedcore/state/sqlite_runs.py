@@ -231,8 +231,8 @@ class SqliteRuns:
         return await self._db.transact(partial(self._check_run_secret, run_id, secret))
 
     def _check_run_secret(self, run_id: int, secret: str, now: float) -> Run:
-        row = self._db.row("get_run", run_id=run_id) if run_id in INT64 else None
-        if row is None or not secret_matches(row["secret_hash"], secret):
+        row = self._run_row(run_id)
+        if not secret_matches(row["secret_hash"], secret):
             raise RunNotFoundError(f"no run {run_id}")
         return _run_from(row)
 
