@@ -20,6 +20,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from sqlite_helpers import state_on
 
 from fedcore.domain import ConfigRecord, ErrorCode, Message, RecordDict, RunStatus
 from fedcore.state.sqlite import SqliteLinkState
@@ -31,15 +32,6 @@ pytestmark = pytest.mark.anyio
 INTERVAL = 1.0
 EPSILON = 0.01
 CLAIM = 60.0
-
-
-@pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "link.db"
-
-
-def state_on(path: Path, clock: FakeClock) -> SqliteLinkState:
-    return SqliteLinkState(path, clock, heartbeat_patience=PATIENCE)
 
 
 @contextmanager

@@ -20,29 +20,19 @@ from typing import Any
 import anyio
 import numpy as np
 import pytest
+from sqlite_helpers import state_on
 
 import fedcore.state.sqlite_contents
 from fedcore.domain import ArrayRecord, ConfigRecord, Message, RecordDict, RunStatus
 from fedcore.state.sql import MIGRATIONS, SCHEMA_VERSION
-from fedcore.state.sqlite import SqliteLinkState
 from fedcore.testing import FakeClock
 from fedcore.testing.arrays import backing
-from fedcore.testing.linkstate import PATIENCE
 from fedcore.wire import pack_recorddict
 
 pytestmark = pytest.mark.anyio
 
 MODEL_FLOATS = 2**18
 """A 1 MiB float32 model: 256 pages of the database."""
-
-
-@pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "link.db"
-
-
-def state_on(path: Path, clock: FakeClock) -> SqliteLinkState:
-    return SqliteLinkState(path, clock, heartbeat_patience=PATIENCE)
 
 
 def model(value: float = 1.0) -> RecordDict:

@@ -14,12 +14,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from sqlite_helpers import state_on
 
 from fedcore.domain import ConfigRecord, Message, RecordDict, RunStatus
 from fedcore.errors import ClaimLostError
 from fedcore.state.base import MAX_CLAIM_ATTEMPTS
 from fedcore.state.sql import MIGRATIONS, SCHEMA_VERSION
-from fedcore.state.sqlite import SqliteLinkState
 from fedcore.testing import FakeClock
 from fedcore.testing.linkstate import PATIENCE
 from fedcore.wire import pack_recorddict
@@ -29,15 +29,6 @@ pytestmark = pytest.mark.anyio
 INTERVAL = 1.0
 EPSILON = 0.01
 CLAIM = 5.0
-
-
-@pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "link.db"
-
-
-def state_on(path: Path, clock: FakeClock) -> SqliteLinkState:
-    return SqliteLinkState(path, clock, heartbeat_patience=PATIENCE)
 
 
 async def test_fencing_tokens_keep_growing_across_restarts(

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
+from sqlite_helpers import state_on
 
 import fedcore.state.database
 import fedcore.state.sql
@@ -72,15 +73,6 @@ class TestSqliteRunState(RunStateConformance):
         path = tmp_path / "link.db" if request.param == "file" else ":memory:"
         async with SqliteLinkState(path, fake_clock, seed=0, heartbeat_patience=PATIENCE) as state:
             yield state
-
-
-@pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "link.db"
-
-
-def state_on(path: Path, clock: FakeClock) -> SqliteLinkState:
-    return SqliteLinkState(path, clock, heartbeat_patience=PATIENCE)
 
 
 def content() -> RecordDict:
