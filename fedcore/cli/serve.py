@@ -20,6 +20,11 @@ from fedcore.runtime.exec import ExecOptions, serve_exec, serve_node_exec
 from fedcore.runtime.link import RUNTIME_ADDRESS, LinkOptions, serve_link
 from fedcore.runtime.node import NodeOptions, serve_node
 from fedcore.runtime.tls import client_context, server_context
+from fedcore.state.base import DEFAULT_HEARTBEAT_PATIENCE
+
+HEARTBEAT_INTERVAL = 5.0
+"""Seconds between heartbeats, of nodes and of ServerApps: with the default patience a
+dead node is found within 16 s, and one late beat on a loaded machine is no alarm."""
 
 ROLES = ("link", "node", "exec")
 
@@ -139,9 +144,20 @@ ROLES = ("link", "node", "exec")
 @click.option(
     "--heartbeat-interval",
     type=click.FloatRange(min=0, min_open=True),
-    default=5.0,
+    default=HEARTBEAT_INTERVAL,
     show_default=True,
-    help="[node] Seconds between heartbeats; the link gives up after twice that.",
+    help="[node] Seconds between this node's heartbeats. [link, exec] Seconds between the "
+    "heartbeats of the ServerApp processes it launches. The link declares a node offline, "
+    "or a ServerApp silent, after --heartbeat-patience times that without one.",
+)
+@click.option(
+    "--heartbeat-patience",
+    type=click.FloatRange(min=1),
+    default=DEFAULT_HEARTBEAT_PATIENCE,
+    show_default=True,
+    help="[link] How many heartbeat intervals a node or a ServerApp may stay silent. A "
+    "ServerApp whose exec still holds its running process is never failed for silence; one "
+    "that exits fails its run at once. Stalls of the link's own event loop do not count.",
 )
 @click.option(
     "--max-concurrent",
@@ -178,6 +194,7 @@ def serve(
     node_config: str,
     root_certificates: Path | None,
     heartbeat_interval: float,
+    heartbeat_patience: float,
     max_concurrent: int,
     ready_file: Path | None,
 ) -> None:
@@ -197,7 +214,9 @@ def serve(
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    launch = LaunchSettings(claim_lease=claim_lease, max_runs=max_runs)
+    launch = LaunchSettings(
+        claim_lease=claim_lease, max_runs=max_runs, app_heartbeat=heartbeat_interval
+    )
     if role == "link":
         if (ssl_certfile is None) != (ssl_keyfile is None):
             raise click.UsageError("--ssl-certfile and --ssl-keyfile go together")
@@ -224,6 +243,7 @@ def serve(
             exec_ssl=exec_tls,
             control_token_file=control_token_file,
             local_exec=not no_local_exec,
+            heartbeat_patience=heartbeat_patience,
         )
         options.check()
         _spool_in(options.work_dir / "spool")

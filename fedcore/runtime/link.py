@@ -35,6 +35,7 @@ from fedcore.runtime.ready import write_ready_file
 from fedcore.runtime.secret_files import read_secret
 from fedcore.state.base import DEFAULT_HEARTBEAT_PATIENCE, LinkState
 from fedcore.state.memory import InMemoryLinkState
+from fedcore.state.stalls import StallWatch
 from fedcore.transport.grpc.server import serve_fleet
 from fedcore.transport.http.control import control_app
 from fedcore.transport.http.exec import exec_app
@@ -111,15 +112,22 @@ class LinkOptions:
 
 @asynccontextmanager
 async def open_state(database: str, clock: Clock, patience: float) -> AsyncIterator[LinkState]:
-    """The link's LinkState: SQLite in ``database``, or in memory for ``:memory:``."""
+    """The link's LinkState: SQLite in ``database``, or in memory for ``:memory:``.
+
+    Either way it watches for stalls of the link's own event loop, so that nobody is
+    failed for heartbeats the link did not read (:mod:`fedcore.state.stalls`).
+    """
+    stalls = StallWatch(clock)
     if database == MEMORY:
-        async with InMemoryLinkState(clock, heartbeat_patience=patience) as state:
+        async with InMemoryLinkState(clock, heartbeat_patience=patience, stalls=stalls) as state:
             yield state
         return
     from fedcore.state.sqlite import SqliteLinkState  # sqlite3 only where a file is used
 
     Path(database).parent.mkdir(parents=True, exist_ok=True)
-    async with SqliteLinkState(database, clock, heartbeat_patience=patience) as sqlite_state:
+    async with SqliteLinkState(
+        database, clock, heartbeat_patience=patience, stalls=stalls
+    ) as sqlite_state:
         yield sqlite_state
 
 

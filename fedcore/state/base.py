@@ -29,8 +29,12 @@ launch secret. The exec renews the claim while it launches the ServerApp
 (``renew_claim``) and moves the run to ``running`` with ``start_run``; a claim that
 runs out while the run is ``starting`` sends it back to ``pending`` for another exec,
 at most :data:`MAX_CLAIM_ATTEMPTS` times, then ``finished:failed``. Once running, the
-ServerApp process keeps its run alive with ``heartbeat_run``; a run whose ServerApp
-misses ``patience × heartbeat_interval`` goes ``finished:failed``. Every status
+run is kept alive by two voices: the ServerApp's own ``heartbeat_run``, and its exec's
+``renew_claim`` — the exec holds the process and renews only while it runs, so an app
+whose own code blocks its heartbeats (a slow ``import torch``, a loop held for
+seconds) is still known alive. A run fails for silence only when both stop: no
+heartbeat for ``patience × heartbeat_interval`` and no renewal for a claim's lease.
+(A process that exits is reported by its exec at once.) Every status
 change is announced by ``watch_runs``. Logs (``append_logs``) and saved contexts
 (``save_context``) outlive the run, for ``fedcore log`` and for the record.
 """
@@ -67,10 +71,11 @@ from fedcore.errors import (
 )
 from fedcore.state.notify import Subscription
 
-DEFAULT_HEARTBEAT_PATIENCE = 2.0
+DEFAULT_HEARTBEAT_PATIENCE = 3.0
 """A node is offline once ``patience × heartbeat_interval`` passes without a heartbeat.
 
-The same patience applies to a running run's ServerApp and its ``heartbeat_run``."""
+The same patience applies to a running run's ServerApp and its ``heartbeat_run``.
+Three beats, not two: on a loaded machine one late heartbeat is ordinary."""
 MAX_CLAIM_ATTEMPTS = 3
 """How many claims of one run may run out before the run is ``finished:failed``."""
 
@@ -193,6 +198,9 @@ class LinkState(ABC):
     @abstractmethod
     async def renew_claim(self, run_id: int, token: int, *, lease: float) -> float:
         """Extend the claim ``lease`` seconds from now; return its new expiry.
+
+        For a running run whose ServerApp is watched, the renewal also vouches for the
+        ServerApp until the new expiry: the exec renews only while the process lives.
 
         Raises ``ClaimLostError`` unless ``token`` is the run's current claim and the
         run is still starting or running; ``RunNotFoundError`` for an unknown run.
@@ -469,5 +477,6 @@ def silent_serverapp_reason(patience: float, heartbeat_interval: float) -> str:
     """Why a running run failed when its ServerApp stopped heartbeating (R4)."""
     return (
         f"the ServerApp went silent: no heartbeat for {patience * heartbeat_interval:g} s "
-        f"({patience:g} × its interval of {heartbeat_interval:g} s)"
+        f"({patience:g} × its interval of {heartbeat_interval:g} s), and no exec vouched "
+        f"for its process meanwhile (its exec is gone)"
     )

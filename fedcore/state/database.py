@@ -65,7 +65,10 @@ until that deadline and fires the timers even when nobody calls, so that
 notifications come on time. Opening the file is a restart: the stored deadlines keep
 running on the clock (Unix time, so across processes and machines); before the timers
 that passed while it was closed fire, the state's ``reopen`` function may move the
-deadlines that the downtime should not count against.
+deadlines that the downtime should not count against. A stall of the event loop is a
+short downtime: with a :class:`~fedcore.state.stalls.StallWatch`, the first call to
+arrive after one carries it, and the state's ``rearm`` function moves the deadlines
+that passed during it before that call fires anything.
 
 **Notifications after the commit.** Work in the thread queues them
 (:meth:`Database.notify`); they are published on the event loop once the batch
@@ -93,6 +96,7 @@ from anyio.abc import TaskGroup
 from fedcore.clock import Clock
 from fedcore.errors import StateError
 from fedcore.state.sql import QUERIES, migrate
+from fedcore.state.stalls import Stall, StallWatch
 from fedcore.wire import Parts
 from fedcore.wire.frame import slices
 from fedcore.wire.spool import Spool
@@ -115,12 +119,25 @@ class _Call(Generic[T]):
     """A call of :meth:`Database.transact`: its work, its arrival, and once its batch
     committed, its outcome."""
 
-    __slots__ = ("_error", "_result", "done", "durable", "now", "settled", "started", "work")
+    __slots__ = (
+        "_error",
+        "_result",
+        "done",
+        "durable",
+        "now",
+        "settled",
+        "stall",
+        "started",
+        "work",
+    )
 
-    def __init__(self, work: Callable[[float], T], now: float, durable: bool) -> None:
+    def __init__(
+        self, work: Callable[[float], T], now: float, durable: bool, stall: Stall | None
+    ) -> None:
         self.work = work
         self.now = now
         self.durable = durable
+        self.stall = stall  # the loop's stall that ended just before this call arrived
         self.started = False  # taken into a batch: it can no longer be withdrawn
         self.settled = False
         self.done = anyio.Event()
@@ -150,12 +167,14 @@ class Database:
 
     ``fire(due, now)`` fires, at ``now``, the timers stored for the deadline ``due``
     and says whether there were any; ``reopen(now)`` runs in the transaction that
-    opens the file, before anything fires.
+    opens the file, before anything fires; ``rearm(since, now)``, when ``stalls`` is
+    given, before the timers due after each stall of the event loop fire.
     """
 
     # Made on opening, on the event loop (anyio makes neither outside one).
     _arrived: anyio.Event
     _reaper: anyio.CancelScope
+    _ticker: anyio.CancelScope
 
     def __init__(
         self,
@@ -164,11 +183,16 @@ class Database:
         *,
         fire: Callable[[float, float], bool],
         reopen: Callable[[float], None],
+        rearm: Callable[[float, float], None] | None = None,
+        stalls: StallWatch | None = None,
     ) -> None:
         self.path = os.fspath(path)
         self._clock = clock
         self._fire = fire
         self._reopen = reopen
+        self._rearm = rearm
+        self._stalls = stalls
+        self._stall: Stall | None = None  # found by the watch's ticker, for the next call
         self._connection: sqlite3.Connection | None = None
         self._queue: deque[_Call[Any]] | None = None  # None until first opened
         self._closed = False
@@ -187,7 +211,7 @@ class Database:
         # A call made while the file opens waits in the queue.
         self._queue, self._closed, self._arrived = deque(), False, anyio.Event()
         self._next_deadline, self._wakeup, self._sleeping_until = -math.inf, None, math.inf
-        self._events, self._reaper = [], anyio.CancelScope()
+        self._events, self._reaper, self._ticker = [], anyio.CancelScope(), anyio.CancelScope()
         try:
             with self._translated_errors():
                 await anyio.to_thread.run_sync(self._open, self._arrival())
@@ -196,6 +220,9 @@ class Database:
             self._task_group.start_soon(self._write, name="sqlite-linkstate-writer")
             await self.transact(_nothing)  # fires what fell due while the file was closed
             self._task_group.start_soon(self._reap, name="sqlite-linkstate-reaper")
+            if self._stalls is not None:
+                self._stalls.on_stall(self._stalled)
+                self._task_group.start_soon(self._watch_stalls, name="sqlite-linkstate-stalls")
         except BaseException:
             await self._close()
             raise
@@ -237,6 +264,7 @@ class Database:
         self._closed = True
         self._arrived.set()
         self._reaper.cancel()
+        self._ticker.cancel()
         try:
             if self._task_group is not None:
                 task_group, self._task_group = self._task_group, None
@@ -271,6 +299,24 @@ class Database:
         self._last_arrival = max(self._clock.now(), self._last_arrival)
         return self._last_arrival
 
+    def _stalled(self, since: float, now: float) -> None:
+        """The watch's ticker found a stall: the next call to arrive re-arms for it."""
+        if self._stall is not None:
+            since = min(since, self._stall[0])
+        self._stall = (since, now)
+        if self._wakeup is not None:
+            self._wakeup.set()  # the reaper's deadline may have passed during the stall
+
+    def _take_stall(self, now: float) -> Stall | None:
+        """The stall of the event loop that ended by ``now`` and was not re-armed yet."""
+        if self._stalls is None:
+            return None
+        stall, self._stall = self._stall, None
+        found = self._stalls.catch_up(now)
+        if found is not None:
+            stall = found if stall is None else (min(stall[0], found[0]), found[1])
+        return stall
+
     async def transact(self, work: Callable[[float], T], *, durable: bool = True) -> T:
         """Run ``work(now)`` in a transaction in a worker thread; its result once committed.
 
@@ -280,7 +326,8 @@ class Database:
             raise RuntimeError("open the SqliteLinkState with `async with` before using it")
         if self._closed:
             raise RuntimeError(f"the SqliteLinkState on {self.path!r} is closed")
-        call = _Call(work, self._arrival(), durable)
+        now = self._arrival()
+        call = _Call(work, now, durable, self._take_stall(now))
         self._queue.append(call)
         self._arrived.set()
         try:
@@ -355,6 +402,8 @@ class Database:
                 if call.now >= self._next_deadline:
                     if not durable:
                         break  # see "Durable" above: the rest commits with FULL
+                    if call.stall is not None and self._rearm is not None:
+                        self._rearm(*call.stall)
                     self._fire_timers(call.now)
                 self._run(call, careful=careful)
                 end += 1
@@ -465,6 +514,11 @@ class Database:
             if not self._fire(due, now):
                 # Only a schema or query bug gets here; looping on would hang the link.
                 raise StateError(f"no timer matches the deadline {due!r} that is due")
+
+    async def _watch_stalls(self) -> None:
+        assert self._stalls is not None
+        with self._ticker:
+            await self._stalls.run()
 
     async def _reap(self) -> None:
         with self._reaper:

@@ -6,7 +6,9 @@ a lease running out, a node missing its heartbeats, and those of runs (a claim r
 out, a ServerApp missing its heartbeats) — are timers on one heap, fired by a reaper
 task (started by ``async with``) that sleeps on the injected clock until the earliest
 deadline, and also checked at the top of every call so that a state used without its
-reaper never serves stale facts. This module holds nodes, messages, replies and
+reaper never serves stale facts. Given a :class:`~fedcore.state.stalls.StallWatch`, the
+state re-arms rather than fires the liveness deadlines that passed while its event loop
+was stalled (see that module). This module holds nodes, messages, replies and
 leases; runs, claims, bundles, contexts and logs are :mod:`fedcore.state.memory_runs`.
 
 Ids come from a ``random.Random`` that a simulation seeds, so the same seed gives
@@ -62,11 +64,13 @@ from fedcore.state.base import (
 )
 from fedcore.state.memory_runs import MemoryRuns
 from fedcore.state.notify import Subscription, Topic
+from fedcore.state.stalls import StallWatch
 
 
 @dataclass(slots=True)
 class _Node:
     online_until: float
+    heartbeat_interval: float
     online: bool = True  # false once the reaper has declared it offline
 
 
@@ -75,6 +79,7 @@ class _Entry:
     message: Message
     status: MessageStatus = MessageStatus.PENDING
     lease: int = 0
+    lease_until: float = math.inf
     reply: Message | None = None
     generated: bool = False
 
@@ -88,8 +93,10 @@ class InMemoryLinkState(LinkState):
         *,
         seed: int | None = None,
         heartbeat_patience: float = DEFAULT_HEARTBEAT_PATIENCE,
+        stalls: StallWatch | None = None,
     ) -> None:
         self._clock = clock or SystemClock()
+        self._stalls = stalls
         self._ids = random.Random(seed)
         self._patience = heartbeat_patience
         self._nodes: dict[int, _Node] = {}
@@ -115,6 +122,9 @@ class InMemoryLinkState(LinkState):
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
         self._task_group.start_soon(self._reap, name="linkstate-reaper")
+        if self._stalls is not None:
+            self._stalls.on_stall(self._rearm)
+            self._task_group.start_soon(self._stalls.run, name="linkstate-stall-watch")
         return self
 
     async def __aexit__(
@@ -142,9 +152,30 @@ class InMemoryLinkState(LinkState):
 
     def _fire_due(self) -> None:
         now = self._clock.now()
+        stall = None if self._stalls is None else self._stalls.catch_up(now)
+        if stall is not None:
+            self._rearm(*stall)
         while self._timers and self._timers[0][0] <= now:
             _, _, fire = heapq.heappop(self._timers)
             fire()
+
+    def _rearm(self, since: float, now: float) -> None:
+        """The loop stalled from ``since`` to ``now``: what lapsed meanwhile gets more time.
+
+        Heartbeat deadlines get a full patience from now, as after a restart; leases
+        and claims the time the stall took.
+        """
+        for node_id, node in self._nodes.items():
+            if node.online and since < node.online_until <= now:
+                node.online_until = now + self._patience * node.heartbeat_interval
+                self._schedule(
+                    node.online_until, partial(self._check_node, node_id, node.online_until)
+                )
+        for entry in self._messages.values():
+            if entry.status is MessageStatus.LEASED and since < entry.lease_until <= now:
+                entry.lease += 1
+                self._lease_until(entry, entry.lease_until + (now - since))
+        self._runs.rearm(since, now)
 
     async def _reap(self) -> None:
         while True:
@@ -198,7 +229,7 @@ class InMemoryLinkState(LinkState):
         created = []
         for _ in range(count):
             node_id = new_id(self._ids, self._nodes.__contains__)
-            self._nodes[node_id] = _Node(online_until)
+            self._nodes[node_id] = _Node(online_until, heartbeat_interval)
             self._schedule(online_until, partial(self._check_node, node_id, online_until))
             created.append(node_id)
             self._node_topic.publish(node_id, node_id)
@@ -220,6 +251,7 @@ class InMemoryLinkState(LinkState):
             raise NodeNotFoundError(f"no node {node_id}")
         # _fire_due() has just declared the node offline if its deadline passed.
         was_online, node.online = node.online, True
+        node.heartbeat_interval = heartbeat_interval
         node.online_until = self._clock.now() + self._patience * heartbeat_interval
         self._schedule(node.online_until, partial(self._check_node, node_id, node.online_until))
         if not was_online:
@@ -392,6 +424,7 @@ class InMemoryLinkState(LinkState):
 
     def _lease_until(self, entry: _Entry, deadline: float) -> None:
         """Start the entry's current lease (``entry.lease``), to run out at ``deadline``."""
+        entry.lease_until = deadline
         lease = partial(self._end_lease, entry.message.metadata.message_id, entry.lease)
         self._schedule(deadline, lease)
 
@@ -410,7 +443,9 @@ class InMemoryLinkState(LinkState):
                 continue
             entry.status = transition(entry.status, MessageStatus.LEASED)
             entry.lease += 1
-            if lease is not None:
+            if lease is None:
+                entry.lease_until = math.inf
+            else:
                 self._lease_until(entry, self._clock.now() + lease)
             pulled.append(entry.message)
         return pulled

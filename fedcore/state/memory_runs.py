@@ -168,6 +168,10 @@ class MemoryRuns:
         row = self._row(run_id)
         check_claim_token(run_id, row.token, token)
         self._claim_until(row, self._clock.now() + lease)
+        if row.run.status is RunStatus.RUNNING and row.alive_until is not None:
+            # The exec holds the ServerApp's process and renews only while it runs:
+            # its renewal vouches for the process, whatever the app's own code does.
+            self._alive_until(row, max(row.alive_until, row.claim_until))
         return row.claim_until
 
     def _claim_until(self, row: _RunRow, deadline: float) -> None:
@@ -199,8 +203,28 @@ class MemoryRuns:
 
     def _watch_server_app(self, row: _RunRow, heartbeat_interval: float) -> None:
         row.heartbeat_interval = heartbeat_interval
-        row.alive_until = self._clock.now() + self._patience * heartbeat_interval
-        self._schedule(row.alive_until, partial(self._check_server_app, row, row.alive_until))
+        alive_until = self._clock.now() + self._patience * heartbeat_interval
+        if row.alive_until is not None:
+            alive_until = max(alive_until, row.alive_until)
+        self._alive_until(row, alive_until)
+
+    def _alive_until(self, row: _RunRow, deadline: float) -> None:
+        row.alive_until = deadline
+        self._schedule(deadline, partial(self._check_server_app, row, deadline))
+
+    def rearm(self, since: float, now: float) -> None:
+        """The link stalled from ``since`` to ``now``: re-arm what lapsed meanwhile.
+
+        A ServerApp gets a full patience from now, a claim the time the stall took.
+        """
+        for row in self._runs.values():
+            status = row.run.status
+            alive_until = row.alive_until
+            if status is RunStatus.RUNNING and alive_until is not None:
+                if since < alive_until <= now:
+                    self._alive_until(row, now + self._patience * row.heartbeat_interval)
+            elif status is RunStatus.STARTING and since < row.claim_until <= now:
+                self._claim_until(row, row.claim_until + (now - since))
 
     def _check_server_app(self, row: _RunRow, deadline: float) -> None:
         if row.run.status is not RunStatus.RUNNING or row.alive_until is None:

@@ -25,7 +25,9 @@ another exec try. Heartbeat deadlines are the exception: nodes and ServerApps ca
 heartbeat a link that is down, so each node online and each watched ServerApp of a
 running run gets a full ``patience × heartbeat_interval`` from the opening to show up
 again, and one that does not is declared offline (its run failed) then, within the
-usual bound. Fencing tokens come from a stored counter: never one handed out twice.
+usual bound. A stall of the link's own event loop is treated alike, for the deadlines
+that passed during it (:mod:`fedcore.state.stalls`). Fencing tokens come from a stored
+counter: never one handed out twice.
 
 **One link per file.** Several processes may open a fresh file at once (migrations
 take turns, see :mod:`fedcore.state.sql`), but the deadline cache and the notifications
@@ -90,6 +92,7 @@ from fedcore.state.database import INT64, Database
 from fedcore.state.notify import Subscription, Topic
 from fedcore.state.sqlite_contents import SqliteContents, digest_of
 from fedcore.state.sqlite_runs import SqliteRuns
+from fedcore.state.stalls import StallWatch
 
 
 class SqliteLinkState(LinkState):
@@ -106,10 +109,18 @@ class SqliteLinkState(LinkState):
         *,
         seed: int | None = None,
         heartbeat_patience: float = DEFAULT_HEARTBEAT_PATIENCE,
+        stalls: StallWatch | None = None,
     ) -> None:
         if not 0 < heartbeat_patience < math.inf:
             raise ValueError(f"heartbeat_patience must be positive, got {heartbeat_patience}")
-        self._db = Database(path, clock or SystemClock(), fire=self._fire, reopen=self._reopen)
+        self._db = Database(
+            path,
+            clock or SystemClock(),
+            fire=self._fire,
+            reopen=self._reopen,
+            rearm=self._rearm,
+            stalls=stalls,
+        )
         self._ids = random.Random(seed)
         self._patience = heartbeat_patience
         self._runs = SqliteRuns(self._db, self._ids, heartbeat_patience)
@@ -152,6 +163,11 @@ class SqliteLinkState(LinkState):
             self._db.notify(partial(self._message_topic.publish, node_id, node_id))
         fired_runs = self._runs.fire(due)
         return bool(expiring or silent or ending) or fired_runs
+
+    def _rearm(self, since: float, now: float) -> None:
+        self._db.execute("rearm_nodes", since=since, now=now, patience=self._patience)
+        self._db.execute("rearm_leases", since=since, now=now)
+        self._runs.rearm(since, now)
 
     def _reopen(self, now: float) -> None:
         self._db.execute("extend_online_nodes", now=now, patience=self._patience)

@@ -69,6 +69,11 @@ class SqliteRuns:
             self._move(run_id, RunStatus.RUNNING, RunStatus.FAILED, reason)
         return bool(ending or silent)
 
+    def rearm(self, since: float, now: float) -> None:
+        """The link stalled from ``since`` to ``now``: re-arm the run deadlines that lapsed."""
+        self._db.execute("rearm_claims", since=since, now=now)
+        self._db.execute("rearm_server_apps", since=since, now=now, patience=self._patience)
+
     def reopen(self, now: float) -> None:
         """The link's downtime is not its ServerApps' silence: give each a full patience."""
         self._db.execute("extend_running_runs", now=now, patience=self._patience)

@@ -49,9 +49,12 @@ class Server:
 class Deployment:
     """A link and its nodes under ``root``; use it as a context manager."""
 
-    def __init__(self, root: Path, *, heartbeat_interval: float = 1.0) -> None:
+    def __init__(
+        self, root: Path, *, heartbeat_interval: float = 1.0, heartbeat_patience: float = 2.0
+    ) -> None:
         self.root = root
         self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_patience = heartbeat_patience
         self.servers: list[Server] = []
         self.link: Server | None = None
         self._link_flags: list[str] = []
@@ -118,6 +121,7 @@ class Deployment:
                 "--role", "link",
                 "--fleet-address", fleet,
                 "--control-address", control,
+                "--heartbeat-patience", repr(self.heartbeat_patience),
                 *extra,
                 *self._link_flags,
             ],

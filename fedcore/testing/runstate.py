@@ -569,6 +569,34 @@ class RunStateConformance:
         assert run.reason, "no reason given for failing the run"
         assert await state.pull_messages(steady_node) == [], "a failed run's message was kept"
 
+    async def test_the_execs_renewals_vouch_for_a_silent_server_app(
+        self, state: LinkState, fake_clock: FakeClock
+    ) -> None:
+        # The exec renews its claim only while the ServerApp's process lives: an app
+        # whose own code holds its heartbeats back (a slow import) is alive all the same.
+        claim = await running(state)
+        run_id = claim.run.run_id
+        for _ in range(10):
+            await advance(fake_clock, CLAIM / 3)
+            await state.renew_claim(run_id, claim.token, lease=CLAIM)
+        assert await status(state, run_id) is RunStatus.RUNNING
+        await advance(fake_clock, CLAIM - EPSILON)
+        assert await status(state, run_id) is RunStatus.RUNNING
+        await advance(fake_clock, 2 * EPSILON)
+        run = await state.get_run(run_id)
+        assert run.status is RunStatus.FAILED, "nobody vouched for the run, yet it runs on"
+        assert "no exec vouched" in run.reason
+
+    async def test_a_heartbeat_does_not_cut_short_what_the_exec_vouched_for(
+        self, state: LinkState, fake_clock: FakeClock
+    ) -> None:
+        claim = await running(state)
+        run_id = claim.run.run_id
+        await state.renew_claim(run_id, claim.token, lease=10 * SILENT_AFTER)
+        await state.heartbeat_run(run_id, heartbeat_interval=INTERVAL)
+        await advance(fake_clock, 5 * SILENT_AFTER)
+        assert await status(state, run_id) is RunStatus.RUNNING
+
     async def test_a_heartbeat_sets_the_interval_for_the_next_deadline(
         self, state: LinkState, fake_clock: FakeClock
     ) -> None:

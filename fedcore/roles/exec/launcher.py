@@ -16,7 +16,11 @@ child's environment — never on its command line, where any local user could re
 it — and moves the run to ``running``. From then on the ServerApp keeps its run
 alive with its own heartbeats and ends it itself (``finished:completed`` or
 ``failed``). The launcher renews its claim every third of the lease throughout: a
-renewal refused means the run finished or another exec has it.
+renewal refused means the run finished or another exec has it. Those renewals also
+vouch for the process, which the launcher holds: the ServerApp's own heartbeats run on
+the app's event loop, which the app's code can block (a slow import, a long
+synchronous step in ``main``), and the run must not fail for that while the process
+lives.
 
 The launcher watches the process: one that exits while its run is not finished has
 crashed or was killed — the run becomes ``finished:failed`` with the exit status
@@ -83,7 +87,9 @@ class LaunchSettings:
 
     ``claim_lease``: seconds a claim lasts unless renewed (renewed every third of
     it). ``app_heartbeat``: the interval the ServerApp heartbeats at; the run fails
-    after patience × that without one. ``max_runs``: ServerApp processes at once.
+    after patience × that without one, unless this launcher, which holds the process,
+    still renews its claim (a renewal vouches for the process: see
+    :mod:`fedcore.state.base`). ``max_runs``: ServerApp processes at once.
     ``stop_grace``: seconds the process of a finished run gets to exit by itself,
     and then between terminating and killing it. ``poll_seconds``: the longest
     one wait for a run (or for a run's end) lasts before it is asked again — a long
@@ -92,7 +98,7 @@ class LaunchSettings:
     """
 
     claim_lease: float = 10.0
-    app_heartbeat: float = 2.0
+    app_heartbeat: float = 5.0
     max_runs: int = 8
     stop_grace: float = 5.0
     poll_seconds: float = 30.0

@@ -61,6 +61,25 @@ WHERE online = 1;
 UPDATE runs SET alive_until = max(alive_until, :now + :patience * heartbeat_interval)
 WHERE status = 'running' AND alive_until IS NOT NULL;
 
+-- name: rearm_nodes
+-- After the link's own event loop stalled from :since to :now: a node whose deadline
+-- passed meanwhile was not heard because nobody listened. A full patience from now.
+UPDATE nodes SET online_until = :now + :patience * heartbeat_interval
+WHERE online = 1 AND online_until > :since AND online_until <= :now;
+
+-- name: rearm_leases
+-- The same for leases (renewed by heartbeats): they run on by the stall's length.
+UPDATE messages SET lease_until = lease_until + (:now - :since)
+WHERE status = 'leased' AND lease_until > :since AND lease_until <= :now;
+
+-- name: rearm_claims
+UPDATE runs SET claim_until = claim_until + (:now - :since)
+WHERE status = 'starting' AND claim_until > :since AND claim_until <= :now;
+
+-- name: rearm_server_apps
+UPDATE runs SET alive_until = :now + :patience * heartbeat_interval
+WHERE status = 'running' AND alive_until > :since AND alive_until <= :now;
+
 -- Nodes ---------------------------------------------------------------------------
 
 -- name: node_id_taken
@@ -150,10 +169,19 @@ UPDATE runs SET
 WHERE run_id = :run_id;
 
 -- name: renew_claim
-UPDATE runs SET claim_until = :claim_until WHERE run_id = :run_id;
+-- A running run's exec renews only while its ServerApp process lives: the renewal
+-- vouches for the process until the claim's new end (see fedcore.state.base).
+UPDATE runs SET
+    claim_until = :claim_until,
+    alive_until = CASE WHEN status = 'running' AND alive_until IS NOT NULL
+        THEN max(alive_until, :claim_until) ELSE alive_until END
+WHERE run_id = :run_id;
 
 -- name: watch_server_app
-UPDATE runs SET heartbeat_interval = :heartbeat_interval, alive_until = :alive_until
+-- A heartbeat never shortens what the exec's renewals vouched for.
+UPDATE runs SET
+    heartbeat_interval = :heartbeat_interval,
+    alive_until = max(coalesce(alive_until, :alive_until), :alive_until)
 WHERE run_id = :run_id;
 
 -- Bundles, contexts and logs ------------------------------------------------------
