@@ -123,6 +123,7 @@ async def test_a_lease_that_ran_out_in_a_stall_is_not_redelivered(
     await state.update_run_status(run_id, RunStatus.RUNNING)
     (message_id,) = await state.push_messages(run_id, [message(node_id)])
     (pulled,) = await state.pull_messages(node_id, lease=1.0)
+    assert pulled.metadata.message_id == message_id
     await advance(fake_clock, STALL)
     assert await state.pull_messages(node_id) == []
     assert await state.renew_leases(node_id, [message_id], lease=1.0) == []
