@@ -31,7 +31,8 @@ ALLOWED: dict[str, set[str]] = {
     "strategy": BASE | {"domain", "apps", "privacy"},
     "transport": BASE | {"domain", "wire", "state", "apps"},
     "roles": BASE | {"domain", "wire", "state", "transport", "apps"},
-    "simulation": BASE | {"domain", "wire", "state", "transport", "apps"},
+    # strategy: the progress display renders the round driver's RoundReports.
+    "simulation": BASE | {"domain", "wire", "state", "transport", "apps", "strategy"},
     "runtime": BASE | {"domain", "wire", "state", "transport", "apps", "roles", "simulation"},
     "cli": BASE
     | {"domain", "wire", "state", "transport", "apps", "roles", "simulation", "runtime"}

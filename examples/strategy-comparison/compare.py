@@ -101,9 +101,10 @@ def main() -> None:
         f"{'strategy':<14}{'final acc':>10}{'round' + reached:>12}{'s' + reached:>10}{'total s':>9}"
     )
     for name in args.strategies:
-        row = race(name, nodes=args.nodes, rounds=args.rounds, target=args.target)
-        at_round = "-" if row.rounds_to_target is None else str(row.rounds_to_target)
-        at_time = "-" if row.seconds_to_target is None else f"{row.seconds_to_target:.2f}"
+        row = race(name, nodes=args.nodes, rounds=args.rounds)
+        point = row.reached(args.target)
+        at_round = "-" if point is None else str(point.server_round)
+        at_time = "-" if point is None else f"{point.seconds:.2f}"
         print(
             f"{name:<14}{row.final_accuracy:>10.3f}{at_round:>12}{at_time:>10}{row.seconds:>9.2f}"
         )

@@ -163,7 +163,8 @@ class ClientApp:
         """Run the handler for ``message`` and return its reply, or an error reply.
 
         ``in_thread`` runs a plain ``def`` handler in a worker thread, so that it
-        does not stall an event loop shared with other work; ``async def``
+        does not stall an event loop shared with other work; cancelling the call
+        abandons that thread (a hung handler cannot hold its caller). ``async def``
         handlers always run on the calling loop.
 
         With mods, the chain runs where a plain handler would: in a worker thread
@@ -179,10 +180,14 @@ class ClientApp:
             if self._mods:
                 if in_thread or _is_async(handler):
                     chain = self._chain(message, handler, _finish_from_thread)
-                    return await anyio.to_thread.run_sync(chain, message, context)
+                    return await anyio.to_thread.run_sync(
+                        chain, message, context, abandon_on_cancel=True
+                    )
                 return self._chain(message, handler, _cannot_finish)(message, context)
             if in_thread and not _is_async(handler):
-                reply = await anyio.to_thread.run_sync(handler, message, context)
+                reply = await anyio.to_thread.run_sync(
+                    handler, message, context, abandon_on_cancel=True
+                )
             else:
                 reply = handler(message, context)
             if inspect.isawaitable(reply):  # async handlers, and plain ones returning a coroutine

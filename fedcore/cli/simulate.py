@@ -5,17 +5,18 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 from fedcore.apps.run_config import parse_run_config
-from fedcore.cli.progress import ProgressDisplay, summary
 from fedcore.errors import RunConfigError
 from fedcore.simulation import Resources, SimulationResult, run_simulation
 from fedcore.simulation.backends import BACKENDS, DEFAULT_BACKEND
 from fedcore.simulation.backends.sizing import detect_cpus, detect_gpus
+from fedcore.simulation.progress import failures_text, showing_progress, summary
+from fedcore.strategy.result import RoundReport
+from fedcore.strategy.rounds import DEFAULT_ROUND_TIMEOUT
 
 
 @click.command()
@@ -73,9 +74,19 @@ from fedcore.simulation.backends.sizing import detect_cpus, detect_gpus
     help="Seed for node ids and sampling (default: random, printed).",
 )
 @click.option(
+    "--round-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="How long each phase of a round (training, then evaluation) waits for its "
+    "replies, for strategies the ServerApp built without a round_timeout of their own "
+    f"(default: theirs, {DEFAULT_ROUND_TIMEOUT:g} s). A ClientApp still running then is "
+    "stopped, its reply counted as a failure, and the run goes on.",
+)
+@click.option(
     "--metrics-out",
     type=click.Path(dir_okay=False, writable=True, path_type=Path),
-    help="Append one JSON line of metrics per round to this file.",
+    help="Append to this file one JSON line for the run (run id, seed, config, start "
+    "time, fedcore version), then one line of metrics per round.",
 )
 @click.option("--verbose", "-v", is_flag=True, help="Show debug logs.")
 @click.option("--quiet", "-q", is_flag=True, help="Show only warnings, errors and the summary.")
@@ -90,6 +101,7 @@ def simulate(
     system_gpus: float | None,
     run_config: tuple[str, ...],
     seed: int | None,
+    round_timeout: float | None,
     metrics_out: Path | None,
     verbose: bool,
     quiet: bool,
@@ -121,23 +133,34 @@ def simulate(
         )
     show = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
     live = sys.stderr.isatty() and not quiet
-    with ProgressDisplay(sys.stderr, show=show, live=live, metrics_out=metrics_out) as display:
-        undo = _install(display, verbose=verbose)
+    with showing_progress(
+        sys.stderr, show=show, live=live, verbose=verbose, metrics_out=metrics_out
+    ) as display:
         started = time.monotonic()
-        try:
-            result: SimulationResult = run_simulation(
-                target,
-                nodes=nodes,
-                backend=backend,
-                resources=Resources(num_cpus, num_gpus),
-                system=_system(system_cpus, system_gpus),
-                max_workers=max_workers,
-                run_config=" ".join(run_config),
-                seed=seed,
-            )
-        finally:
-            undo()
+        result: SimulationResult = run_simulation(
+            target,
+            nodes=nodes,
+            backend=backend,
+            resources=Resources(num_cpus, num_gpus),
+            system=_system(system_cpus, system_gpus),
+            max_workers=max_workers,
+            run_config=" ".join(run_config),
+            seed=seed,
+            round_timeout=round_timeout,
+            progress=False,
+        )
     click.echo(summary(display.reports, time.monotonic() - started, result.seed))
+    if display.reports and _trained_nothing(display.reports[-1]):
+        last = display.reports[-1]
+        raise click.ClickException(
+            f"the last round ({last.server_round}/{last.num_rounds}) had no successful "
+            f"training reply: {failures_text([last.train_failures])}"
+        )
+
+
+def _trained_nothing(report: RoundReport) -> bool:
+    """Training was asked of nodes in this round and none of them delivered."""
+    return report.train_replies == 0 and bool(report.train_failures)
 
 
 def _system(cpus: float | None, gpus: float | None) -> Resources | None:
@@ -148,28 +171,3 @@ def _system(cpus: float | None, gpus: float | None) -> Resources | None:
         cpus if cpus is not None else float(detect_cpus()),
         gpus if gpus is not None else float(detect_gpus()),
     )
-
-
-def _install(display: ProgressDisplay, *, verbose: bool) -> Callable[[], None]:
-    """Route logs to ``display``; return the function that undoes it.
-
-    fedcore's own loggers always pass round reports (INFO) on, so that the summary
-    and ``--metrics-out`` are complete even with ``--quiet``; the display decides
-    what to print.
-    """
-    loggers = {
-        logging.getLogger(): logging.DEBUG if verbose else logging.INFO,
-        logging.getLogger("fedcore"): logging.DEBUG if verbose else logging.INFO,
-        logging.getLogger("fedcore.strategy"): logging.DEBUG if display.live else logging.NOTSET,
-    }
-    saved = {logger: logger.level for logger in loggers}
-    for logger, level in loggers.items():
-        logger.setLevel(level)
-    logging.getLogger().addHandler(display)
-
-    def undo() -> None:
-        logging.getLogger().removeHandler(display)
-        for logger, level in saved.items():
-            logger.setLevel(level)
-
-    return undo

@@ -25,6 +25,10 @@ class Run:
     """SHA-256 (hex) of the run's app bundle; empty for a simulation, which has none."""
     created_at: float = 0.0
     """When the run was created, on the LinkState's clock."""
+    round_timeout: float | None = None
+    """Seconds a strategy's round phase may wait for replies when the strategy was given
+    no ``round_timeout`` of its own (``fedcore simulate --round-timeout``); ``None``: the
+    strategies' default. Not stored: the runtime that starts the ServerApp sets it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ registering 100,000 nodes costs their ids, not 100,000 Contexts.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass
@@ -30,6 +31,20 @@ from fedcore.state.base import LinkState
 from fedcore.transport.inproc.grid import InProcGrid
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    """A simulated run began; carried by its INFO log record as ``fedcore_run``.
+
+    Progress displays write it as the header of the run's metrics; ``started`` is
+    the run's creation time in seconds since the epoch.
+    """
+
+    run_id: int
+    seed: int
+    run_config: dict[str, Any]
+    started: float
 
 
 @dataclass
@@ -54,7 +69,13 @@ class SimulationEngine:
         self._renotified: set[int] = set()
 
     async def run(
-        self, server: ServerApp, *, num_nodes: int, run_config: dict[str, Any], seed: int
+        self,
+        server: ServerApp,
+        *,
+        num_nodes: int,
+        run_config: dict[str, Any],
+        seed: int,
+        round_timeout: float | None = None,
     ) -> SimulationResult:
         node_ids = await self._state.create_nodes(num_nodes, heartbeat_interval=math.inf)
         self._partitions = {node_id: index for index, node_id in enumerate(node_ids)}
@@ -62,11 +83,14 @@ class SimulationEngine:
         await self._state.update_run_status(run.run_id, RunStatus.STARTING)
         await self._state.update_run_status(run.run_id, RunStatus.RUNNING)
         context = Context(run.run_id, SERVER_NODE_ID, {}, RecordDict(), dict(run_config))
+        started = RunStarted(run.run_id, seed, dict(run_config), run.created_at)
+        log.info("run %d started, seed %d", run.run_id, seed, extra={"fedcore_run": started})
         failure: Exception | None = None
         async with anyio.create_task_group() as task_group:
             await task_group.start(self._dispatch, run)
             try:
-                value = await server.run(InProcGrid(self._state, run, self._clock), context)
+                grid_run = dataclasses.replace(run, round_timeout=round_timeout)
+                value = await server.run(InProcGrid(self._state, grid_run, self._clock), context)
             except Exception as exc:
                 failure = exc
             task_group.cancel_scope.cancel()
@@ -128,7 +152,15 @@ class SimulationEngine:
         try:
             await self._state.push_reply(node_id, reply)
         except StateError as exc:
-            log.warning("reply from node %d dropped: %s", node_id, exc)
+            # A message that expired was answered by the state already (code 3): the
+            # backend's late reply to it is expected to be refused.
+            expired = message.metadata.expires_at <= self._clock.now()
+            log.log(
+                logging.DEBUG if expired else logging.WARNING,
+                "reply from node %d dropped: %s",
+                node_id,
+                exc,
+            )
 
     def _new_context(self, run: Run, node_id: int) -> Context:
         node_config = {

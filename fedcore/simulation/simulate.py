@@ -11,11 +11,14 @@ obscurely.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import importlib.util
 import logging
+import math
 import os
 import secrets
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,7 @@ from fedcore.errors import UsageError
 from fedcore.simulation.backends import DEFAULT_BACKEND, create_backend
 from fedcore.simulation.backends.worker import WORKER_ENV
 from fedcore.simulation.engine import SimulationEngine, SimulationResult
+from fedcore.simulation.progress import showing_progress, summary
 from fedcore.simulation.resources import Resources
 from fedcore.state.memory import InMemoryLinkState
 
@@ -47,6 +51,8 @@ async def simulate(
     system: Resources | None = None,
     max_workers: int | None = None,
     clock: Clock | None = None,
+    round_timeout: float | None = None,
+    progress: bool = True,
 ) -> SimulationResult:
     """Run ``app`` on ``nodes`` virtual nodes and return what its ServerApp's main returned.
 
@@ -60,6 +66,13 @@ async def simulate(
     ``backend="process"`` runs ClientApps in worker processes, as many as the machine
     (or ``system``) has room for at ``resources`` each, capped by ``max_workers``;
     ``"inline"`` runs them in this process.
+
+    ``round_timeout`` (seconds) is the run-wide default of strategies' own
+    ``round_timeout``, for those the ServerApp built without one.
+
+    Unless ``progress=False`` or the caller configured logging (a handler on the
+    root or ``fedcore`` logger, as ``logging.basicConfig`` adds), each round is logged
+    to stderr and a summary printed at the end, as ``fedcore simulate`` shows them.
     """
     if os.environ.get(WORKER_ENV):
         raise UsageError(
@@ -77,16 +90,40 @@ async def simulate(
     seed = _resolve_seed(seed, config)
     if "seed" in config:
         config["seed"] = seed
-    clock = clock or SystemClock()
-    log.info("simulating %d nodes on the %s backend, seed %d", nodes, backend, seed)
-    async with (
-        InMemoryLinkState(clock, seed=seed) as state,
-        create_backend(
-            backend, loaded, resources, clock, system=system, max_workers=max_workers
-        ) as runner,
+    if round_timeout is not None and not (
+        isinstance(round_timeout, int | float)
+        and not isinstance(round_timeout, bool)
+        and 0 < round_timeout < math.inf
     ):
-        engine = SimulationEngine(state, runner, clock)
-        return await engine.run(loaded.app.server, num_nodes=nodes, run_config=config, seed=seed)
+        raise UsageError(
+            f"round_timeout must be a positive number of seconds, got {round_timeout!r}"
+        )
+    clock = clock or SystemClock()
+    started = clock.now()
+    with contextlib.ExitStack() as stack:
+        display = None
+        if progress and not logging.getLogger("fedcore").hasHandlers():
+            display = stack.enter_context(
+                showing_progress(sys.stderr, show=logging.INFO, live=sys.stderr.isatty())
+            )
+        log.info("simulating %d nodes on the %s backend, seed %d", nodes, backend, seed)
+        async with (
+            InMemoryLinkState(clock, seed=seed) as state,
+            create_backend(
+                backend, loaded, resources, clock, system=system, max_workers=max_workers
+            ) as runner,
+        ):
+            engine = SimulationEngine(state, runner, clock)
+            result = await engine.run(
+                loaded.app.server,
+                num_nodes=nodes,
+                run_config=config,
+                seed=seed,
+                round_timeout=None if round_timeout is None else float(round_timeout),
+            )
+    if display is not None:
+        print(summary(display.reports, clock.now() - started, result.seed))
+    return result
 
 
 def run_simulation(app: App | str | Path, **options: Any) -> SimulationResult:

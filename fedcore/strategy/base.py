@@ -44,6 +44,13 @@ class Aggregation(ABC):
 class Strategy(ABC):
     """The base of every strategy."""
 
+    round_timeout: float | None = None
+    """Seconds each phase of a round (training, then evaluation) waits for its replies;
+    a ClientApp still running then is stopped and its reply counted as a failure.
+    ``None``: the run's default (``fedcore simulate --round-timeout``), else
+    :data:`~fedcore.strategy.rounds.DEFAULT_ROUND_TIMEOUT`. Strategies take it as a
+    constructor argument."""
+
     def train_aggregation(self, server_round: int) -> Aggregation | None:
         """A running aggregation of training replies, or ``None`` to get them as a list."""
         return None
@@ -115,7 +122,8 @@ class Strategy(ABC):
         ``await strategy.start(grid=grid, ...)`` in an ``async def main``; plain
         ``strategy.start(grid=grid, ...)`` with the blocking grid of a ``def main``.
         ``timeout`` bounds, in seconds, each wait for nodes and each round's
-        replies; late replies count as failures. ``evaluate_fn(round, arrays)``
+        replies; late replies count as failures. The strategy's ``round_timeout``
+        bounds the replies too, and is usually the shorter. ``evaluate_fn(round, arrays)``
         evaluates on the server after every round (and once before the first).
         """
         if not isinstance(initial_arrays, ArrayRecord):

@@ -70,6 +70,7 @@ class Bulyan(FedAvg):
         train_metrics_aggr_fn: MetricsAggregation | None = None,
         evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
         selection_rule: SelectionRule | None = None,
+        round_timeout: float | None = None,
     ) -> None:
         super().__init__(
             fraction_train=fraction_train,
@@ -82,6 +83,7 @@ class Bulyan(FedAvg):
             configrecord_key=configrecord_key,
             train_metrics_aggr_fn=train_metrics_aggr_fn,
             evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn,
+            round_timeout=round_timeout,
         )
         self.num_malicious_nodes = arguments.count("num_malicious_nodes", num_malicious_nodes)
         self.selection_rule = selection_rule or iterative_krum

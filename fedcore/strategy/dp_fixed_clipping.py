@@ -72,6 +72,7 @@ class _FixedClipping(Strategy):
                 "wrappers work with round-based strategies only"
             )
         self.strategy = strategy
+        self.round_timeout = strategy.round_timeout
         self.noise_multiplier = arguments.non_negative("noise_multiplier", noise_multiplier)
         self.clipping_norm = arguments.positive("clipping_norm", clipping_norm)
         self.num_sampled_clients = arguments.count(

@@ -53,6 +53,7 @@ class FedAvgOptions(TypedDict, total=False):
     configrecord_key: str
     train_metrics_aggr_fn: MetricsAggregation | None
     evaluate_metrics_aggr_fn: MetricsAggregation | None
+    round_timeout: float | None
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,12 @@ class FedAvg(Strategy):
         configrecord_key: str = "config",
         train_metrics_aggr_fn: MetricsAggregation | None = None,
         evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
+        *,
+        round_timeout: float | None = None,
     ) -> None:
+        self.round_timeout = (
+            None if round_timeout is None else arguments.positive("round_timeout", round_timeout)
+        )
         self.fraction_train = arguments.fraction("fraction_train", fraction_train)
         self.fraction_evaluate = arguments.fraction("fraction_evaluate", fraction_evaluate)
         self.min_train_nodes = arguments.count("min_train_nodes", min_train_nodes)

@@ -47,6 +47,7 @@ class FedAvgM(FedAvg):
         evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
         server_learning_rate: float = 1.0,
         server_momentum: float = 0.0,
+        round_timeout: float | None = None,
     ) -> None:
         super().__init__(
             fraction_train=fraction_train,
@@ -59,6 +60,7 @@ class FedAvgM(FedAvg):
             configrecord_key=configrecord_key,
             train_metrics_aggr_fn=train_metrics_aggr_fn,
             evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn,
+            round_timeout=round_timeout,
         )
         self.server_learning_rate = arguments.positive("server_learning_rate", server_learning_rate)
         self.server_momentum = arguments.in_range("server_momentum", server_momentum, 0.0, 1.0)

@@ -48,8 +48,11 @@ from fedcore.strategy.result import EvaluateFn, Result, RoundReport
 from fedcore.strategy.rounds import (
     evaluate_on_server,
     exchange,
+    failure_counts,
+    limit_ttl,
     log_failures,
     metrics_text,
+    round_limit,
     sampling_seed,
     shuffled,
 )
@@ -83,6 +86,7 @@ class FedBuff(FedAvg):
         configrecord_key: str = "config",
         train_metrics_aggr_fn: MetricsAggregation | None = None,
         evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
+        round_timeout: float | None = None,
     ) -> None:
         super().__init__(
             fraction_train=1.0,
@@ -95,6 +99,7 @@ class FedBuff(FedAvg):
             configrecord_key=configrecord_key,
             train_metrics_aggr_fn=train_metrics_aggr_fn,
             evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn,
+            round_timeout=round_timeout,
         )
         self.buffer_size = arguments.count("buffer_size", buffer_size, minimum=1)
         self.concurrency = arguments.count("concurrency", concurrency, minimum=1)
@@ -156,9 +161,11 @@ class FedBuff(FedAvg):
         evaluate_config: ConfigRecord,
         evaluate_fn: EvaluateFn | None,
     ) -> Result:
-        """Train asynchronously until ``num_rounds`` server steps are made."""
+        """Train asynchronously until ``num_rounds`` server steps are made; each message
+        has ``round_timeout`` (:func:`~fedcore.strategy.rounds.round_limit`) for its reply."""
         self._sent.clear()
-        run = _AsyncRun(self, grid, timeout, num_rounds, train_config, evaluate_config)
+        limit = round_limit(self, grid, timeout)
+        run = _AsyncRun(self, grid, limit, num_rounds, train_config, evaluate_config)
         return await run.drive(initial_arrays, evaluate_fn)
 
 
@@ -398,6 +405,7 @@ class _AsyncRun:
         messages = self.strategy.configure_train(
             server_round, self.result.arrays, ConfigRecord(self.train_config), node_ids
         )
+        limit_ttl(messages, self.timeout)
         ids = await self.grid.push_messages(messages)
         for message_id, node_id in zip(ids, node_ids, strict=True):
             self.working[message_id] = (node_id, server_round)
@@ -434,9 +442,10 @@ class _AsyncRun:
         report = RoundReport(
             server_round=server_round,
             num_rounds=self.num_rounds,
-            replies=step.replies,
-            failures=len(step.errors) + step.missing,
+            train_replies=step.replies,
+            evaluate_replies=0,
             elapsed=self.grid.clock.now() - step.started,
+            train_failures=failure_counts(step.errors, step.missing),
             train_metrics=dict(result.train_metrics_clientapp.get(server_round, {})),
             server_metrics=dict(result.evaluate_metrics_serverapp.get(server_round, {})),
         )

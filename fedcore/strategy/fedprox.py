@@ -40,6 +40,7 @@ class FedProx(FedAvg):
         train_metrics_aggr_fn: MetricsAggregation | None = None,
         evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
         proximal_mu: float = 0.0,
+        round_timeout: float | None = None,
     ) -> None:
         super().__init__(
             fraction_train=fraction_train,
@@ -52,6 +53,7 @@ class FedProx(FedAvg):
             configrecord_key=configrecord_key,
             train_metrics_aggr_fn=train_metrics_aggr_fn,
             evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn,
+            round_timeout=round_timeout,
         )
         self.proximal_mu = arguments.non_negative("proximal_mu", proximal_mu)
         if self.proximal_mu == 0.0:

@@ -45,6 +45,7 @@ class MultiKrum(FedAvg):
         configrecord_key: str = "config",
         train_metrics_aggr_fn: MetricsAggregation | None = None,
         evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
+        round_timeout: float | None = None,
     ) -> None:
         super().__init__(
             fraction_train=fraction_train,
@@ -57,6 +58,7 @@ class MultiKrum(FedAvg):
             configrecord_key=configrecord_key,
             train_metrics_aggr_fn=train_metrics_aggr_fn,
             evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn,
+            round_timeout=round_timeout,
         )
         self.num_malicious_nodes = arguments.count("num_malicious_nodes", num_malicious_nodes)
         self.num_nodes_to_select = arguments.count(

@@ -53,6 +53,7 @@ class QFedAvg(FedAvg):
         configrecord_key: str = "config",
         train_metrics_aggr_fn: MetricsAggregation | None = None,
         evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
+        round_timeout: float | None = None,
     ) -> None:
         super().__init__(
             fraction_train=fraction_train,
@@ -65,6 +66,7 @@ class QFedAvg(FedAvg):
             configrecord_key=configrecord_key,
             train_metrics_aggr_fn=train_metrics_aggr_fn,
             evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn,
+            round_timeout=round_timeout,
         )
         self.client_learning_rate = arguments.positive("client_learning_rate", client_learning_rate)
         self.q = arguments.non_negative("q", q)

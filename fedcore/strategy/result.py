@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
-from fedcore.domain import ArrayRecord, MetricRecord
+from fedcore.domain import ArrayRecord, Message, MetricRecord
 from fedcore.domain.records import MetricValue
 
 Phase: TypeAlias = Literal["train", "evaluate"]
@@ -25,23 +25,46 @@ class Result:
     evaluate_metrics_serverapp: dict[int, MetricRecord] = field(default_factory=dict)
 
 
+NO_REPLY = "no reply"
+"""The failure label of a message that got no reply before its round's timeout."""
+
+
+def failure_label(reply: Message) -> str:
+    """How a failed reply is counted: ``"code 2"`` and so on, by its error code."""
+    return f"code {reply.error.code}"
+
+
 @dataclass(frozen=True)
 class RoundReport:
     """One finished round, as the round driver logs it (and progress displays read it).
 
     Each log record of a finished round carries its report as the attribute
     ``fedcore_round``, so a handler can render progress or write metrics without
-    parsing text.
+    parsing text. Training and evaluation are counted apart; failures are counted
+    by label — ``"code 2"`` for an error reply with code 2, :data:`NO_REPLY` for a
+    message its round stopped waiting for.
     """
 
     server_round: int
     num_rounds: int
-    replies: int
-    failures: int
+    train_replies: int
+    evaluate_replies: int
     elapsed: float
+    train_failures: dict[str, int] = field(default_factory=dict)
+    evaluate_failures: dict[str, int] = field(default_factory=dict)
     train_metrics: dict[str, MetricValue] = field(default_factory=dict)
     evaluate_metrics: dict[str, MetricValue] = field(default_factory=dict)
     server_metrics: dict[str, MetricValue] = field(default_factory=dict)
+
+    @property
+    def replies(self) -> int:
+        """Successful replies, training and evaluation together."""
+        return self.train_replies + self.evaluate_replies
+
+    @property
+    def failures(self) -> int:
+        """Failed or missing replies, training and evaluation together."""
+        return sum(self.train_failures.values()) + sum(self.evaluate_failures.values())
 
     def describe(self) -> str:
         """One line: ``round 3/30: 20 replies, 0 failures, 0.41 s, server accuracy=0.81, …``."""

@@ -27,7 +27,15 @@ import numpy as np
 
 from fedcore.apps.grid import Grid
 from fedcore.domain import ArrayRecord, ConfigRecord, Message, MetricRecord, Run
-from fedcore.strategy.result import EvaluateFn, Phase, ReplyProgress, Result, RoundReport
+from fedcore.strategy.result import (
+    NO_REPLY,
+    EvaluateFn,
+    Phase,
+    ReplyProgress,
+    Result,
+    RoundReport,
+    failure_label,
+)
 
 if TYPE_CHECKING:
     from fedcore.strategy.base import Strategy
@@ -55,13 +63,42 @@ def shuffled(
     return [ordered[i] for i in permutation]
 
 
+DEFAULT_ROUND_TIMEOUT = 600.0
+"""Seconds a round phase waits for replies when neither the strategy nor the run says
+(:func:`round_limit`): ten minutes, far under a message's default TTL of twelve hours,
+so a hung ClientApp costs a round some minutes, not the run its night."""
+
+EXPIRY_GRACE = 1.0
+"""Seconds a phase waits past its messages' expiry for the error replies that expiry
+brings, so a message that timed out is counted with its code (3), not as missing."""
+
+
+def round_limit(strategy: Strategy, grid: Grid, timeout: float) -> float:
+    """How long each phase of a round waits for replies: the strategy's ``round_timeout``,
+    else the run's (``--round-timeout``), else :data:`DEFAULT_ROUND_TIMEOUT`, and never
+    more than ``start``'s ``timeout``."""
+    own = strategy.round_timeout
+    if own is None:
+        own = grid.run.round_timeout
+    return min(timeout, DEFAULT_ROUND_TIMEOUT if own is None else own)
+
+
+def limit_ttl(messages: Sequence[Message], limit: float) -> None:
+    """Make ``messages`` expire ``limit`` seconds after they are pushed (sooner if they
+    would already): a ClientApp still at work when its round stops waiting is stopped,
+    and its node does not start work nobody will read."""
+    for message in messages:
+        message.metadata.ttl = min(message.metadata.ttl, limit)
+
+
 @dataclass
 class Exchange:
     """What one push-and-receive of a phase yielded."""
 
     replies: list[Message]
     successes: int
-    failures: int
+    failures: dict[str, int]
+    """Failed replies by label (:func:`~fedcore.strategy.result.failure_label`)."""
 
 
 async def run_rounds(
@@ -84,9 +121,10 @@ async def run_rounds(
         if record is not None:
             result.evaluate_metrics_serverapp[0] = record
             log.info("initial server evaluation: %s", metrics_text(record))
+    limit = round_limit(strategy, grid, timeout)
     for server_round in range(1, num_rounds + 1):
         started = grid.clock.now()
-        options = (grid, timeout, server_round, num_rounds)
+        options = (grid, limit, server_round, num_rounds)
         node_ids = await _candidates(grid, strategy, "train", server_round, seed, timeout)
         messages = strategy.configure_train(
             server_round, result.arrays, ConfigRecord(train_config), node_ids
@@ -117,9 +155,11 @@ async def run_rounds(
         report = RoundReport(
             server_round=server_round,
             num_rounds=num_rounds,
-            replies=train.successes + evaluate.successes,
-            failures=train.failures + evaluate.failures,
+            train_replies=train.successes,
+            evaluate_replies=evaluate.successes,
             elapsed=grid.clock.now() - started,
+            train_failures=train.failures,
+            evaluate_failures=evaluate.failures,
             train_metrics=dict(result.train_metrics_clientapp.get(server_round, {})),
             evaluate_metrics=dict(result.evaluate_metrics_clientapp.get(server_round, {})),
             server_metrics=dict(result.evaluate_metrics_serverapp.get(server_round, {})),
@@ -187,16 +227,18 @@ async def exchange(
     fold: Callable[[Message], None] | None = None,
 ) -> Exchange:
     """Push ``messages`` and take their replies: folded in with ``fold`` in send order,
-    or (without ``fold``) returned as a list in send order."""
+    or (without ``fold``) returned as a list in send order. Messages expire after
+    ``timeout`` seconds (:func:`limit_ttl`); what has no reply by then is a failure."""
     if not messages:
-        return Exchange([], 0, 0)
+        return Exchange([], 0, {})
     started = grid.clock.now()
+    limit_ttl(messages, timeout)
     ids = await grid.push_messages(messages)
     replies: list[Message] = []
     in_order = _InOrder(ids, fold if fold is not None else replies.append)
     errors: list[Message] = []
     received = 0
-    async for reply in grid.receive(ids, timeout=timeout):
+    async for reply in grid.receive(ids, timeout=timeout + EXPIRY_GRACE):
         received += 1
         if reply.has_error():
             errors.append(reply)
@@ -212,7 +254,15 @@ async def exchange(
     missing = len(ids) - received
     if errors or missing:
         log_failures(server_round, phase, errors, missing, timeout)
-    return Exchange(replies, received - len(errors), len(errors) + missing)
+    return Exchange(replies, received - len(errors), failure_counts(errors, missing))
+
+
+def failure_counts(errors: list[Message], missing: int) -> dict[str, int]:
+    """Failures by label, most frequent first."""
+    counts = Counter(failure_label(reply) for reply in errors)
+    if missing:
+        counts[NO_REPLY] += missing
+    return dict(counts.most_common())
 
 
 def log_failures(

@@ -142,8 +142,13 @@ def quickstart(invoke: Invoke, *options: str, rounds: int = 2, nodes: int = 10) 
     return result
 
 
-def read_rows(path: Path) -> list[dict[str, Any]]:
+def read_lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The per-round lines (each run's header line has a "run" key instead of "round")."""
+    return [row for row in read_lines(path) if "run" not in row]
 
 
 def without_timing(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -333,7 +338,12 @@ def test_metrics_out_writes_one_json_line_per_round(tmp_path: Path, invoke: Invo
 
     quickstart(invoke, "--seed", "0", "--metrics-out", str(metrics))
 
-    rows = read_rows(metrics)
+    header, *rows = read_lines(metrics)
+    assert set(header) == {"run", "seed", "config", "started", "fedcore"}
+    assert header["seed"] == 0
+    assert header["config"]["num-server-rounds"] == 2
+    assert header["fedcore"] == fedcore.__version__
+    assert header["started"].endswith("+00:00")
     assert [row["round"] for row in rows] == [1, 2]
     for row in rows:
         assert set(row) == ROUND_FIELDS
@@ -350,8 +360,12 @@ def test_metrics_out_appends_to_an_existing_file(tmp_path: Path, invoke: Invoke)
     metrics.write_text('{"round": 0}\n')
 
     quickstart(invoke, "--seed", "0", "--metrics-out", str(metrics), rounds=1)
+    quickstart(invoke, "--seed", "1", "--metrics-out", str(metrics), rounds=1)
 
-    assert [row["round"] for row in read_rows(metrics)] == [0, 1]
+    lines = read_lines(metrics)
+    assert [row.get("round") for row in lines] == [0, None, 1, None, 1]
+    assert [lines[1]["seed"], lines[3]["seed"]] == [0, 1]
+    assert lines[1]["run"] != lines[3]["run"]
 
 
 def test_the_same_seed_gives_the_same_metrics(tmp_path: Path, invoke: Invoke) -> None:
@@ -381,7 +395,7 @@ def test_quiet_hides_logs_but_keeps_metrics_and_summary(tmp_path: Path, invoke: 
     assert "round 1/2" not in result.stderr
     assert "INFO" not in result.stderr
     assert len(read_rows(metrics)) == 2
-    assert "2 rounds · 8 replies · 0 failures · " in result.stdout
+    assert "2 rounds · 8 replies (4 train, 4 evaluate) · 0 failures · " in result.stdout
     assert result.stdout.rstrip().endswith("seed 0")
 
 
@@ -396,10 +410,10 @@ def test_the_summary_table_shows_each_round(invoke: Invoke) -> None:
     result = quickstart(invoke, "--seed", "0")
 
     header, *rows, totals = result.stdout.splitlines()
-    assert header.split()[:4] == ["round", "replies", "failures", "time"]
+    assert header.split()[:5] == ["round", "train", "evaluate", "failed", "time"]
     assert "server accuracy" in header
-    assert [row.split()[0] for row in rows] == ["1", "2"]
-    assert totals.startswith("2 rounds · 8 replies · 0 failures · ")
+    assert [row.split()[:4] for row in rows] == [["1", "2", "2", "0"], ["2", "2", "2", "0"]]
+    assert totals.startswith("2 rounds · 8 replies (4 train, 4 evaluate) · 0 failures · ")
 
 
 # ------------------------------------------------------------------ the real console script
@@ -427,7 +441,9 @@ def test_the_console_script_runs_the_quickstart() -> None:
 
     assert completed.returncode == 0, completed.stderr
     assert "Traceback" not in completed.stderr
-    assert completed.stdout.splitlines()[-1].startswith("3 rounds · 60 replies · 0 failures · ")
+    assert completed.stdout.splitlines()[-1].startswith(
+        "3 rounds · 60 replies (30 train, 30 evaluate) · 0 failures · "
+    )
     assert completed.stdout.rstrip().endswith("seed 0")
     round_lines = [line for line in completed.stderr.splitlines() if "server accuracy=" in line]
     assert [line.split("INFO")[1].split(":")[0].strip() for line in round_lines] == [

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -120,3 +122,27 @@ def test_the_race_records_each_round_with_its_time() -> None:
         assert 0 < times[-1] <= run.seconds
         assert run.reached(0.0) == run.curve[0]
         assert run.reached(1.01) is None
+
+
+def test_the_documented_compare_command_prints_one_row_per_strategy() -> None:
+    """`python examples/strategy-comparison/compare.py` as the README runs it, from the
+    repository's root, made small with the script's own --nodes and --rounds."""
+    root = EXAMPLE.parents[1]
+    small = ["--nodes", "20", "--rounds", "2", "--target", "0.0"]
+    done = subprocess.run(
+        [sys.executable, "examples/strategy-comparison/compare.py", "fedavg", "fedbuff", *small],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    header, *rows = done.stdout.splitlines()
+    assert header.split()[:2] == ["strategy", "final"]
+    assert [row.split()[0] for row in rows] == ["fedavg", "fedbuff"]
+    for row in rows:
+        _, final, at_round, at_seconds, total = row.split()
+        assert 0.0 <= float(final) <= 1.0
+        assert at_round == "1"
+        assert 0 < float(at_seconds) <= float(total)

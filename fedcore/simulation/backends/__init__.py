@@ -28,7 +28,7 @@ def create_backend(
 ) -> Backend:
     """The backend called ``name``, ready to enter, for ``app``'s ClientApp."""
     if name == "inline":
-        return InlineBackend(app.app.client)
+        return InlineBackend(app.app.client, clock=clock)
     if name != "process":
         raise UsageError(f"unknown backend {name!r}; choose one of: {', '.join(BACKENDS)}")
     if app.client_ref is None:

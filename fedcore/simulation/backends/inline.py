@@ -2,7 +2,10 @@
 plain ``def`` handlers in worker threads.
 
 Deterministic and cheap to start, for tests, tiny models and debugging with
-breakpoints; heavy numerical work belongs on the process backend. Arrays reach
+breakpoints; heavy numerical work belongs on the process backend. A ClientApp still
+running when its message's TTL runs out is abandoned — cancelled if ``async``, left to
+finish unread in its thread if plain — and answered with code 3, as the process
+backend answers when it stops the worker. Arrays reach
 the handler as read-only views of the ServerApp's arrays (no copy), as they would
 arrive read-only from shared memory or the network; configs and metrics are
 copied, so a handler cannot change what other nodes receive.
@@ -17,10 +20,13 @@ from typing import Self
 import anyio.to_thread
 
 from fedcore.apps.client_app import ClientApp
+from fedcore.clock import Clock, SystemClock
 from fedcore.domain import (
     ArrayRecord,
     ConfigRecord,
     Context,
+    Error,
+    ErrorCode,
     Message,
     MetricRecord,
     Record,
@@ -58,8 +64,15 @@ class InlineBackend(Backend):
     The ClientApp's lifespan runs once, around the whole simulation.
     """
 
-    def __init__(self, client: ClientApp, *, concurrency: int = INLINE_CONCURRENCY) -> None:
+    def __init__(
+        self,
+        client: ClientApp,
+        *,
+        concurrency: int = INLINE_CONCURRENCY,
+        clock: Clock | None = None,
+    ) -> None:
         self._client = client
+        self._clock = clock or SystemClock()
         self._concurrency = concurrency
         self._lifespan: AbstractContextManager[None] | None = None
 
@@ -86,5 +99,14 @@ class InlineBackend(Backend):
 
     async def run(self, message: Message, context: Context) -> tuple[Message, Context]:
         delivered = message.with_content(read_only_view(message.content))
-        reply = await self._client.handle(delivered, context, in_thread=True)
-        return reply, context
+        meta = message.metadata
+        with self._clock.move_on_after(meta.expires_at - self._clock.now()) as deadline:
+            return await self._client.handle(delivered, context, in_thread=True), context
+        assert deadline.cancelled_caught
+        reason = (
+            f"the ClientApp was still running when the message's TTL of {meta.ttl:g} s ran "
+            "out; it was abandoned"
+        )
+        return Message(
+            error=Error(int(ErrorCode.MESSAGE_UNAVAILABLE), reason), reply_to=message
+        ), context

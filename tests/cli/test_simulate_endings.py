@@ -1,0 +1,159 @@
+"""How a simulation ends, run as a user runs it: the exit status when nothing trained, a
+hung ClientApp on the process backend, and progress shown from Python."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedcore.simulation.progress import summary
+from fedcore.strategy.result import RoundReport
+
+FEDCORE = Path(sys.executable).parent / "fedcore"
+
+APPS = """\
+import time
+
+import numpy as np
+
+import fedcore as fc
+from fedcore.strategy import FedAvg
+
+failing, hanging = fc.ClientApp(), fc.ClientApp()
+
+
+@failing.train()
+def fail(msg, context):
+    raise RuntimeError("no data here")
+
+
+@hanging.train()
+def train(msg, context):
+    if context.node_config["partition-id"] == 0:
+        time.sleep(3600)
+    metrics = fc.MetricRecord({"num-examples": 1})
+    return fc.Message(fc.RecordDict({"arrays": msg.content["arrays"], "metrics": metrics}),
+                      reply_to=msg)
+
+
+server = fc.ServerApp()
+
+
+@server.main()
+async def main(grid, context):
+    await FedAvg(fraction_evaluate=0.0, min_available_nodes=3).start(
+        grid=grid, initial_arrays=fc.ArrayRecord({"w": np.zeros(2)}), num_rounds=2)
+
+
+fails = fc.App(server=server, client=failing)
+hangs = fc.App(server=server, client=hanging)
+"""
+
+
+@pytest.fixture
+def apps(tmp_path: Path) -> Path:
+    (tmp_path / "ending_apps.py").write_text(APPS)
+    return tmp_path
+
+
+def _fedcore(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(FEDCORE), "simulate", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+
+
+def test_a_run_whose_last_round_trained_nothing_exits_1_with_the_codes(apps: Path) -> None:
+    done = _fedcore(apps, "ending_apps:fails", "-n", "3", "--backend", "inline", "--seed", "0")
+
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "error: the last round (2/2) had no successful training reply: 3 failures (code 2 ×3)"
+    )
+    assert "· 6 failures (code 2 ×6) ·" in done.stdout.splitlines()[-1]
+
+
+def test_a_hung_clientapp_on_the_process_backend_times_out_and_the_run_goes_on(
+    apps: Path,
+) -> None:
+    # Four workers (half a CPU each): while one is stuck, the healthy nodes have others.
+    options = ["-n", "3", "--seed", "0", "--num-cpus", "0.5", "--round-timeout", "3"]
+    done = _fedcore(apps, "ending_apps:hangs", *options)
+
+    assert done.returncode == 0, done.stderr
+    totals = done.stdout.splitlines()[-1]
+    assert totals.startswith("2 rounds · 4 replies (4 train, 0 evaluate) · 2 failures (code 3 ×2)")
+    assert "round 2/2: 2 replies, 1 failures" in done.stderr
+
+
+def test_round_timeout_must_be_positive(apps: Path) -> None:
+    done = _fedcore(apps, "ending_apps:hangs", "-n", "3", "--round-timeout", "0")
+
+    assert done.returncode == 2
+    assert "--round-timeout" in done.stderr
+
+
+SCRIPT = """\
+import logging
+import sys
+
+import fedcore as fc
+from ending_apps import fails
+
+mode = sys.argv[1]
+if mode == "configured":
+    logging.basicConfig(level=logging.WARNING)
+fc.run_simulation(fails, nodes=3, backend="inline", seed=0, progress=mode != "off")
+print("done")
+"""
+
+
+@pytest.mark.parametrize("mode", ["default", "configured", "off"])
+def test_run_simulation_from_python_shows_rounds_and_summary_unless_told_not_to(
+    apps: Path, mode: str
+) -> None:
+    (apps / "script.py").write_text(SCRIPT)
+    done = subprocess.run(
+        [sys.executable, "script.py", mode],
+        cwd=apps,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr
+    if mode == "default":
+        assert "round 1/2: 0 replies, 3 failures" in done.stderr
+        assert "round 2/2: 0 replies, 3 failures" in done.stderr
+        assert done.stdout.splitlines()[-2].startswith(
+            "2 rounds · 0 replies (0 train, 0 evaluate) · 6 failures (code 2 ×6)"
+        )
+    else:
+        assert "round 1/2" not in done.stderr
+        assert done.stdout == "done\n"
+
+
+def test_the_summary_names_the_rounds_it_leaves_out() -> None:
+    reports = [RoundReport(r, 30, 2, 1, 0.1, {"code 2": 1}) for r in range(1, 31)]
+
+    lines = summary(reports, 3.0, 0).splitlines()
+
+    shown = [int(line.split()[0]) for line in lines[1:-1] if not line.lstrip().startswith("⋮")]
+    gaps = [line.split()[2] for line in lines[1:-1] if line.lstrip().startswith("⋮")]
+    covered = set(shown)
+    for gap in gaps:
+        first, _, last = gap.partition("–")
+        covered |= set(range(int(first), int(last or first) + 1))
+    assert covered == set(range(1, 31))
+    assert shown[0] == 1
+    assert shown[-1] == 30
+    assert lines[-1].startswith("30 rounds · 90 replies (60 train, 30 evaluate) · ")
+    assert "30 failures (code 2 ×30)" in lines[-1]
