@@ -4,7 +4,7 @@
 segments in shared memory, for many more rounds than a test waits for (unless
 the run config's ``num-server-rounds`` says otherwise).
 ``stuck``: a plain ``def`` ClientApp that says "stuck" and never returns, for the
-inline backend.
+inline backend. ``clinging``: ``model`` whose ServerApp, once stopped, never lets go.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 
+import anyio
 import numpy as np
 
 import fedcore as fc
@@ -61,3 +62,18 @@ def never_return(msg: fc.Message, context: fc.Context) -> fc.Message:
 
 
 stuck = fc.App(server=server, client=stuck_client)
+
+
+clinging_server = fc.ServerApp()
+
+
+@clinging_server.main()
+async def main_that_clings(grid: fc.Grid, context: fc.Context) -> None:
+    try:
+        await main(grid, context)
+    finally:  # an author's cleanup that waits for something that never comes
+        with anyio.CancelScope(shield=True):
+            await anyio.sleep_forever()
+
+
+clinging = fc.App(server=clinging_server, client=client)

@@ -2,18 +2,18 @@
 
 Each test runs the console script as a user would, as a real process, and watches
 its output until the run is under way; then it signals it and checks what is left:
-no worker process (their pids are recorded while the run goes) and no shared-memory
-segment named for the interrupted process.
+no worker process (each is watched through a pidfd opened while the run goes) and no
+shared-memory segment named for the interrupted process.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -27,7 +27,6 @@ from fedcore.simulation.backends.shared_memory import ROOT
 
 HERE = Path(__file__).parent
 FEDCORE = Path(sys.executable).with_name("fedcore")
-TAG = "FEDCORE_TEST_TAG"
 PROMPTLY = 30.0
 """Seconds an interrupted run may take to end: generous, for a loaded machine."""
 IGNORE_AND_EXEC = (
@@ -40,8 +39,7 @@ class Simulation:
     """``fedcore simulate`` in a process of its own, its output collected as it comes."""
 
     def __init__(self, *args: str, session: bool = False, ignoring: int | None = None) -> None:
-        self.tag = uuid.uuid4().hex
-        env = {**os.environ, TAG: self.tag, "PYTHONPATH": str(HERE)}
+        env = {**os.environ, "PYTHONPATH": str(HERE)}
         command = [str(FEDCORE), "simulate", *args, "--seed", "0"]
         if ignoring is not None:  # as `nohup` does: an ignored signal stays ignored over exec
             command = [sys.executable, "-c", IGNORE_AND_EXEC, str(ignoring), *command]
@@ -53,6 +51,7 @@ class Simulation:
             text=True,
             start_new_session=session,
         )
+        self._watched: list[Worker] = []
         self.out: list[str] = []
         self.err: list[str] = []
         self._changed = threading.Condition()
@@ -85,23 +84,16 @@ class Simulation:
             self._changed.wait_for(lambda: seen() or self._ended == 2, timeout)
             assert seen(), f"no {text!r} in its output:\n{''.join(self.err)[-2000:]}"
 
-    def workers(self) -> set[int]:
-        """Every live process below this one."""
-        found: set[int] = set()
+    def workers(self) -> list[Worker]:
+        """Every live process below this one, watched from now on."""
+        found = []
         parents = [self.process.pid]
         while parents:
             for pid in _children(parents.pop()):
-                found.add(pid)
+                found.append(Worker(pid))
                 parents.append(pid)
+        self._watched.extend(found)
         return found
-
-    def alive(self, pid: int) -> bool:
-        """Whether ``pid`` is still one of the processes this simulation started."""
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            return False
-        return f"{TAG}={self.tag}".encode() in environ.split(b"\0")  # a zombie's is empty
 
     def segments(self) -> set[str]:
         """Shared-memory segments named for this process."""
@@ -118,6 +110,21 @@ class Simulation:
                 stream.close()
         for path in ROOT.glob(f"fedcore-{self.process.pid}-*"):
             path.unlink(missing_ok=True)
+        for worker in self._watched:
+            os.close(worker.descriptor)
+
+
+class Worker:
+    """A process watched through a pidfd: its end is seen even if its pid is reused."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.descriptor = os.pidfd_open(pid)
+
+    def ended(self, timeout: float = 0.0) -> bool:
+        """Whether it has ended, waiting for that up to ``timeout`` seconds."""
+        readable, _, _ = select.select([self.descriptor], [], [], timeout)
+        return bool(readable)
 
 
 def _children(pid: int) -> list[int]:
@@ -169,7 +176,7 @@ def test_an_ending_signal_stops_the_workers_and_frees_shared_memory(
         simulation.process.send_signal(signum)
 
     ended = simulation.process.wait(timeout=PROMPTLY)
-    assert [pid for pid in workers if simulation.alive(pid)] == []
+    assert [worker.pid for worker in workers if not worker.ended()] == []
     assert simulation.segments() == set()
     assert ended == status
     assert "Traceback" not in "".join(simulation.err)
@@ -207,6 +214,28 @@ def test_a_second_ctrl_c_ends_a_stuck_inline_run_at_once(simulations: list[Simul
     err = "".join(simulation.err)
     assert "Traceback" not in err
     assert "threading" not in err
+
+
+def test_a_second_sigterm_ends_a_run_that_does_not_let_go_and_frees_its_memory(
+    simulations: list[Simulation],
+) -> None:
+    simulation = Simulation("interrupt_apps:clinging", "-n", "4", "--max-workers", "2")
+    simulations.append(simulation)
+    simulation.wait_for("round 2/")
+    workers = simulation.workers()
+    assert simulation.segments(), "the run should hold its model in shared memory"
+
+    simulation.process.send_signal(signal.SIGTERM)
+    simulation.wait_for("stopping the simulation")
+    assert simulation.segments(), "the ServerApp clings: its pool is not left yet"
+    simulation.process.send_signal(signal.SIGTERM)
+
+    assert simulation.process.wait(timeout=PROMPTLY) == 128 + signal.SIGTERM
+    simulation.wait_for("exiting at once")
+    assert "Traceback" not in "".join(simulation.err)
+    assert simulation.segments() == set()
+    # Its workers die with it (Linux kills them as their parent exits): a moment after.
+    assert [worker.pid for worker in workers if not worker.ended(PROMPTLY)] == []
 
 
 def _dead_pid() -> int:
