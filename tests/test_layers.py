@@ -16,11 +16,12 @@ import fedcore
 
 ROOT = Path(fedcore.__file__).parent
 
-BASE = {"errors", "clock", "backoff"}
+BASE = {"errors", "clock", "backoff", "signals"}
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "clock": set(),
     "backoff": {"clock"},
+    "signals": set(),
     "domain": {"errors"},
     "wire": {"errors", "domain"},
     "data": set(),

@@ -3,9 +3,11 @@
 ``simulate`` is a coroutine, so it runs inside any event loop that is already
 going — a Jupyter notebook, an async research script — and composes the pieces:
 an in-memory LinkState seeded for reproducible ids, a backend, and the engine.
-``run_simulation`` is the blocking form for scripts; inside a running loop it
-refuses with a pointer to ``await fedcore.simulate(...)`` rather than failing
-obscurely.
+``run_simulation`` is the blocking form for scripts (and ``fedcore simulate``);
+inside a running loop it refuses with a pointer to ``await fedcore.simulate(...)``
+rather than failing obscurely. Owning its event loop, it also owns the process's
+ending signals (:mod:`fedcore.signals`): Ctrl-C, SIGTERM and SIGHUP stop the run
+cleanly, a second one exits at once.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ from fedcore.apps.loading import load_app
 from fedcore.apps.run_config import RunConfig, resolve_run_config
 from fedcore.clock import Clock, SystemClock
 from fedcore.errors import UsageError
+from fedcore.signals import Ending
 from fedcore.simulation.backends import DEFAULT_BACKEND, create_backend
+from fedcore.simulation.backends.shared_memory import remove_process_segments
 from fedcore.simulation.backends.worker import WORKER_ENV
 from fedcore.simulation.engine import SimulationEngine, SimulationResult
 from fedcore.simulation.progress import showing_progress, summary
@@ -127,7 +131,13 @@ async def simulate(
 
 
 def run_simulation(app: App | str | Path, **options: Any) -> SimulationResult:
-    """The blocking form of :func:`simulate`, for scripts; same arguments."""
+    """The blocking form of :func:`simulate`, for scripts; same arguments.
+
+    Ctrl-C, SIGTERM or SIGHUP (those not ignored or handled by the caller) stop the
+    run as its failure would: workers stopped, shared memory unlinked. It then raises
+    ``KeyboardInterrupt`` for Ctrl-C and ``SystemExit(128 + signal)`` for the others
+    (status 143 for SIGTERM, 129 for SIGHUP). A second signal ends the process at once.
+    """
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -138,11 +148,29 @@ def run_simulation(app: App | str | Path, **options: Any) -> SimulationResult:
             "(Jupyter, async code); use `await fedcore.simulate(...)` there"
         )
     uvloop = importlib.util.find_spec("uvloop") is not None
-    return anyio.run(
-        functools.partial(simulate, app, **options),
-        backend="asyncio",
-        backend_options={"use_uvloop": uvloop},
-    )
+    with Ending("the simulation", abandon=_release_shared_memory) as ending:
+        result = anyio.run(
+            functools.partial(_until_ended, ending, app, options),
+            backend="asyncio",
+            backend_options={"use_uvloop": uvloop},
+        )
+    ending.end_as_received()
+    assert result is not None, "only an ending signal cancels the run"
+    return result
+
+
+async def _until_ended(
+    ending: Ending, app: App | str | Path, options: dict[str, Any]
+) -> SimulationResult | None:
+    """The simulation, or ``None`` once an ending signal has stopped it."""
+    with anyio.CancelScope() as scope, ending.cancelling(scope):
+        return await simulate(app, **options)
+    return None
+
+
+def _release_shared_memory() -> None:
+    """Before an exit at once: unlink this process's segments (its workers die with it)."""
+    remove_process_segments(os.getpid())
 
 
 def _resolve_seed(seed: int | None, config: RunConfig) -> int:

@@ -37,7 +37,8 @@ jobs queued behind it go back to the queue, and a replacement starts. A job stil
 running when its message's TTL runs out gets its worker killed and replaced and is
 answered with code 3. Leaving the backend — after success, an exception, Ctrl-C or
 cancellation — stops every worker (killing those that do not finish in time) and
-unlinks every segment.
+unlinks every segment. Entering it unlinks the segments of pools whose process is
+gone (it was killed before it could leave its backend).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ from fedcore.clock import Clock
 from fedcore.domain import Context, Error, ErrorCode, Message, RecordDict
 from fedcore.errors import AppLoadError
 from fedcore.simulation.backends.base import Backend
-from fedcore.simulation.backends.shared_memory import SegmentSpace, map_segment
+from fedcore.simulation.backends.shared_memory import SegmentSpace, map_segment, remove_stale
 from fedcore.simulation.backends.sizing import PoolPlan
 from fedcore.simulation.backends.worker import WORKER_ENV, WorkerSpec
 from fedcore.wire import parts_size
@@ -283,6 +284,9 @@ class ProcessPoolBackend(Backend):
         return self._plan.workers * PIPELINE_DEPTH
 
     async def __aenter__(self) -> Self:
+        stale = await anyio.to_thread.run_sync(remove_stale, self._space.root)
+        if stale:
+            log.warning("removed %d shared-memory segments of fedcore processes now gone", stale)
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
         try:

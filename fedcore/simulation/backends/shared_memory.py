@@ -10,7 +10,9 @@ Names are ``fedcore-<pid>-<pool>-<n>`` (a worker's add ``w<n>-``, a
 :meth:`~SegmentSpace.subspace`'s ``<n>-``), so that the owner of a pool can remove
 every segment it or its workers may have left — after a worker crash, say — with
 :meth:`SegmentSpace.remove_all`. A reader that takes ownership unlinks the name as
-soon as it has mapped the segment; the mapping outlives the name.
+soon as it has mapped the segment; the mapping outlives the name. The ``<pid>`` is
+the process that owns the pool: segments whose owner is gone (it was killed
+before it could clean up) are nobody's, and :func:`remove_stale` removes them.
 
 A space also remembers which segment holds the encoding of which message content
 (a RecordDict), for as long as that content lives: a content is written once
@@ -33,10 +35,11 @@ import errno
 import itertools
 import mmap
 import os
+import re
 import secrets
 import tempfile
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from fedcore.domain import RecordDict
@@ -49,6 +52,9 @@ ROOT = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempd
 _MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
 
 
+_NAME = re.compile(r"fedcore-(?P<pid>[0-9]+)-[0-9a-f]{8}-")
+"""The start of every segment name: ``fedcore-<pid of the pool's owner>-<pool>-``."""
+
 _Contents = dict[int, tuple[weakref.ref[RecordDict], str]]
 """Segments holding contents: by the content's id, a reference to it and the segment's name."""
 
@@ -58,7 +64,7 @@ class SegmentSpace:
 
     def __init__(self, root: Path = ROOT, prefix: str | None = None) -> None:
         self.root = root
-        self.prefix = prefix or f"fedcore-{os.getpid()}-{secrets.token_hex(4)}-"
+        self.prefix = prefix or f"{process_prefix(os.getpid())}{secrets.token_hex(4)}-"
         self._numbers = itertools.count()
         self._contents: _Contents = {}
 
@@ -108,14 +114,64 @@ class SegmentSpace:
         for key, (_, name) in self._contents.copy().items():
             if name.startswith(prefix):
                 self._contents.pop(key, None)
-        removed = 0
-        for path in self.root.glob(f"{prefix}*"):
-            try:
-                path.unlink()
-                removed += 1
-            except FileNotFoundError:
-                pass
-        return removed
+        return _unlink(self.root.glob(f"{prefix}*"))
+
+
+def process_prefix(pid: int) -> str:
+    """The start of the names of every segment in the pools of process ``pid``."""
+    return f"fedcore-{pid}-"
+
+
+def remove_process_segments(pid: int, root: Path = ROOT) -> int:
+    """Unlink every segment of the pools of process ``pid``; return how many.
+
+    For a process that exits at once (a second Ctrl-C), without leaving its pools.
+    """
+    return _unlink(root.glob(f"{process_prefix(pid)}*"))
+
+
+def remove_stale(root: Path = ROOT) -> int:
+    """Unlink the segments of pools whose owner process is gone; return how many.
+
+    Only names of this module's scheme are touched, and only when their owner's pid
+    is unused: a live owner's segments (another simulation, a node) are kept, and so
+    are those of a pid reused since, until that process ends too.
+    """
+    owners: dict[int, bool] = {}
+    stale = []
+    for path in root.glob("fedcore-*"):
+        match = _NAME.match(path.name)
+        if match is None:
+            continue
+        pid = int(match["pid"])
+        if pid not in owners:
+            owners[pid] = _alive(pid)
+        if not owners[pid]:
+            stale.append(path)
+    return _unlink(stale)
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return True  # not a process: never ours to judge
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def _unlink(paths: Iterable[Path]) -> int:
+    removed = 0
+    for path in paths:
+        try:
+            path.unlink()
+            removed += 1
+        except (FileNotFoundError, PermissionError):  # gone meanwhile, or another user's
+            pass
+    return removed
 
 
 class SegmentSink:

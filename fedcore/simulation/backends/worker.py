@@ -11,9 +11,11 @@ the outcome. Async handlers run on one event loop that lives as long as the work
 
 A worker never outlives the engine: on Linux it asks the kernel to kill it when
 its parent dies, and everywhere it exits when its channel reaches end-of-file. It
-ignores Ctrl-C, which the terminal sends to the whole process group: stopping is
-the engine's decision, so a Ctrl-C never litters the screen with worker
-tracebacks.
+ignores the signals that end a run (:data:`fedcore.signals.ENDING_SIGNALS`), which a
+terminal (Ctrl-C, a hangup), ``docker stop`` or systemd may send to the whole process
+group: stopping is the engine's decision — it stops its workers, then unlinks their
+segments — so a Ctrl-C never litters the screen with worker tracebacks, and no worker
+dies under a task that the engine would then start a replacement for.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from fedcore.apps.client_app import ClientApp
 from fedcore.apps.loading import load_object
 from fedcore.domain import Error, ErrorCode, Message, RecordDict
 from fedcore.errors import AppLoadError
+from fedcore.signals import ENDING_SIGNALS
 from fedcore.simulation.backends.shared_memory import SegmentSpace, map_segment, write_segment
 from fedcore.wire import parts_size, unpack_recorddict
 from fedcore.wire.worker import (
@@ -99,7 +102,8 @@ class WorkerSpec:
 def serve(connection: Connection) -> None:
     """The worker's main function, once its channel is open."""
     _die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in ENDING_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
     spec = WorkerSpec(**unpack_spec(connection.recv_bytes()))
     logging.basicConfig(
         level=logging.WARNING, format=f"%(asctime)s worker {spec.index} %(levelname)s %(message)s"
