@@ -192,6 +192,9 @@ class MemoryRuns:
         if row.run.status is not RunStatus.RUNNING:  # else a retry: nothing to do
             self._move(row, RunStatus.RUNNING, "")
             self._watch_server_app(row, heartbeat_interval)
+            # The claimant has just started the process: it vouches for it until its
+            # claim runs out, when its next renewal is due at the latest.
+            self._alive_until(row, max(row.claim_until, self._alive(row)))
         return _copy(row.run)
 
     def heartbeat_run(self, run_id: int, heartbeat_interval: float) -> Run:
@@ -207,6 +210,11 @@ class MemoryRuns:
         if row.alive_until is not None:
             alive_until = max(alive_until, row.alive_until)
         self._alive_until(row, alive_until)
+
+    @staticmethod
+    def _alive(row: _RunRow) -> float:
+        assert row.alive_until is not None, "the run's ServerApp is not watched"
+        return row.alive_until
 
     def _alive_until(self, row: _RunRow, deadline: float) -> None:
         row.alive_until = deadline

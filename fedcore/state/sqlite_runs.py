@@ -209,6 +209,9 @@ class SqliteRuns:
         if status is not RunStatus.RUNNING:  # else a retry: nothing to do
             self._move(run_id, status, RunStatus.RUNNING, "")
             self._watch_server_app(run_id, heartbeat_interval, now)
+            # The claimant has just started the process: it vouches for it until its
+            # claim runs out, when its next renewal is due at the latest.
+            self._db.execute("vouch_until_claim_ends", run_id=run_id)
         return self._get_run(run_id)
 
     async def heartbeat_run(self, run_id: int, *, heartbeat_interval: float) -> Run:

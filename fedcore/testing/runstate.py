@@ -75,9 +75,13 @@ async def claim_one(state: LinkState, *, lease: float = CLAIM) -> RunClaim:
 
 
 async def running(state: LinkState, *, heartbeat_interval: float = INTERVAL) -> RunClaim:
-    """Create a run, claim it and start it; return its claim."""
+    """Create a run, claim it and start it; return its claim.
+
+    The claim is shorter than the ServerApp's heartbeat deadline, so that the vouching
+    of starting it (see ``start_run``) ends first and the heartbeats alone count.
+    """
     await state.create_run({})
-    claim = await claim_one(state)
+    claim = await claim_one(state, lease=SILENT_AFTER / 2)
     await state.start_run(claim.run.run_id, claim.token, heartbeat_interval=heartbeat_interval)
     return claim
 
@@ -586,6 +590,20 @@ class RunStateConformance:
         run = await state.get_run(run_id)
         assert run.status is RunStatus.FAILED, "nobody vouched for the run, yet it runs on"
         assert "no exec vouched" in run.reason
+
+    async def test_starting_a_run_vouches_for_it_until_its_claim_runs_out(
+        self, state: LinkState, fake_clock: FakeClock
+    ) -> None:
+        # The exec's next renewal is due before its claim runs out, however long after
+        # the ServerApp's first heartbeat deadline that is.
+        await state.create_run({})
+        claim = await claim_one(state, lease=10 * SILENT_AFTER)
+        run_id = claim.run.run_id
+        await state.start_run(run_id, claim.token, heartbeat_interval=INTERVAL)
+        await advance(fake_clock, 10 * SILENT_AFTER - EPSILON)
+        assert await status(state, run_id) is RunStatus.RUNNING
+        await advance(fake_clock, 2 * EPSILON)
+        assert await status(state, run_id) is RunStatus.FAILED
 
     async def test_a_heartbeat_does_not_cut_short_what_the_exec_vouched_for(
         self, state: LinkState, fake_clock: FakeClock

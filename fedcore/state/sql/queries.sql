@@ -177,6 +177,9 @@ UPDATE runs SET
         THEN max(alive_until, :claim_until) ELSE alive_until END
 WHERE run_id = :run_id;
 
+-- name: vouch_until_claim_ends
+UPDATE runs SET alive_until = max(alive_until, claim_until) WHERE run_id = :run_id;
+
 -- name: watch_server_app
 -- A heartbeat never shortens what the exec's renewals vouched for.
 UPDATE runs SET
