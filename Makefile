@@ -27,7 +27,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check fedcore tests benchmarks examples
 	$(BIN)/mypy
 
-bench: $(STAMP)  ## DESIGN.md section 7 workloads; figures to benchmarks/results.json
+bench: $(STAMP)  ## the workloads of docs/benchmarks.md; figures to benchmarks/results.json
 	$(BIN)/python -m benchmarks
 
 proto: $(STAMP)  ## regenerate fedcore/wire/_pb from protos/ (commit the result; a test checks it)

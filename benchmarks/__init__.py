@@ -1,1 +1,1 @@
-"""Benchmarks for DESIGN.md §7; run them with ``make bench`` (``python -m benchmarks``)."""
+"""The workloads of docs/benchmarks.md; run them with ``make bench`` (``python -m benchmarks``)."""

@@ -1,4 +1,4 @@
-"""Imports point downward (DESIGN.md §2), and each third-party library stays behind its door.
+"""Imports point downward (docs/architecture.md); each third-party library stays behind its door.
 
 Each fedcore package may import only the packages listed for it below; a new package
 must be added here, on purpose, before it can import anything.

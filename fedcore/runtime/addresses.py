@@ -5,7 +5,7 @@ Every listener of ``fedcore serve`` takes an address such as ``127.0.0.1:9092``,
 bound port is then logged and written to the ``--ready-file`` (:mod:`.ready`), which is
 how tests and scripts find it without racing for a port. A listener that is reachable
 from other machines must use TLS: :func:`check_exposure` refuses to start one without
-it unless the operator said ``--insecure`` (DESIGN.md §6).
+it unless the operator said ``--insecure`` (docs/security.md).
 """
 
 from __future__ import annotations

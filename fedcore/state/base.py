@@ -7,7 +7,7 @@ halves: ``fedcore.testing.linkstate`` (nodes, messages, replies) and
 async so that an implementation may do I/O off the event loop; notifications
 (``watch_*``) are synchronous callbacks, see :mod:`fedcore.state.notify`.
 
-Message flow and the promises kept (DESIGN.md §5):
+Message flow and the promises kept (R1–R4, docs/reliability.md):
 
 - ``push_messages`` stores a ServerApp's messages; each is delivered to its node by
   ``pull_messages`` under a lease, and redelivered if the lease runs out.
@@ -22,7 +22,7 @@ Message flow and the promises kept (DESIGN.md §5):
 - A node working on a message keeps its lease with ``renew_leases`` (sent with its
   heartbeats), so a long ClientApp is not redelivered while it works.
 
-Runs in deployment (DESIGN.md §4, R5, R6). ``fedcore run`` stores the app bundle
+Runs in deployment (R4–R6, docs/reliability.md). ``fedcore run`` stores the app bundle
 (``put_bundle``) and creates the run, ``pending``. An exec claims it with
 ``claim_runs``: the run goes ``starting`` and the claim carries a fencing token and a
 launch secret. The exec renews the claim while it launches the ServerApp
@@ -235,7 +235,7 @@ class LinkState(ABC):
         Anything else — an unknown run, a wrong secret, the secret of an earlier
         claim or of a claim that ran out — raises ``RunNotFoundError`` alike: a caller
         cannot tell a run that exists but is not theirs from one that does not exist
-        (DESIGN.md §6). The secret outlives the run's finishing, which ends the claim
+        (docs/security.md). The secret outlives the run's finishing, which ends the claim
         for its exec but not for its ServerApp: that can still send its last logs and
         learn from :meth:`heartbeat_run` that it should end.
         """

@@ -43,7 +43,7 @@ run in a new one.
 
 **Durable before it returns.** WAL with ``synchronous=FULL``: a commit returns once the
 log is on disk, and callers get their results only after their batch committed, so a
-reply whose push returned survives ``kill -9`` and power loss (DESIGN.md R2). A call
+reply whose push returned survives ``kill -9`` and power loss (R2, docs/reliability.md). A call
 may ask for ``durable=False`` (heartbeats do): a batch of such calls alone commits with
 ``synchronous=NORMAL`` — atomic and consistent, just not synced before returning. A
 batch with any durable call, or one that fires timers, commits with ``FULL``; any later

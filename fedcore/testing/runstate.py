@@ -15,7 +15,7 @@ LinkState on the ``fake_clock`` fixture with heartbeat patience
 
 What it checks: runs listed oldest first with their creation time and bundle; bundles
 stored once by hash; contexts saved and replaced per node; logs numbered from 1, paged
-and announced; and the exec's claims (DESIGN.md R5, R6) — exclusive, oldest first,
+and announced; and the exec's claims (R5, R6: docs/reliability.md) — exclusive, oldest first,
 fenced by strictly increasing tokens, sent back to ``pending`` when they run out (at
 most :data:`~fedcore.state.base.MAX_CLAIM_ATTEMPTS` times, then ``finished:failed``),
 and a running run failed once its ServerApp misses ``patience × interval`` of

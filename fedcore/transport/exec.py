@@ -7,9 +7,9 @@ started on its own (``fedcore serve --role exec``, for process isolation) it cal
 the same service over HTTP (:mod:`fedcore.transport.http.exec`), authenticated by a
 secret it shares with the link. The launcher is written against this interface only.
 
-A claim (:class:`~fedcore.state.base.RunClaim`) is exclusive and fenced (DESIGN.md
-R5): the calls an exec makes as the run's claimant carry the claim's token and
-raise :class:`~fedcore.errors.ClaimLostError` once the token is stale — another
+A claim (:class:`~fedcore.state.base.RunClaim`) is exclusive and fenced (R5 in
+docs/reliability.md): the calls an exec makes as the run's claimant carry the claim's
+token and raise :class:`~fedcore.errors.ClaimLostError` once the token is stale — another
 exec claimed the run after this claim ran out, or the run finished. Waits happen in
 the service and are woken by the link's run events, never by polling, so a remote
 exec learns of a new run or of a stopped one within a round trip. A remote

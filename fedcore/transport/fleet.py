@@ -81,7 +81,7 @@ class FleetService(ABC):
     """The link's side of the fleet API. ``node_id`` is the node a request speaks for.
 
     "Not found" covers things that exist but are not the asking node's: the two
-    look the same (DESIGN.md §6). Lookups raise subclasses of
+    look the same (docs/security.md). Lookups raise subclasses of
     :class:`~fedcore.errors.NotFoundError`; a request that breaks a rule of the
     fleet API raises :class:`~fedcore.errors.DecodeError`.
     """

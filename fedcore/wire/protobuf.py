@@ -16,7 +16,8 @@ import betterproto
 from fedcore.errors import DecodeError
 
 FRAME_CAP = 8 * 1024 * 1024
-"""The largest protobuf message, in bytes, sent or accepted on the fleet API (DESIGN.md §4)."""
+"""The largest protobuf message, in bytes, sent or accepted on the fleet API (R7 in
+docs/reliability.md)."""
 
 UINT64_MAX = 2**64 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1

@@ -5,7 +5,7 @@ for pending runs — a long poll that the link answers as soon as a run is pendi
 and claims as many as it has free slots. It runs inside the link over
 :class:`~fedcore.roles.link.exec.LinkExec`, or in a process of its own over the exec
 API (``fedcore serve --role exec``); either way it decides the same. A claim is
-exclusive and fenced (DESIGN.md R5): every report the launcher makes for the run
+exclusive and fenced (R5, docs/reliability.md): every report the launcher makes for the run
 carries the claim's token, and a stale one is refused, so an exec that lost its
 claim (it stalled past the lease, and another exec took the run) can change nothing.
 

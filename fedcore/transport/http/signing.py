@@ -1,7 +1,7 @@
 """Requests signed with a shared secret: HMAC-SHA256 over the request, a timestamp and a nonce.
 
-The exec API (DESIGN.md §6: "Exec ↔ link/node with a shared-secret HMAC and nonces")
-authenticates each request by three headers::
+The exec API between a link and its execs (docs/security.md) authenticates each request
+by three headers::
 
     X-Fedcore-Timestamp: 1700000000                  the sender's clock, whole Unix seconds
     X-Fedcore-Nonce: 9f86d081884c7d659a2feaa0c55ad015 random, never used twice
