@@ -14,8 +14,7 @@ from fedcore.errors import RunConfigError
 from fedcore.simulation import Resources, SimulationResult, run_simulation
 from fedcore.simulation.backends import BACKENDS, DEFAULT_BACKEND
 from fedcore.simulation.backends.sizing import detect_cpus, detect_gpus
-from fedcore.simulation.progress import failures_text, showing_progress, summary
-from fedcore.strategy.result import RoundReport
+from fedcore.simulation.progress import showing_progress, summary
 from fedcore.strategy.rounds import DEFAULT_ROUND_TIMEOUT
 
 
@@ -150,17 +149,8 @@ def simulate(
             progress=False,
         )
     click.echo(summary(display.reports, time.monotonic() - started, result.seed))
-    if display.reports and _trained_nothing(display.reports[-1]):
-        last = display.reports[-1]
-        raise click.ClickException(
-            f"the last round ({last.server_round}/{last.num_rounds}) had no successful "
-            f"training reply: {failures_text([last.train_failures])}"
-        )
-
-
-def _trained_nothing(report: RoundReport) -> bool:
-    """Training was asked of nodes in this round and none of them delivered."""
-    return report.train_replies == 0 and bool(report.train_failures)
+    if display.reports and display.reports[-1].trained_nothing:
+        raise click.ClickException(display.reports[-1].untrained_reason())
 
 
 def _system(cpus: float | None, gpus: float | None) -> Resources | None:

@@ -20,8 +20,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import logging
-from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from fedcore.simulation.engine import RunStarted
-from fedcore.strategy.result import ReplyProgress, RoundReport
+from fedcore.strategy.result import ReplyProgress, RoundReport, failures_text
 
 _CLEAR = "\r\x1b[K"
 _REDRAW_EVERY = 0.1
@@ -192,18 +191,6 @@ def summary(reports: list[RoundReport], wall_time: float, seed: int, max_rows: i
         f" · {failures_text(_tallies(reports))} · {wall_time:.1f} s · seed {seed}"
     )
     return "\n".join(lines)
-
-
-def failures_text(tallies: Iterable[Mapping[str, int]]) -> str:
-    """``"0 failures"``, or ``"12 failures (code 2 ×10, code 8 ×2)"``: failures by label
-    (:attr:`RoundReport.train_failures`, ``evaluate_failures``), added up."""
-    counts: Counter[str] = Counter()
-    for tally in tallies:
-        counts.update(tally)
-    total = sum(counts.values())
-    if not total:
-        return "0 failures"
-    return f"{total} failures (" + ", ".join(f"{k} ×{n}" for k, n in counts.most_common()) + ")"
 
 
 def _tallies(reports: list[RoundReport]) -> Iterator[Mapping[str, int]]:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
@@ -66,6 +67,18 @@ class RoundReport:
         """Failed or missing replies, training and evaluation together."""
         return sum(self.train_failures.values()) + sum(self.evaluate_failures.values())
 
+    @property
+    def trained_nothing(self) -> bool:
+        """Training was asked of nodes in this round and none of them delivered."""
+        return self.train_replies == 0 and bool(self.train_failures)
+
+    def untrained_reason(self) -> str:
+        """Why a run whose last round :attr:`trained_nothing` did not succeed, in one line."""
+        return (
+            f"the last round ({self.server_round}/{self.num_rounds}) had no successful "
+            f"training reply: {failures_text([self.train_failures])}"
+        )
+
     def describe(self) -> str:
         """One line: ``round 3/30: 20 replies, 0 failures, 0.41 s, server accuracy=0.81, …``."""
         parts = [
@@ -98,3 +111,15 @@ def _short(value: MetricValue) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(f"{v:.4g}" for v in value[:4]) + (", …]" if len(value) > 4 else "]")
     return f"{value:.4g}"
+
+
+def failures_text(tallies: Iterable[Mapping[str, int]]) -> str:
+    """``"0 failures"``, or ``"12 failures (code 2 ×10, code 8 ×2)"``: failures by label
+    (:attr:`RoundReport.train_failures`, ``evaluate_failures``), added up."""
+    counts: Counter[str] = Counter()
+    for tally in tallies:
+        counts.update(tally)
+    total = sum(counts.values())
+    if not total:
+        return "0 failures"
+    return f"{total} failures (" + ", ".join(f"{k} ×{n}" for k, n in counts.most_common()) + ")"
