@@ -63,10 +63,15 @@ async def serve_run(
         async with LogShipper(ship):
             context = Context(run_id, SERVER_NODE_ID, {}, RecordDict(), dict(run.run_config))
             failure = await _main(grid, client, context, app_dir, heartbeat)
-            if isinstance(failure, _Stopped):
-                log.info("run %d was stopped; the ServerApp ends", run_id)
-                return 0
             if failure is not None:
+                # A stop drops the run's messages under ``main``: what it raises then
+                # (code-3 replies it did not expect, a refused push) is the stop's doing,
+                # so the run's log ends on the stop whichever call noticed it first.
+                now = await grid.call(lambda: client.authenticate(run_id, secret))
+                if isinstance(failure, _Stopped) or now.status.finished:
+                    reason = f" ({now.reason})" if now.reason else ""
+                    log.info("run %d is %s%s; the ServerApp ends", run_id, now.status, reason)
+                    return 0
                 log.error("the ServerApp failed:\n%s", "".join(traceback.format_exception(failure)))
                 await grid.call(lambda: client.finish(run_id, RunStatus.FAILED, _one_line(failure)))
                 return 1

@@ -150,6 +150,39 @@ def test_a_stopped_run_ends_its_serverapp_and_its_stream_with_status_3(
         time.sleep(0.05)
 
 
+def test_three_stops_in_a_row_each_end_their_run_stopped_and_say_so_last(
+    federation: Deployment,
+) -> None:
+    """One way to end: ``finished:stopped``, and the log's last line says it was stopped.
+
+    A stop drops the run's messages while its ServerApp waits for their replies: it
+    is answered code 3 for them, whichever of its calls notices the stop first.
+    """
+    for attempt in range(3):
+        markers = federation.root / f"markers-{attempt}"
+        markers.mkdir()
+        run_id = _submit(federation, rounds=100_000, delay=0.05, **{"marker-dir": str(markers)})
+        federation.wait_for_file(markers / "round-2")
+        stopped = federation.fedcore("stop", run_id, "--json")
+        assert stopped.returncode == 0, stopped.stderr
+        give_up = time.monotonic() + 30.0
+        while federation.app_pids():  # its last words are in once its process is gone
+            assert time.monotonic() < give_up, "the ServerApp outlived its stopped run"
+            time.sleep(0.05)
+        (run,) = [
+            r
+            for r in json.loads(federation.fedcore("ls", "--json").stdout)
+            if r["run_id"] == run_id
+        ]
+        assert (run["status"], run["reason"]) == ("finished:stopped", "stopped by the operator")
+        shown = federation.fedcore("log", run_id)
+        assert shown.returncode == 0, shown.stderr
+        last = shown.stdout.splitlines()[-1]
+        ending = f"stop {attempt + 1}: the log ends\n{shown.stdout[-3000:]}"
+        assert f"run {run_id}" in last, ending
+        assert "stopped" in last, ending
+
+
 def test_the_link_killed_and_restarted_on_its_database_loses_no_reply(
     federation: Deployment,
 ) -> None:
