@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from fedcore.testing.deployment import FEDCORE, Deployment
+from fedcore.testing.deployment import FEDCORE, Deployment, Server
 
 CHAOS_APP = Path(__file__).resolve().parent / "chaos_app"
 HEARTBEAT = 1.0
@@ -181,6 +181,36 @@ def test_three_stops_in_a_row_each_end_their_run_stopped_and_say_so_last(
         ending = f"stop {attempt + 1}: the log ends\n{shown.stdout[-3000:]}"
         assert f"run {run_id}" in last, ending
         assert "stopped" in last, ending
+
+
+def _clientapp_pids(node: Server) -> list[int]:
+    """The node's ClientApp processes: its children running a ``python -c`` worker."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            argv = (stat.parent / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        if parent == node.process.pid and argv[1:2] == [b"-c"]:
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def test_a_finished_runs_clientapp_processes_end_within_a_few_heartbeats(
+    federation: Deployment,
+) -> None:
+    nodes = [server for server in federation.servers if server.name.startswith("node")]
+    run_id = _submit(federation, rounds=3, delay=0.05)
+    federation.wait_for_file(federation.root / "markers" / "round-2")
+    assert [len(_clientapp_pids(node)) for node in nodes] == [1, 1, 1]
+    final, _ = _follow(federation, run_id)
+    assert final["status"] == "finished:completed", final
+    # A node asks about its runs every heartbeat (1 s here), not after the 600 s idle timeout.
+    give_up = time.monotonic() + 10 * HEARTBEAT
+    while any(_clientapp_pids(node) for node in nodes):
+        assert time.monotonic() < give_up, [_clientapp_pids(node) for node in nodes]
+        time.sleep(0.05)
 
 
 def test_the_link_killed_and_restarted_on_its_database_loses_no_reply(
