@@ -12,8 +12,9 @@ them, as Python code is expected to.
     ├── UsageError (ValueError)     bad input from a person: a flag, a target, a config
     │   ├── AppLoadError            an app target that cannot be imported or is not an app
     │   ├── RunConfigError          a run-config key or value the app does not accept
-    │   └── BundleError             an app directory that cannot be packed, or a bundle
-    │                               refused on unpacking (wrong hash, unsafe, over a limit)
+    │   ├── BundleError             an app directory that cannot be packed, or a bundle
+    │   │                           refused on unpacking (wrong hash, unsafe, over a limit)
+    │   └── WrongServiceError       an address that answers, but not as the API asked for
     ├── DecodeError (ValueError)    bytes that are not a valid payload
     ├── StateError                  a LinkState refused an operation
     │   ├── NotFoundError (LookupError)
@@ -61,6 +62,15 @@ class BundleError(UsageError):
     A UsageError on both sides: packing fails on what is in the user's app directory,
     and a bundle refused on a node is still the user's app (or something posing as
     it); either way the one-line message is what a person needs to read.
+    """
+
+
+class WrongServiceError(UsageError):
+    """An address that answers, but not with the fedcore API the caller asked for.
+
+    Another port of the link (the fleet API's gRPC where the control API was
+    meant), or a server that is not fedcore's: the address given is the mistake,
+    so retrying it cannot help.
     """
 
 

@@ -22,7 +22,7 @@ from fedcore.apps.bundle import pack_bundle
 from fedcore.apps.loading import app_table
 from fedcore.apps.run_config import flatten, resolve_run_config
 from fedcore.domain import LogLine, Run, RunStatus
-from fedcore.errors import AppLoadError, RunConfigError
+from fedcore.errors import AppLoadError, RunConfigError, WrongServiceError
 from fedcore.runtime.addresses import parse_address
 from fedcore.transport.control import ControlService
 from fedcore.transport.http.control import HttpControlClient
@@ -57,7 +57,12 @@ def _call(link: str, work: Callable[[ControlService], Awaitable[T]]) -> T:
         async with _control(link) as control:
             return await work(control)
 
-    return anyio.run(main)
+    try:
+        return anyio.run(main)
+    except WrongServiceError as exc:  # the likeliest slip: another of the link's ports
+        raise WrongServiceError(
+            f"{exc}; the link's control API is on --control-address, default 127.0.0.1:9093"
+        ) from None
 
 
 def run_json(run: Run) -> dict[str, Any]:
@@ -81,7 +86,10 @@ def run_json(run: Run) -> dict[str, Any]:
 @click.option(
     "--stream",
     is_flag=True,
-    help="Follow the ServerApp's log to the end; exit 0 completed, 1 failed, 3 stopped.",
+    help=(
+        "Follow the ServerApp's log to the end; exit 0 completed, 1 failed, 3 stopped. "
+        "Ctrl-C stops following (exit 130), not the run."
+    ),
 )
 @json_option
 def run(app_dir: Path, link: str, run_config: str, stream: bool, as_json: bool) -> None:
@@ -97,9 +105,12 @@ def run(app_dir: Path, link: str, run_config: str, stream: bool, as_json: bool) 
         )
     config = resolve_run_config(flatten(declared), run_config or None)
     bundle = pack_bundle(app_dir)
+    submitted_id: int | None = None
 
     async def submit(control: ControlService) -> int:
+        nonlocal submitted_id
         submitted = await control.submit_run(bundle.data, config)
+        submitted_id = submitted.run_id
         if as_json and not stream:
             click.echo(json.dumps(run_json(submitted)))
         else:
@@ -112,7 +123,19 @@ def run(app_dir: Path, link: str, run_config: str, stream: bool, as_json: bool) 
         _echo_end(final, as_json)
         return EXIT_CODES.get(final.status, 1)
 
-    sys.exit(_call(link, submit))
+    try:
+        code = _call(link, submit)
+    except KeyboardInterrupt:
+        if submitted_id is None:
+            raise
+        # Only this command stops: the run lives on the link, whoever follows it.
+        click.echo(
+            f"\ninterrupted: run {submitted_id} goes on on the link; "
+            f"stop it with: fedcore stop {submitted_id} --link {link}",
+            err=True,
+        )
+        sys.exit(130)
+    sys.exit(code)
 
 
 @click.command("ls")

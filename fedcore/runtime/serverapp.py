@@ -27,7 +27,7 @@ import anyio
 
 from fedcore.apps.loading import load_app
 from fedcore.clock import Clock, SystemClock
-from fedcore.domain import SERVER_NODE_ID, Context, RecordDict, RunStatus
+from fedcore.domain import SERVER_NODE_ID, Context, RecordDict, Run, RunStatus
 from fedcore.errors import FedcoreError, RunFinishedError, first_error
 from fedcore.roles.exec.launcher import (
     APP_DIR_ENV,
@@ -63,15 +63,21 @@ async def serve_run(
         async with LogShipper(ship):
             context = Context(run_id, SERVER_NODE_ID, {}, RecordDict(), dict(run.run_config))
             failure = await _main(grid, client, context, app_dir, heartbeat)
-            if isinstance(failure, _Stopped):
-                log.info("run %d was stopped; the ServerApp ends", run_id)
-                return 0
             if failure is not None:
+                # A stop drops the run's messages under ``main``: what it raises then
+                # (code-3 replies it did not expect, a refused push) is the stop's doing,
+                # so the run's log ends on the stop whichever call noticed it first.
+                now = await grid.call(lambda: client.authenticate(run_id, secret))
+                if isinstance(failure, _Stopped) or now.status.finished:
+                    _say_finished(now)
+                    return 0
                 log.error("the ServerApp failed:\n%s", "".join(traceback.format_exception(failure)))
                 await grid.call(lambda: client.finish(run_id, RunStatus.FAILED, _one_line(failure)))
                 return 1
             await grid.call(lambda: client.save_context(run_id, context.state))
-            await grid.call(lambda: client.finish(run_id, RunStatus.COMPLETED))
+            done = await grid.call(lambda: client.finish(run_id, RunStatus.COMPLETED))
+            if done.status is not RunStatus.COMPLETED:  # stopped as ``main`` returned
+                _say_finished(done)
             return 0
 
 
@@ -109,6 +115,12 @@ async def _heartbeat(
             raise _Stopped from None
         next_beat = max(next_beat + every, clock.now())
         await clock.sleep(next_beat - clock.now())
+
+
+def _say_finished(run: Run) -> None:
+    """The last line of a run that ended under its ServerApp (a stop, the link failing it)."""
+    reason = f" ({run.reason})" if run.reason else ""
+    log.info("run %d is %s%s; the ServerApp ends", run.run_id, run.status, reason)
 
 
 def _first(group: ExceptionGroup[Exception]) -> Exception:

@@ -419,8 +419,18 @@ def check_reply_type(reply: Message, message_type: str) -> None:
 
 
 def unknown_message_reply(run_id: int, message_id: str) -> Message:
-    """The error reply ``get_replies`` gives for an id the run does not hold."""
-    metadata = Metadata(run_id=run_id, dst_node_id=SERVER_NODE_ID, reply_to_message_id=message_id)
+    """The error reply ``get_replies`` gives for an id the run does not hold.
+
+    Its type is ``system`` (as Flower's answer to the same question): the message,
+    and so its type, is unknown, and a reply must carry a valid type to cross the
+    wire — a deployed ServerApp gets this very reply in a batch.
+    """
+    metadata = Metadata(
+        run_id=run_id,
+        dst_node_id=SERVER_NODE_ID,
+        reply_to_message_id=message_id,
+        message_type="system",
+    )
     reason = f"run {run_id} has no message {message_id!r} (never pushed, or already acknowledged)"
     return assemble_message(metadata, error=Error(int(ErrorCode.MESSAGE_UNAVAILABLE), reason))
 

@@ -65,6 +65,7 @@ from fedcore.errors import (
 )
 from fedcore.state.base import LinkState
 from fedcore.testing.clock import FakeClock
+from fedcore.wire.batch import pack_batch, unpack_batch
 
 __all__ = ["NOTIFICATION_TIMEOUT", "PATIENCE", "LinkStateConformance"]
 
@@ -943,6 +944,26 @@ class LinkStateConformance:
         answer = await the_reply(state, run_id, message_id)
         assert error_code(answer) == MESSAGE_UNAVAILABLE
         assert answer.metadata.run_id == run_id
+
+    async def test_an_id_already_received_is_answered_as_the_wire_carries_it(
+        self, state: LinkState, run_id: int, node_id: int
+    ) -> None:
+        """A ServerApp loop pulling ids it already has gets code 3 in both runtimes.
+
+        The simulation hands this answer over as it is; deployment packs it in a
+        batch. So it must be a message the batch encoder takes: a ``system`` reply,
+        since the state no longer knows the message (nor its type) it answers.
+        """
+        received = await push(state, run_id, node_id)
+        await state.push_reply(node_id, reply(await pull_one(state, node_id)))
+        await state.ack_replies(run_id, [received])
+        answers = await state.get_replies(run_id, [received, UNKNOWN_MESSAGE_ID])
+        for answer, asked in zip(answers, [received, UNKNOWN_MESSAGE_ID], strict=True):
+            assert error_code(answer) == MESSAGE_UNAVAILABLE
+            assert answer.metadata.message_type == "system"
+            assert answer.metadata.reply_to_message_id == asked
+        carried = unpack_batch(pack_batch(answers))
+        assert [(m.metadata, m.error) for m in carried] == [(m.metadata, m.error) for m in answers]
 
     async def test_get_replies_of_an_unknown_run_is_refused(self, state: LinkState) -> None:
         with pytest.raises(RunNotFoundError):

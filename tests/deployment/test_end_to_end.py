@@ -18,6 +18,7 @@ from fedcore.testing.deployment import Deployment
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "quickstart-numpy"
 COMPARISON = REPO / "examples" / "strategy-comparison"
+PULL_AGAIN = Path(__file__).resolve().parent / "pull_again_app"
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -87,3 +88,22 @@ def test_two_runs_of_different_apps_proceed_at_once_and_both_complete(
     )
     assert second_start < first_end
     assert first_start < second_end
+
+
+def _pulled_again(text: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith('{"round"')]
+
+
+def test_pulling_received_ids_again_answers_code_3_in_deployment_as_in_simulation(
+    federation: Deployment,
+) -> None:
+    """A Flower-style loop that pulls ids it already has completes in both runtimes alike."""
+    deployed = federation.fedcore("run", str(PULL_AGAIN), "--stream")
+    assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+    simulated = federation.fedcore(
+        "simulate", str(PULL_AGAIN), "--nodes", "3", "--backend", "inline"
+    )
+    assert simulated.returncode == 0, simulated.stderr
+    expected = [{"round": r, "again": [[3, "system"]] * 3} for r in (1, 2)]
+    assert _pulled_again(deployed.stdout) == expected
+    assert _pulled_again(simulated.stdout + simulated.stderr) == expected

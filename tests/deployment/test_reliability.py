@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from fedcore.testing.deployment import FEDCORE, Deployment
+from fedcore.testing.deployment import FEDCORE, Deployment, Server
 
 CHAOS_APP = Path(__file__).resolve().parent / "chaos_app"
 HEARTBEAT = 1.0
@@ -147,6 +147,69 @@ def test_a_stopped_run_ends_its_serverapp_and_its_stream_with_status_3(
     give_up = time.monotonic() + 30.0
     while federation.app_pids():
         assert time.monotonic() < give_up, "the ServerApp outlived its stopped run"
+        time.sleep(0.05)
+
+
+def test_three_stops_in_a_row_each_end_their_run_stopped_and_say_so_last(
+    federation: Deployment,
+) -> None:
+    """One way to end: ``finished:stopped``, and the log's last line says it was stopped.
+
+    A stop drops the run's messages while its ServerApp waits for their replies: it
+    is answered code 3 for them, whichever of its calls notices the stop first.
+    """
+    for attempt in range(3):
+        markers = federation.root / f"markers-{attempt}"
+        markers.mkdir()
+        run_id = _submit(federation, rounds=100_000, delay=0.05, **{"marker-dir": str(markers)})
+        federation.wait_for_file(markers / "round-2")
+        stopped = federation.fedcore("stop", run_id, "--json")
+        assert stopped.returncode == 0, stopped.stderr
+        give_up = time.monotonic() + 30.0
+        while federation.app_pids():  # its last words are in once its process is gone
+            assert time.monotonic() < give_up, "the ServerApp outlived its stopped run"
+            time.sleep(0.05)
+        (run,) = [
+            r
+            for r in json.loads(federation.fedcore("ls", "--json").stdout)
+            if r["run_id"] == run_id
+        ]
+        assert (run["status"], run["reason"]) == ("finished:stopped", "stopped by the operator")
+        shown = federation.fedcore("log", run_id)
+        assert shown.returncode == 0, shown.stderr
+        last = shown.stdout.splitlines()[-1]
+        ending = f"stop {attempt + 1}: the log ends\n{shown.stdout[-3000:]}"
+        assert f"run {run_id}" in last, ending
+        assert "stopped" in last, ending
+
+
+def _clientapp_pids(node: Server) -> list[int]:
+    """The node's ClientApp processes: its children running a ``python -c`` worker."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            argv = (stat.parent / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        if parent == node.process.pid and argv[1:2] == [b"-c"]:
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def test_a_finished_runs_clientapp_processes_end_within_a_few_heartbeats(
+    federation: Deployment,
+) -> None:
+    nodes = [server for server in federation.servers if server.name.startswith("node")]
+    run_id = _submit(federation, rounds=3, delay=0.05)
+    federation.wait_for_file(federation.root / "markers" / "round-2")
+    assert [len(_clientapp_pids(node)) for node in nodes] == [1, 1, 1]
+    final, _ = _follow(federation, run_id)
+    assert final["status"] == "finished:completed", final
+    # A node asks about its runs every heartbeat (1 s here), not after the 600 s idle timeout.
+    give_up = time.monotonic() + 10 * HEARTBEAT
+    while any(_clientapp_pids(node) for node in nodes):
+        assert time.monotonic() < give_up, [_clientapp_pids(node) for node in nodes]
         time.sleep(0.05)
 
 

@@ -25,11 +25,12 @@ lives.
 The launcher watches the process: one that exits while its run is not finished has
 crashed or was killed — the run becomes ``finished:failed`` with the exit status
 and the last lines the process printed. A run stopped by an operator (or failed by
-the link) gets its process terminated, then killed after a grace period; the
-launcher hears of it by a long poll on the run. Leaving the launcher terminates the
-processes it started. A process outlives a launcher that is killed (``kill -9`` of
-the link): it goes on through the runtime API and reconnects to the restarted link
-by itself. While the link cannot be reached, the launcher retries with backoff.
+the link) gets its process terminated, then killed after a grace period, and the
+run's log a last line saying so; the launcher hears of it by a long poll on the run.
+Leaving the launcher terminates the processes it started. A process outlives a
+launcher that is killed (``kill -9`` of the link): it goes on through the runtime
+API and reconnects to the restarted link by itself. While the link cannot be
+reached, the launcher retries with backoff.
 """
 
 from __future__ import annotations
@@ -290,6 +291,11 @@ class ServerAppLauncher:
         run = await self._patiently(lambda: self._service.get_run(run_id))
         if run.status.finished:
             log.info("run %d: ServerApp exited (%s); run %s", run_id, _describe(code), run.status)
+            if code < 0:  # ended here, before its own last words: the log still says how
+                line = (
+                    f"[exec] run {run_id} is {run.status}: its ServerApp process {_describe(code)}"
+                )
+                await self._patiently(lambda: self._service.append_logs(run_id, [line]))
             return
         tail = await anyio.to_thread.run_sync(_last_lines, output_path)
         reason = f"the ServerApp process {_describe(code)}"

@@ -15,7 +15,10 @@ runs, the node works in the background:
    fetched if it came as a payload (:mod:`.payloads`), its run handles it
    (:mod:`.runs`: bundle, runner, Context), and its reply is pushed until the link
    holds it or refuses it for good (:mod:`.replies`).
-4. A heartbeat or pull answered with ``NodeNotFoundError`` means the link forgot
+4. Every heartbeat interval, ask the link about each run the node holds a ClientApp
+   runner for, and end those that finished (:meth:`.runs.RunCache.end_finished`):
+   a finished run's ClientApp process goes at once, not an idle timeout later.
+5. A heartbeat or pull answered with ``NodeNotFoundError`` means the link forgot
    the node (deleted, or restarted without its database): the node abandons the
    work of its old id, registers again and carries on under the new one, with no
    operator involved. Every other call retries only ``LinkUnavailableError``; the
@@ -251,6 +254,7 @@ class Node:
         async with anyio.create_task_group() as session:
             session.start_soon(self._heartbeats, node_id)
             session.start_soon(self._sweeps, node_id)
+            session.start_soon(self._end_finished_runs, node_id)
             with self._interruptible():
                 await self._pull(node_id, work)
             if self._inflight:
@@ -338,6 +342,12 @@ class Node:
         while True:
             await self._clock.sleep(self._idle_timeout / 2)
             await self._runs.sweep(node_id)
+
+    async def _end_finished_runs(self, node_id: int) -> NoReturn:
+        """Every heartbeat interval, end the runners of the runs the link says finished."""
+        while True:
+            await self._clock.sleep(self._heartbeat_interval)
+            await self._runs.end_finished(node_id)  # a link away: asked again next time
 
     # One message --------------------------------------------------------------------
 

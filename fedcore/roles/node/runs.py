@@ -18,7 +18,10 @@ arrive; messages of different runs run side by side.
 A runner lives in a task of its own, so it starts and stops in one task whichever
 message or sweep asked. It is stopped when its run has been idle for
 ``idle_timeout`` (the Context stays, and the next message starts a new runner),
-and forgotten with its Context when the link reports the run finished.
+and forgotten with its Context when the link reports the run finished. The node
+asks about the runs it holds a runner for every heartbeat interval
+(:meth:`RunCache.end_finished`), so a finished run's ClientApp process — hundreds
+of megabytes once a framework is imported — ends then, not an idle timeout later.
 """
 
 from __future__ import annotations
@@ -146,6 +149,19 @@ class RunCache:
             await self._stop(entry)
         log.info("run %d has finished: its ClientApp and state are gone from this node", run_id)
 
+    async def end_finished(self, node_id: int) -> None:
+        """Forget the runs holding a runner that the link says have finished.
+
+        Only a status the link reports counts: a run it does not know for this node
+        (a link restarted since it handed out the run's messages) may be running
+        still, and its Context must stay until the idle sweep.
+        """
+        for entry in list(self._runs.values()):
+            if entry.busy or entry.host is None:
+                continue
+            if await self._finished(node_id, entry.run_id, unknown_is_finished=False):
+                await self.forget(entry.run_id)
+
     async def sweep(self, node_id: int) -> None:
         """Stop the runners of runs idle for ``idle_timeout``; forget those that finished."""
         now = self._clock.now()
@@ -245,12 +261,18 @@ class RunCache:
             host.closing.set()
             await host.closed.wait()
 
-    async def _finished(self, node_id: int, run_id: int) -> bool:
-        """Whether the link says the run finished; ``False`` when it cannot say now."""
+    async def _finished(
+        self, node_id: int, run_id: int, *, unknown_is_finished: bool = True
+    ) -> bool:
+        """Whether the link says the run finished; ``False`` when it cannot say now.
+
+        A run the link does not know (for this node) counts as finished unless
+        ``unknown_is_finished`` is false.
+        """
         try:
             run, _ = await self._fleet.get_run(node_id, run_id)
         except RunNotFoundError:
-            return True
+            return unknown_is_finished
         except FedcoreError:
             return False
         return run.status.finished

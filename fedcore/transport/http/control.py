@@ -260,7 +260,7 @@ class HttpControlClient(SessionClient, ControlService):
         token: str | None = None,
         timeout: float = TIMEOUT,
     ) -> None:
-        self._session = Session(host, port, ssl=ssl, timeout=timeout)
+        self._session = Session(host, port, ssl=ssl, timeout=timeout, api="control API")
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
 
     async def submit_run(self, bundle: bytes, run_config: Mapping[str, ConfigValue]) -> Run:

@@ -132,6 +132,19 @@ def unauthorized() -> web.HTTPUnauthorized:
     )
 
 
+def is_error_document(body: bytes) -> bool:
+    """Whether ``body`` is an error answer as fedcore's servers write one."""
+    try:
+        document = loads(body)
+    except DecodeError:
+        return False
+    return (
+        isinstance(document, dict)
+        and isinstance(document.get("error"), str)
+        and isinstance(document.get("message"), str)
+    )
+
+
 def answer_error(status: int, body: bytes, where: str) -> FedcoreError:
     """The error a client raises for an answer with ``status`` (not 2xx) and ``body``."""
     try:

@@ -228,7 +228,7 @@ class HttpExecClient(SessionClient, ExecService):
         ssl: _ssl.SSLContext | None = None,
         timeout: float = TIMEOUT,
     ) -> None:
-        self._session = Session(host, port, ssl=ssl, timeout=timeout)
+        self._session = Session(host, port, ssl=ssl, timeout=timeout, api="exec API")
         self._signer = Signer(secret, clock or SystemClock())
 
     async def runtime_address(self) -> str:

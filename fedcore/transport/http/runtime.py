@@ -222,7 +222,7 @@ class HttpRuntimeClient(SessionClient, RuntimeService):
         timeout: float = TIMEOUT,
         max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
-        self._session = Session(host, port, ssl=ssl, timeout=timeout)
+        self._session = Session(host, port, ssl=ssl, timeout=timeout, api="runtime API")
         self._secret = secret
         self._max_body = max_body_bytes
         self._limits = DecodeLimits(max_bytes=max_body_bytes)

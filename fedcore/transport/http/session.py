@@ -5,7 +5,9 @@
 closes the session. An answer that is not 2xx becomes the fedcore error that the
 table of :mod:`fedcore.transport.http.errors` gives; a link that cannot be reached
 (nothing listens, the connection broke or timed out, the answer was cut short)
-becomes :class:`~fedcore.errors.LinkUnavailableError`.
+becomes :class:`~fedcore.errors.LinkUnavailableError`; an address that answers, but
+not as fedcore does (the fleet API's gRPC port, some other HTTP server), becomes
+:class:`~fedcore.errors.WrongServiceError`, which no retry can mend.
 Bodies are read under a cap, not decompressed, and never followed to a redirect.
 """
 
@@ -20,9 +22,9 @@ from typing import Any, Self
 import aiohttp
 from aiohttp.abc import AbstractStreamWriter
 
-from fedcore.errors import DecodeError, FedcoreError, LinkUnavailableError
+from fedcore.errors import DecodeError, FedcoreError, LinkUnavailableError, WrongServiceError
 from fedcore.transport.http.bodies import MAX_JSON_BYTES, WRITE_SLICE, read_at_most, read_payload
-from fedcore.transport.http.errors import MAX_ERROR_BYTES, answer_error
+from fedcore.transport.http.errors import MAX_ERROR_BYTES, answer_error, is_error_document
 from fedcore.wire.frame import slices
 from fedcore.wire.protobuf import Buffer
 
@@ -74,9 +76,12 @@ class Session:
     """Requests to the link at ``host:port``; :meth:`open` before, :meth:`close` after."""
 
     def __init__(
-        self, host: str, port: int, *, ssl: _ssl.SSLContext | None, timeout: float
+        self, host: str, port: int, *, ssl: _ssl.SSLContext | None, timeout: float, api: str
     ) -> None:
         self.where = f"the link at {host}:{port}"
+        self.address = f"{host}:{port}"
+        self.api = api
+        """Which of the link's APIs this session calls (``control API``): named in errors."""
         self.timeout = timeout
         name = f"[{host}]" if ":" in host else host  # an IPv6 address, as URLs write it
         self._base = f"{'https' if ssl else 'http'}://{name}:{port}"
@@ -140,10 +145,30 @@ class Session:
             ) as response:
                 if not 200 <= response.status < 300:
                     body = await read_at_most(response.content, MAX_ERROR_BYTES)
+                    if _foreign(response.status, body):
+                        raise WrongServiceError(
+                            f"{self.address} is not a fedcore {self.api} (an HTTP server "
+                            f"answered {method} {path} with HTTP {response.status}, "
+                            f"not with a fedcore error)"
+                        )
                     raise answer_error(response.status, body, self.where)
                 yield response
         except FedcoreError:
             raise
+        except aiohttp.ClientResponseError as exc:  # no HTTP/1.1 status line came back
+            raise WrongServiceError(
+                f"{self.address} is not a fedcore {self.api} (it looks like the fleet API's "
+                f"gRPC port: it does not answer in HTTP/1.1)"
+            ) from exc
+        except aiohttp.ClientConnectorError as exc:
+            if not isinstance(exc.os_error, ConnectionRefusedError):
+                raise LinkUnavailableError(
+                    f"{self.where} is unavailable: {type(exc).__name__}: {exc}"
+                ) from exc
+            raise LinkUnavailableError(
+                f"{self.where} is unavailable: nothing listens on {self.address} "
+                f"(connection refused)"
+            ) from exc
         except (aiohttp.ClientError, OSError) as exc:  # OSError: TimeoutError and raw resets
             raise LinkUnavailableError(
                 f"{self.where} is unavailable: {type(exc).__name__}: {exc}"
@@ -205,6 +230,16 @@ class Session:
             method, path, headers=headers, timeout=timeout, data=data
         ) as response:
             return await self.read_payload(response, cap)
+
+
+def _foreign(status: int, body: bytes) -> bool:
+    """Whether an error answer comes from a server that is not fedcore's.
+
+    fedcore answers every error with its JSON document, except where a proxy or
+    aiohttp's own limits may speak first: 502-504 (a proxy without a link behind
+    it: unavailable, retried) and 413 (a body over aiohttp's cap).
+    """
+    return status not in (413, 502, 503, 504) and not is_error_document(body)
 
 
 class SessionClient:

@@ -110,6 +110,13 @@ async def test_a_stopped_run_has_its_process_terminated(
                 await anyio.wait_readable(exited)  # a pidfd turns readable when its process ends
         finally:
             os.close(exited)
+        # Terminated before it could say so itself: the exec ends the log on the stop.
+        last = f"[exec] run {run.run_id} is finished:stopped: its ServerApp process was killed"
+        appended = anyio.Event()
+        with anyio.fail_after(20), state.watch_logs(run.run_id, lambda _: appended.set()):
+            while not (await state.get_logs(run.run_id))[-1].text.startswith(last):
+                await appended.wait()
+                appended = anyio.Event()
         tasks.cancel_scope.cancel()
     assert (await state.get_run(run.run_id)).reason == "operator"
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import anyio
 import pytest
 
-from fedcore import ConfigRecord, Message, RecordDict
-from fedcore.domain import Run, RunStatus
+from fedcore import ConfigRecord, Grid, Message, RecordDict
+from fedcore.domain import ErrorCode, Run, RunStatus
 from fedcore.errors import (
     InvalidTransitionError,
     LinkUnavailableError,
@@ -18,7 +19,10 @@ from fedcore.errors import (
 )
 from fedcore.roles.link.runtime import LinkRuntime
 from fedcore.state.memory import InMemoryLinkState
+from fedcore.state.sqlite import SqliteLinkState
 from fedcore.testing import FakeClock
+from fedcore.transport.http import HttpRuntimeClient, runtime_app, serve_http
+from fedcore.transport.inproc.grid import InProcGrid
 from fedcore.transport.runtime_grid import RuntimeGrid
 
 pytestmark = pytest.mark.anyio
@@ -230,3 +234,41 @@ async def test_a_checked_secret_is_remembered_until_its_run_changes(
     await anyio.wait_all_tasks_blocked()
     with pytest.raises(RunNotFoundError):
         await runtime.authenticate(claim.run.run_id, claim.secret)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_pulling_ids_already_received_answers_code_3_as_the_simulation_does(
+    kind: str, fake_clock: FakeClock, tmp_path: Path
+) -> None:
+    """A Flower-style loop pulls ids whose replies it has: code 3, in deployment too.
+
+    The deployed grid goes through the runtime API over HTTP on loopback; the
+    simulation's grid calls the same state directly. Both must answer alike.
+    """
+    opened: InMemoryLinkState | SqliteLinkState = (
+        InMemoryLinkState(fake_clock, seed=0)
+        if kind == "memory"
+        else SqliteLinkState(tmp_path / "link.db", fake_clock, seed=0)
+    )
+    async with opened as state, serve_http(runtime_app(LinkRuntime(state, fake_clock))) as port:
+        node = await state.create_node(heartbeat_interval=math.inf)
+        answers = []
+        for deployed in (True, False):
+            await state.create_run({})
+            (claim,) = await state.claim_runs(limit=1, lease=10.0)
+            run = await state.start_run(claim.run.run_id, claim.token, heartbeat_interval=100.0)
+            async with HttpRuntimeClient("127.0.0.1", port, secret=claim.secret) as client:
+                grid: Grid = (
+                    RuntimeGrid(client, run, fake_clock)
+                    if deployed
+                    else InProcGrid(state, run, fake_clock)
+                )
+                (message_id,) = await grid.push_messages([_message(node, 1)])
+                (pulled,) = await state.pull_messages(node)
+                await state.push_reply(node, Message(RecordDict(), reply_to=pulled))
+                (received,) = [reply async for reply in grid.receive([message_id])]
+                assert not received.has_error()
+                (again,) = await grid.pull_messages([message_id])
+            assert again.metadata.reply_to_message_id == message_id
+            answers.append((again.error.code, again.metadata.message_type))
+    assert answers == [(ErrorCode.MESSAGE_UNAVAILABLE, "system")] * 2

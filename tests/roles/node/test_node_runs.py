@@ -345,3 +345,27 @@ async def test_a_runner_that_breaks_answers_code_8_and_is_started_again(
     assert "BrokenPipeError: the ClientApp process went away" in error.reason
     assert counts(fake, [second]) == [1]
     assert len(runners.started) == 2
+
+
+async def test_a_finished_runs_runner_stops_within_a_heartbeat_interval(
+    fake: FakeFleet, fleet: FlakyFleet, fake_clock: FakeClock, tmp_path: Path
+) -> None:
+    """Not an idle timeout later: a ClientApp process costs the node its memory till then."""
+    bundle = make_bundle(tmp_path, "app")
+    add_run(fake, 1, bundle)
+    add_run(fake, 2, bundle)
+    runners = Runners({"app:client": counting()})
+    async with node(fleet, fake_clock, tmp_path / "cache", runners) as serving:  # idle: 600 s
+        node_id = await serving.wait_registered()
+        sent = [fake.send(run_id, train(node_id)) for run_id in (1, 2)]
+        await until(lambda: all(message_id in fake.replies for message_id in sent))
+        assert runners.open == 2
+        fake.runs[1][0].status = RunStatus.STOPPED
+        await advance(fake_clock, 1.5, step=0.25)  # heartbeat interval: 1 s
+        await until(lambda: runners.open == 1)
+        await advance(fake_clock, 5.0, step=0.5)
+        assert runners.open == 1  # run 2 goes on: its runner (and Context) stay
+        third = fake.send(2, train(node_id))
+        await until(lambda: third in fake.replies)
+    assert counts(fake, [sent[1], third]) == [1, 2]
+    assert len(runners.started) == 2
