@@ -34,7 +34,9 @@ ALLOWED: dict[str, set[str]] = {
     "roles": BASE | {"domain", "wire", "state", "transport", "apps"},
     # strategy: the progress display renders the round driver's RoundReports.
     "simulation": BASE | {"domain", "wire", "state", "transport", "apps", "strategy"},
-    "runtime": BASE | {"domain", "wire", "state", "transport", "apps", "roles", "simulation"},
+    # strategy: the ServerApp process reads its strategy's last RoundReport.
+    "runtime": BASE
+    | {"domain", "wire", "state", "transport", "apps", "roles", "simulation", "strategy"},
     "cli": BASE
     | {"domain", "wire", "state", "transport", "apps", "roles", "simulation", "runtime"}
     | {"strategy", "mods", "__init__"},

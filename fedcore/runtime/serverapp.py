@@ -11,6 +11,9 @@ operator stopped it) ends the process. What the app logs and prints goes to the
 run's log (``fedcore log RUN_ID``), and also to this process's own output, which
 the exec keeps in a file.
 
+A run whose strategy's last round got no successful training reply is
+``finished:failed`` with that reason, as ``fedcore simulate`` exits 1 for it.
+
 Exit status: 0 for a run completed or stopped, 1 for a run failed here, 2 when the
 process cannot start (a missing variable, an unreachable link).
 """
@@ -38,6 +41,7 @@ from fedcore.roles.exec.launcher import (
 )
 from fedcore.runtime.addresses import parse_address
 from fedcore.runtime.logship import LogShipper
+from fedcore.strategy.result import RoundReport
 from fedcore.transport.http.runtime import HttpRuntimeClient
 from fedcore.transport.runtime_grid import RuntimeGrid
 
@@ -62,7 +66,8 @@ async def serve_run(
 
         async with LogShipper(ship):
             context = Context(run_id, SERVER_NODE_ID, {}, RecordDict(), dict(run.run_config))
-            failure = await _main(grid, client, context, app_dir, heartbeat)
+            rounds = _Rounds()
+            failure = await _main(grid, client, context, app_dir, heartbeat, rounds)
             if failure is not None:
                 # A stop drops the run's messages under ``main``: what it raises then
                 # (code-3 replies it did not expect, a refused push) is the stop's doing,
@@ -75,6 +80,13 @@ async def serve_run(
                 await grid.call(lambda: client.finish(run_id, RunStatus.FAILED, _one_line(failure)))
                 return 1
             await grid.call(lambda: client.save_context(run_id, context.state))
+            if rounds.last is not None and rounds.last.trained_nothing:
+                # As `fedcore simulate` exits 1: a run that trained nothing in the end
+                # did not complete, whatever `main` made of it.
+                reason = rounds.last.untrained_reason()
+                log.error("%s", reason)
+                await grid.call(lambda: client.finish(run_id, RunStatus.FAILED, reason))
+                return 1
             done = await grid.call(lambda: client.finish(run_id, RunStatus.COMPLETED))
             if done.status is not RunStatus.COMPLETED:  # stopped as ``main`` returned
                 _say_finished(done)
@@ -87,9 +99,15 @@ async def _main(
     context: Context,
     app_dir: Path,
     heartbeat: float,
+    rounds: _Rounds,
 ) -> Exception | None:
-    """Run ``main`` beside the heartbeats; the exception that ended it, if any."""
+    """Run ``main`` beside the heartbeats; the exception that ended it, if any.
+
+    ``rounds`` hears the rounds the app's strategy reports meanwhile.
+    """
     run_id = context.run_id
+    logger = logging.getLogger("fedcore")
+    logger.addHandler(rounds)
     try:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_heartbeat, grid, client, run_id, heartbeat)
@@ -99,6 +117,8 @@ async def _main(
             tasks.cancel_scope.cancel()
     except ExceptionGroup as group:
         return _first(group)
+    finally:
+        logger.removeHandler(rounds)
     return None
 
 
@@ -115,6 +135,19 @@ async def _heartbeat(
             raise _Stopped from None
         next_beat = max(next_beat + every, clock.now())
         await clock.sleep(next_beat - clock.now())
+
+
+class _Rounds(logging.Handler):
+    """Keeps the last round a strategy reported (its log record carries the report)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last: RoundReport | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        report = getattr(record, "fedcore_round", None)
+        if isinstance(report, RoundReport):
+            self.last = report
 
 
 def _say_finished(run: Run) -> None:
