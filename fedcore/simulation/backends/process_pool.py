@@ -68,7 +68,9 @@ from fedcore.errors import AppLoadError
 from fedcore.simulation.backends.base import Backend
 from fedcore.simulation.backends.shared_memory import SegmentSpace, map_segment
 from fedcore.simulation.backends.sizing import PoolPlan
+from fedcore.simulation.backends.threads import thread_defaults
 from fedcore.simulation.backends.worker import WORKER_ENV, WorkerSpec
+from fedcore.transport.spawn import child_environment
 from fedcore.wire import parts_size
 from fedcore.wire.worker import (
     HELLO,
@@ -118,8 +120,10 @@ class WorkerProcess(Protocol):
     def kill(self) -> None: ...
 
 
-Spawn = Callable[[socket.socket, dict[str, str]], WorkerProcess]
-"""Starts a worker on its end of the channel, with ``environment`` added to its own.
+Spawn = Callable[[socket.socket, dict[str, str], dict[str, str]], WorkerProcess]
+"""Starts a worker on its end of the channel, with ``environment`` added to its own and
+``defaults`` (its thread caps) where its own lacks them
+(:func:`~fedcore.transport.spawn.child_environment`).
 
 Blocking: the pool calls it in a thread. :func:`spawn_local` by default; a node
 whose ClientApps an exec starts passes one that asks the exec
@@ -132,12 +136,14 @@ def worker_command(channel: int) -> list[str]:
     return [sys.executable, "-c", _WORKER_MAIN, str(channel)]
 
 
-def spawn_local(channel: socket.socket, environment: dict[str, str]) -> WorkerProcess:
+def spawn_local(
+    channel: socket.socket, environment: dict[str, str], defaults: dict[str, str]
+) -> WorkerProcess:
     """Start a worker as a child of this process."""
     return subprocess.Popen(
         worker_command(channel.fileno()),
         pass_fds=(channel.fileno(),),
-        env={**os.environ, **environment},
+        env=child_environment(os.environ, environment, defaults),
     )
 
 
@@ -192,13 +198,14 @@ class _Worker:
     the driver sends them to the worker before its next job.
     """
 
-    def __init__(self, spec: WorkerSpec, environment: dict[str, str], spawn: Spawn) -> None:
+    def __init__(self, spec: WorkerSpec, plan: PoolPlan, spawn: Spawn) -> None:
         self.index = spec.index
         self.segment_prefix = spec.segment_prefix
         self.releases: deque[str] = deque()
         ours, theirs = socket.socketpair()
+        environment = {**plan.environment(spec.index), WORKER_ENV: "1"}
         with theirs:
-            self.process = spawn(theirs, {**environment, WORKER_ENV: "1"})
+            self.process = spawn(theirs, environment, thread_defaults(plan.threads))
         ours.sendall(framed(pack_spec(spec.as_dict())))  # small: fits the socket's buffer
         self.channel = _Channel(ours)
 
@@ -350,8 +357,7 @@ class ProcessPoolBackend(Backend):
             segment_prefix=f"{self._space.prefix}w{self._started}-",
             inline_limit=self._inline_limit,
         )
-        environment = self._plan.environment(index)
-        worker = await anyio.to_thread.run_sync(_Worker, spec, environment, self._spawn)
+        worker = await anyio.to_thread.run_sync(_Worker, spec, self._plan, self._spawn)
         self._workers.add(worker)
         try:
             (hello, *_) = await worker.receive()
