@@ -18,8 +18,9 @@ when the node stops.
 Each ClientApp process runs as many compute threads (BLAS, OpenMP, torch) as it has
 CPUs (:mod:`fedcore.simulation.backends.threads`): ``num_cpus`` if the operator gave
 it, else the CPUs this node may run on shared among the ``max_concurrent`` processes
-that may train at once — a node alone on its machine lets its one ClientApp use
-every core, and never more threads than cores.
+that may train at once (at least one thread each). A node alone on its machine
+lets its one ClientApp use every core, and its processes together run no more
+threads than it has cores, unless more of them may train at once than it has cores.
 """
 
 from __future__ import annotations

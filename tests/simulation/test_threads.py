@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 import fedcore as fc
-from fedcore.simulation.backends.threads import THREAD_VARIABLES
+from fedcore.simulation.backends.threads import THREAD_VARIABLES, thread_count
 
 pytestmark = pytest.mark.anyio
 
@@ -53,6 +53,12 @@ async def _report(query: str, num_cpus: float, client: str = "thread_apps") -> l
     reports: list[dict[str, int]] = result.value
     assert len(reports) == 2
     return reports
+
+
+def test_a_share_is_rounded_up_in_decimal_and_never_below_one() -> None:
+    assert [thread_count(n) for n in (0.01, 0.5, 1, 1.01, 2, 2.5, 0.1 * 3 * 10)] == [
+        1, 1, 1, 2, 2, 3, 3,
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize(("num_cpus", "threads"), [(1, 1), (2, 2), (0.5, 1), (1.5, 2)])

@@ -1,7 +1,8 @@
 """The process-pool backend: ClientApps in long-lived worker processes.
 
 Theory of operation. Entering the backend starts ``N`` workers (see
-:mod:`.sizing`), each importing the ClientApp once and saying hello; a ClientApp
+:mod:`.sizing`; each with its thread caps, :mod:`.threads`), each importing the
+ClientApp once and saying hello; a ClientApp
 that fails to import ends the simulation right there with one line. Each call to
 :meth:`ProcessPoolBackend.run` packs its task and queues it as a job; every worker
 has a driver task that sends it jobs and settles them as their outcomes come back,
