@@ -168,7 +168,8 @@ def _threads(rows: list[dict[str, Any]]) -> str:
         f"{ideal:.2f} s; rounds capped {capped['rounds_seconds']:.2f} s "
         f"({capped['ratio_to_ideal']:.2f} × ideal), uncapped {uncapped['rounds_seconds']:.2f} s "
         f"({uncapped['ratio_to_ideal']:.2f} × ideal, {uncapped['ratio_to_capped']:.2f} × capped); "
-        f"whole runs {capped['seconds']:.2f} s / {uncapped['seconds']:.2f} s"
+        f"whole runs {capped['seconds']:.2f} s / {uncapped['seconds']:.2f} s; load avg "
+        + " / ".join(f"{row['load_average']:.1f}" for row in (floor, capped, uncapped))
     )
 
 

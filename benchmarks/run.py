@@ -78,6 +78,8 @@ def case(workload: str, variant: str) -> dict[str, Any]:
     else:
         work = lambda: module.run(variant)  # noqa: E731
     measurement = timed(work)
+    if workload.startswith("W4"):
+        row["load_average"] = os.getloadavg()[0]  # the machine's other work skews the ratios
     return row | {
         "seconds": measurement.seconds,
         "peak_bytes": measurement.peak_bytes,
