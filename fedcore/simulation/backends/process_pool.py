@@ -55,6 +55,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -104,6 +105,11 @@ START_TIMEOUT = 300.0
 """Seconds a worker may take to import the ClientApp and run its lifespan's setup."""
 STOP_GRACE = 5.0
 """Seconds workers get to finish their task and lifespan when the backend closes normally."""
+SPAWN_THREADS = 8
+"""Threads of the backend's own that start workers, at most. Never anyio's: a worker asks
+Linux to kill it when its parent goes (``PR_SET_PDEATHSIG``), and the parent it means is
+the *thread* that started it — anyio retires a thread idle for 10 s, which would take a
+healthy worker with it. The backend's threads live until its workers have stopped."""
 
 _WORKER_MAIN = "import sys; from fedcore.simulation.backends.worker import main; main(sys.argv[1])"
 
@@ -283,6 +289,7 @@ class ProcessPoolBackend(Backend):
         self._retired: set[_Worker] = set()
         self._jobs_in, self._jobs_out = anyio.create_memory_object_stream[_Job](math.inf)
         self._task_group: TaskGroup | None = None
+        self._spawner: ThreadPoolExecutor | None = None
         self._started = 0
 
     @property
@@ -291,6 +298,9 @@ class ProcessPoolBackend(Backend):
         return self._plan.workers * PIPELINE_DEPTH
 
     async def __aenter__(self) -> Self:
+        self._spawner = ThreadPoolExecutor(
+            min(self._plan.workers, SPAWN_THREADS), thread_name_prefix="fedcore-spawn"
+        )
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
         try:
@@ -328,6 +338,9 @@ class ProcessPoolBackend(Backend):
                 grace = STOP_GRACE if exc_type is None else 0.0
                 workers = [*self._workers, *self._retired]
                 await anyio.to_thread.run_sync(_stop, workers, grace)
+            if self._spawner is not None:
+                self._spawner.shutdown()  # its threads are idle: the workers are gone
+                self._spawner = None
             self._workers.clear()
             self._retired.clear()
             self._jobs_in.close()
@@ -358,8 +371,12 @@ class ProcessPoolBackend(Backend):
             segment_prefix=f"{self._space.prefix}w{self._started}-",
             inline_limit=self._inline_limit,
         )
-        worker = await anyio.to_thread.run_sync(_Worker, spec, self._plan, self._spawn)
-        self._workers.add(worker)
+        spawner = self._spawner
+        assert spawner is not None
+        with anyio.CancelScope(shield=True):  # once started, a worker is ours to stop
+            started = spawner.submit(_Worker, spec, self._plan, self._spawn)
+            worker = await anyio.to_thread.run_sync(started.result)
+            self._workers.add(worker)
         try:
             (hello, *_) = await worker.receive()
         except WorkerDied as died:
