@@ -7,6 +7,7 @@ machine, same moment); absolute figures vary from run to run.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -33,6 +34,12 @@ CASES += [
         "large-memory",
         "large-400",
     )
+]
+CASES += [
+    (workload, variant)
+    for workload in ("W4", "W4-torch")
+    if workload == "W4" or importlib.util.find_spec("torch") is not None
+    for variant in ("floor", "capped", "uncapped")
 ]
 MIB = 2**20
 
@@ -73,6 +80,8 @@ def main() -> None:
         if row["workload"] == "deploy":
             print(f"deploy   {row['variant']:<13}{_deployment(row)}")
             continue
+        if row["workload"].startswith("W4"):
+            continue  # a line of its own, below
         if row["variant"] == "race":
             for entry in row["race"]:
                 reached = ", ".join(
@@ -94,6 +103,10 @@ def main() -> None:
             f"{row['workload']:<9}{row['variant']:<9}{row['seconds']:>9.3f}{''.join(ratios)}"
             f"{row['peak_bytes'] / 2**20:>10.1f}"
         )
+    for workload in ("W4", "W4-torch"):
+        line = _threads([row for row in rows if row["workload"] == workload])
+        if line:
+            print(f"{workload:<9}{line}")
     RESULTS.write_text(json.dumps({"when": time.strftime("%FT%T"), "rows": rows}, indent=2))
     print(f"figures written to {RESULTS}")
 
@@ -134,6 +147,30 @@ def _deployment(row: dict[str, Any]) -> str:
             f"{row['loadgen_cpu_seconds']:.1f} CPU s; state {row['database']}"
         )
     return line + load
+
+
+def _threads(rows: list[dict[str, Any]]) -> str:
+    """W4's line: the pool's rounds with and without the thread cap, against the ideal.
+
+    The ideal is the serial floor ÷ the pool's workers; each run's rounds (its workers
+    started) are set against it, and the whole run's wall time follows.
+    """
+    by_variant = {row["variant"]: row for row in rows}
+    if set(by_variant) != {"floor", "capped", "uncapped"}:
+        return ""
+    floor, capped, uncapped = (by_variant[v] for v in ("floor", "capped", "uncapped"))
+    ideal = floor["seconds"] / floor["workers"]
+    for row in (capped, uncapped):
+        row["ratio_to_ideal"] = row["rounds_seconds"] / ideal
+    uncapped["ratio_to_capped"] = uncapped["rounds_seconds"] / capped["rounds_seconds"]
+    return (
+        f"serial at 1 thread {floor['seconds']:.2f} s, ideal ÷ {floor['workers']} workers "
+        f"{ideal:.2f} s; rounds capped {capped['rounds_seconds']:.2f} s "
+        f"({capped['ratio_to_ideal']:.2f} × ideal), uncapped {uncapped['rounds_seconds']:.2f} s "
+        f"({uncapped['ratio_to_ideal']:.2f} × ideal, {uncapped['ratio_to_capped']:.2f} × capped); "
+        f"whole runs {capped['seconds']:.2f} s / {uncapped['seconds']:.2f} s; load avg "
+        + " / ".join(f"{row['load_average']:.1f}" for row in (floor, capped, uncapped))
+    )
 
 
 def _large(row: dict[str, Any]) -> str:

@@ -5,7 +5,10 @@
 name, ``accuracy`` (W3 only) or ``race`` (async: FedBuff against FedAvg). The
 ``deploy`` workload's variants are its cases (benchmarks/deployment.py): ``rounds``,
 ``w1-50``, ``w1-50-sqlite``, ``heartbeats``, ``large``, ``large-memory`` and
-``large-400``.
+``large-400``. W4 and W4-torch (benchmarks/w4.py) run ``floor``, ``capped`` and
+``uncapped``, each with its own thread variables, set here before anything loads
+numpy: ``floor`` at one thread, ``capped`` with none (fedcore's cap applies),
+``uncapped`` at the machine's cores (a user's choice, which fedcore keeps).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
 from statistics import mean
@@ -29,12 +33,33 @@ WORKLOADS = {
     "100k": "benchmarks.scale",
     "async": "benchmarks.async_fl",
     "deploy": "benchmarks.deployment",
+    "W4": "benchmarks.w4",
+    "W4-torch": "benchmarks.w4_torch",
 }
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+"""fedcore's (fedcore.simulation.backends.threads), named here because importing fedcore
+loads numpy, which reads them; checked against fedcore's once it is imported."""
+
+
+def _set_threads(variant: str) -> None:
+    """The thread variables a W4 variant runs with, set before numpy loads."""
+    threads = {"floor": "1", "capped": None, "uncapped": str(len(os.sched_getaffinity(0)))}
+    for name in THREAD_VARIABLES:
+        os.environ.pop(name, None)
+        if threads[variant] is not None:
+            os.environ[name] = threads[variant]
 
 
 def case(workload: str, variant: str) -> dict[str, Any]:
+    if workload.startswith("W4"):
+        _set_threads(variant)
     module = importlib.import_module(WORKLOADS[workload])
     row: dict[str, Any] = {"workload": workload, "variant": variant}
+    if workload.startswith("W4"):
+        from fedcore.simulation.backends import threads
+
+        assert threads.THREAD_VARIABLES == THREAD_VARIABLES
+        row["workers"] = module.workers()
     if variant == "accuracy":
         accuracies = [module.accuracy(seed) for seed in module.SEEDS]
         return row | {"accuracies": accuracies, "mean": mean(accuracies)}
@@ -48,9 +73,13 @@ def case(workload: str, variant: str) -> dict[str, Any]:
         work = module.floor
     elif variant == "pool":
         work = module.pool_floor
+    elif workload.startswith("W4"):
+        work = lambda: row.update(rounds_seconds=module.run(variant))  # noqa: E731
     else:
         work = lambda: module.run(variant)  # noqa: E731
     measurement = timed(work)
+    if workload.startswith("W4"):
+        row["load_average"] = os.getloadavg()[0]  # the machine's other work skews the ratios
     return row | {
         "seconds": measurement.seconds,
         "peak_bytes": measurement.peak_bytes,

@@ -167,6 +167,13 @@ ROLES = ("link", "node", "exec")
     help="[node] Messages handled at once.",
 )
 @click.option(
+    "--num-cpus",
+    type=click.FloatRange(min=0, min_open=True),
+    help="[node] CPUs each ClientApp process may use: OMP_NUM_THREADS, MKL_NUM_THREADS and "
+    "OPENBLAS_NUM_THREADS (so BLAS, OpenMP and torch) are set to this, rounded up, in its "
+    "environment; one already set is kept (default: this machine's CPUs ÷ --max-concurrent).",
+)
+@click.option(
     "--ready-file",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the bound addresses and pid here (JSON) once serving (for scripts and tests).",
@@ -196,6 +203,7 @@ def serve(
     heartbeat_interval: float,
     heartbeat_patience: float,
     max_concurrent: int,
+    num_cpus: float | None,
     ready_file: Path | None,
 ) -> None:
     """Serve a role until interrupted.
@@ -278,6 +286,7 @@ def serve(
         work_dir=work_dir or Path(".fedcore-node"),
         heartbeat_interval=heartbeat_interval,
         max_concurrent=max_concurrent,
+        num_cpus=num_cpus,
         ssl=_link_tls(
             link_address,
             root_certificates,

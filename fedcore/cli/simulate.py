@@ -35,7 +35,9 @@ from fedcore.strategy.rounds import DEFAULT_ROUND_TIMEOUT
     type=click.FloatRange(min=0, min_open=True),
     default=1.0,
     show_default=True,
-    help="CPUs each ClientApp needs (process backend).",
+    help="CPUs each ClientApp needs (process backend). Each worker gets OMP_NUM_THREADS, "
+    "MKL_NUM_THREADS and OPENBLAS_NUM_THREADS (so BLAS, OpenMP and torch) set to this, "
+    "rounded up; one already set in the environment is kept.",
 )
 @click.option(
     "--num-gpus",

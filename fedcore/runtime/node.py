@@ -14,6 +14,13 @@ streams each pulled payload into a segment of it, and the pool names that segmen
 in the task, so a large model is in the node's memory once, in the pages the
 ClientApp process maps. Each segment goes with its content; whatever is left goes
 when the node stops.
+
+Each ClientApp process runs as many compute threads (BLAS, OpenMP, torch) as it has
+CPUs (:mod:`fedcore.simulation.backends.threads`): ``num_cpus`` if the operator gave
+it, else the CPUs this node may run on shared among the ``max_concurrent`` processes
+that may train at once (at least one thread each). A node alone on its machine
+lets its one ClientApp use every core, and its processes together run no more
+threads than it has cores, unless more of them may train at once than it has cores.
 """
 
 from __future__ import annotations
@@ -36,7 +43,8 @@ from fedcore.runtime.ready import write_ready_file
 from fedcore.runtime.secret_files import read_secret
 from fedcore.simulation.backends.process_pool import ProcessPoolBackend, Spawn, spawn_local
 from fedcore.simulation.backends.shared_memory import SegmentSpace
-from fedcore.simulation.backends.sizing import PoolPlan
+from fedcore.simulation.backends.sizing import PoolPlan, detect_cpus
+from fedcore.simulation.backends.threads import thread_count
 from fedcore.transport.grpc.client import GrpcFleetClient
 from fedcore.transport.spawn import spawn_remote
 from fedcore.wire.fleet import ConfigValue
@@ -58,16 +66,27 @@ class NodeOptions:
     exec_socket: Path | None = None
     """The Unix socket of the exec that starts this node's ClientApp processes, if not itself."""
     exec_secret_file: Path | None = None
+    num_cpus: float | None = None
+    """CPUs each ClientApp process may use; None: this node's CPUs ÷ ``max_concurrent``."""
+
+    def cpu_share(self) -> float:
+        """The CPUs of each of this node's ClientApp processes."""
+        if self.num_cpus is not None:
+            return self.num_cpus
+        return detect_cpus() / self.max_concurrent
 
 
-def process_runner(clock: Clock, space: SegmentSpace, spawn: Spawn = spawn_local) -> RunnerFactory:
+def process_runner(
+    clock: Clock, space: SegmentSpace, spawn: Spawn = spawn_local, *, num_cpus: float = 1.0
+) -> RunnerFactory:
     """A runner factory giving each run one ClientApp worker process, its segments in ``space``.
 
-    ``spawn`` starts the process: this node itself by default, or its exec.
+    ``spawn`` starts the process: this node itself by default, or its exec. Each
+    process runs ``ceil(num_cpus)`` compute threads.
     """
+    plan = PoolPlan(1, (), thread_count(num_cpus))
 
     def build(run: Run, app_dir: Path, client_ref: str) -> ClientAppRunner:
-        plan = PoolPlan(1, ())
         return ProcessPoolBackend(client_ref, app_dir, plan, clock, space=space, spawn=spawn)
 
     return build
@@ -102,7 +121,9 @@ async def serve_node(
                 fleet,
                 node_config=options.node_config,
                 cache_dir=options.work_dir / "bundles",
-                runner_factory=process_runner(clock, space, _spawner(options)),
+                runner_factory=process_runner(
+                    clock, space, _spawner(options), num_cpus=options.cpu_share()
+                ),
                 clock=clock,
                 heartbeat_interval=options.heartbeat_interval,
                 max_concurrent=options.max_concurrent,

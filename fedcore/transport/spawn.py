@@ -11,10 +11,17 @@ pair, keeps one end, and hands the other to the exec *as a file descriptor*
 on the child's command line or in its environment but that descriptor's number;
 the channel is the launch token, and only the node holds the other end.
 
+The child inherits the environment of whoever starts it — the exec's here, the
+node's (or the simulation's) when it starts the process itself — with the
+``environment`` the node asks for on top, and ``defaults`` (the thread caps of
+:mod:`fedcore.simulation.backends.threads`) only where the inherited one lacks them:
+:func:`child_environment`, the one rule for both.
+
 The conversation, one ``SOCK_SEQPACKET`` connection per process, each message a
 :func:`~fedcore.wire.worker.pack_spec` document::
 
-    node → exec   {"secret": S, "environment": ["K=V", ...]}  + the channel's descriptor
+    node → exec   {"secret": S, "environment": ["K=V", ...], "defaults": ["K=V", ...]}
+                  + the channel's descriptor
     exec → node   {"pid": N}                or {"refused": why}
     node → exec   {"kill": 1}               (a ClientApp past its TTL)
     exec → node   {"exit": status}          when the process ends (-N: killed by signal N)
@@ -43,6 +50,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 
 import anyio
 import anyio.abc
@@ -62,6 +70,14 @@ LET_GO_GRACE = 5.0
 
 Command = Callable[[int], Sequence[str]]
 """The command line of a ClientApp process given the number of its channel's descriptor."""
+
+
+def child_environment(
+    inherited: Mapping[str, str], environment: Mapping[str, str], defaults: Mapping[str, str]
+) -> dict[str, str]:
+    """A ClientApp process's environment: ``inherited`` with ``environment`` on top, and
+    each of ``defaults`` only where ``inherited`` does not set it (a user's choice stands)."""
+    return {**defaults, **inherited, **environment}
 
 
 # The node's side ------------------------------------------------------------------
@@ -113,10 +129,14 @@ def spawn_remote(
     secret: str,
     channel: socket.socket,
     environment: Mapping[str, str],
+    defaults: Mapping[str, str] = MappingProxyType({}),
     *,
     patience: float = CONNECT_PATIENCE,
 ) -> RemoteProcess:
     """Have the exec at ``path`` start a ClientApp process on ``channel``.
+
+    ``environment`` goes on top of the exec's own; ``defaults`` only where the exec's
+    lacks them (:func:`child_environment`).
 
     Blocking (call it in a thread). Keeps trying for ``patience`` seconds while
     nothing listens at ``path``; raises :class:`AppLoadError` when the exec
@@ -124,8 +144,9 @@ def spawn_remote(
     """
     connection = _connect(path, patience)
     try:
-        pairs = [f"{key}={value}" for key, value in environment.items()]
-        request = pack_spec({"secret": secret, "environment": pairs})
+        request = pack_spec(
+            {"secret": secret, "environment": _pairs(environment), "defaults": _pairs(defaults)}
+        )
         socket.send_fds(connection, [request], [channel.fileno()])
         answer = unpack_spec(connection.recv(MAX_MESSAGE))
     except (OSError, DecodeError) as exc:
@@ -136,6 +157,10 @@ def spawn_remote(
         connection.close()
         raise AppLoadError(f"the exec at {path} refused: {answer.get('refused', answer)}")
     return RemoteProcess(connection, pid)
+
+
+def _pairs(environment: Mapping[str, str]) -> list[str]:
+    return [f"{key}={value}" for key, value in environment.items()]
 
 
 def _connect(path: Path, patience: float) -> socket.socket:
@@ -254,17 +279,26 @@ def _start(data: bytes, fds: list[int], secret: str, command: Command) -> subpro
     given = request.get("secret")
     if not isinstance(given, str) or not hmac.compare_digest(given.encode(), secret.encode()):
         raise _Refused("not the exec's secret")
-    pairs = request.get("environment")
-    if len(fds) != 1 or not isinstance(pairs, list) or not all("=" in pair for pair in pairs):
-        raise _Refused("a request names one channel and an environment of K=V")
-    environment = dict(pair.split("=", 1) for pair in pairs)
+    if len(fds) != 1:
+        raise _Refused("a request names one channel")
+    environment = _variables(request.get("environment"))
+    defaults = _variables(request.get("defaults", []))  # a node of before thread caps: none
     (channel,) = fds
     try:
         return subprocess.Popen(
-            list(command(channel)), pass_fds=(channel,), env={**os.environ, **environment}
+            list(command(channel)),
+            pass_fds=(channel,),
+            env=child_environment(os.environ, environment, defaults),
         )
     except OSError as exc:
         raise _Refused(f"could not start the process: {exc}") from None
+
+
+def _variables(pairs: object) -> dict[str, str]:
+    """A request's list of ``K=V`` as a mapping; :class:`_Refused` for anything else."""
+    if not isinstance(pairs, list) or not all(isinstance(p, str) and "=" in p for p in pairs):
+        raise _Refused("a request's environment and defaults are lists of K=V")
+    return dict(pair.split("=", 1) for pair in pairs)
 
 
 async def _watch(connection: socket.socket, process: subprocess.Popen[bytes]) -> int:

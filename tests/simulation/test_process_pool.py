@@ -16,6 +16,7 @@ import anyio
 import anyio.lowlevel
 import numpy as np
 import pytest
+from anyio._backends._asyncio import WorkerThread
 from pool_apps import client
 
 import fedcore as fc
@@ -141,6 +142,28 @@ async def test_a_worker_killed_while_idle_costs_no_reply() -> None:
     first, replies = (await fc.simulate(_app(main), nodes=3, max_workers=1, seed=0)).value
     assert [reply.error for reply in replies if reply.has_error()] == []
     assert {reply.content["metrics"]["pid"] for reply in replies}.isdisjoint(first)
+
+
+async def test_workers_outlive_the_idle_threads_anyio_retires(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker dies with its parent *thread* (PR_SET_PDEATHSIG): not with one of anyio's,
+    which retire once idle (10 s; a tenth of a second here)."""
+    monkeypatch.setattr(WorkerThread, "MAX_IDLE_TIME", 0.1)
+
+    async def main(grid: fc.Grid, context: fc.Context) -> tuple[set[int], list[fc.Message]]:
+        nodes = await grid.get_node_ids()
+        ask = [fc.Message(fc.RecordDict(), n, "query.whoami") for n in nodes]
+        first = {int(reply.content["metrics"]["pid"]) for reply in await grid.send_and_receive(ask)}
+        for _ in range(3):  # idle past the limit; the next call to a thread retires the idle
+            await anyio.sleep(0.3)
+            await anyio.to_thread.run_sync(lambda: None)
+        again = [fc.Message(fc.RecordDict(), n, "query.whoami") for n in nodes]
+        return first, await grid.send_and_receive(again)
+
+    first, replies = (await fc.simulate(_app(main), nodes=4, max_workers=2, seed=0)).value
+    assert [reply.error for reply in replies if reply.has_error()] == []
+    assert {reply.content["metrics"]["pid"] for reply in replies} == first
 
 
 async def test_a_client_app_past_its_ttl_is_stopped_and_answered() -> None:

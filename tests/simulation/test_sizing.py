@@ -47,14 +47,23 @@ def fake_nvidia_smi(directory: Path, script: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("cpus", "num_cpus", "workers"),
-    [(8, 1, 8), (8, 3, 2), (7, 2, 3), (2, 0.5, 4), (1, 1, 1), (16, 16, 1), (4.5, 1.5, 3)],
+    ("cpus", "num_cpus", "workers", "threads"),
+    [
+        (8, 1, 8, 1),
+        (8, 3, 2, 3),
+        (7, 2, 3, 2),
+        (2, 0.5, 4, 1),
+        (1, 1, 1, 1),
+        (16, 16, 1, 16),
+        (4.5, 1.5, 3, 2),
+        (7, 0.07, 100, 1),
+    ],
 )
-def test_cpu_only_pool_is_floor_of_cpus_over_request(
-    cpus: float, num_cpus: float, workers: int
+def test_cpu_only_pool_is_floor_of_cpus_over_request_each_with_its_threads_rounded_up(
+    cpus: float, num_cpus: float, workers: int, threads: int
 ) -> None:
     plan = plan_pool(ask(num_cpus), machine(cpus, 4))
-    assert plan == PoolPlan(workers, ())
+    assert plan == PoolPlan(workers, (), threads)
 
 
 def test_cpu_only_plan_sets_no_environment_even_on_a_gpu_machine() -> None:
@@ -157,7 +166,9 @@ def test_max_workers_caps_the_pool() -> None:
     assert plan_pool(ask(1, 0.5), machine(8, 2), max_workers=3) == PoolPlan(
         3, (("0",), ("1",), ("0",))
     )
-    assert plan_pool(ask(2, 0.25), machine(8, 4)) == PoolPlan(4, (("0",), ("1",), ("2",), ("3",)))
+    assert plan_pool(ask(2, 0.25), machine(8, 4)) == PoolPlan(
+        4, (("0",), ("1",), ("2",), ("3",)), threads=2
+    )
     assert plan_pool(ask(1, 2), machine(8, 8), max_workers=1) == PoolPlan(1, (("0", "1"),))
 
 
@@ -248,7 +259,7 @@ def test_detected_machine_maps_workers_onto_visible_device_ids(
 def test_detected_machine_sizes_by_its_own_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sizing, "detect_cpus", lambda: 6)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert plan_pool(ask(2), None) == PoolPlan(3, ())
+    assert plan_pool(ask(2), None) == PoolPlan(3, (), threads=2)
     with pytest.raises(UsageError, match=r"asks for 8 CPUs.* has 6\b"):
         plan_pool(ask(8), None)
     with pytest.raises(UsageError, match="no GPU"):

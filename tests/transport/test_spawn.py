@@ -51,13 +51,26 @@ async def exec_at(path: Path) -> AsyncIterator[None]:
 
 
 async def spawned(
-    path: Path, secret: str = SECRET, patience: float = spawn.CONNECT_PATIENCE
+    path: Path,
+    secret: str = SECRET,
+    patience: float = spawn.CONNECT_PATIENCE,
+    environment: dict[str, str] | None = None,
+    defaults: dict[str, str] | None = None,
 ) -> tuple[socket.socket, spawn.RemoteProcess]:
+    environment = {"GREETING": "hi"} if environment is None else environment
     ours, theirs = socket.socketpair()
     try:
         with theirs:
             process = await anyio.to_thread.run_sync(
-                partial(spawn_remote, path, secret, theirs, {"GREETING": "hi"}, patience=patience)
+                partial(
+                    spawn_remote,
+                    path,
+                    secret,
+                    theirs,
+                    environment,
+                    defaults or {},
+                    patience=patience,
+                )
             )
     except BaseException:
         ours.close()
@@ -82,6 +95,24 @@ async def test_the_exec_starts_a_process_on_the_nodes_channel_and_reports_its_en
         assert process.poll() == 7
         assert process.pid != os.getpid()
     assert not path.exists(), "the exec removes its socket on the way out"
+
+
+@pytest.mark.parametrize(("exec_sets", "seen"), [(None, b"df"), ("ex", b"ex")])
+async def test_defaults_apply_only_where_the_exec_s_own_environment_is_silent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exec_sets: str | None, seen: bytes
+) -> None:
+    """The node's thread caps are defaults: a variable the exec's user set stands."""
+    if exec_sets is None:
+        monkeypatch.delenv("GREETING", raising=False)
+    else:
+        monkeypatch.setenv("GREETING", exec_sets)
+    path = tmp_path / "exec.sock"
+    async with exec_at(path):
+        ours, process = await spawned(path, environment={}, defaults={"GREETING": "df"})
+        with ours:
+            assert await anyio.to_thread.run_sync(ours.recv, 2) == seen
+            ours.send(bytes([0]))
+            assert await anyio.to_thread.run_sync(process.wait, 10.0) == 0
 
 
 async def test_a_kill_is_carried_out_by_the_exec(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """The process-pool backend: ClientApps in long-lived worker processes.
 
 Theory of operation. Entering the backend starts ``N`` workers (see
-:mod:`.sizing`), each importing the ClientApp once and saying hello; a ClientApp
+:mod:`.sizing`; each with its thread caps, :mod:`.threads`), each importing the
+ClientApp once and saying hello; a ClientApp
 that fails to import ends the simulation right there with one line. Each call to
 :meth:`ProcessPoolBackend.run` packs its task and queues it as a job; every worker
 has a driver task that sends it jobs and settles them as their outcomes come back,
@@ -55,6 +56,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -69,7 +71,9 @@ from fedcore.errors import AppLoadError
 from fedcore.simulation.backends.base import Backend
 from fedcore.simulation.backends.shared_memory import SegmentSpace, map_segment, remove_stale
 from fedcore.simulation.backends.sizing import PoolPlan
+from fedcore.simulation.backends.threads import thread_defaults
 from fedcore.simulation.backends.worker import WORKER_ENV, WorkerSpec
+from fedcore.transport.spawn import child_environment
 from fedcore.wire import parts_size
 from fedcore.wire.worker import (
     HELLO,
@@ -102,6 +106,11 @@ START_TIMEOUT = 300.0
 """Seconds a worker may take to import the ClientApp and run its lifespan's setup."""
 STOP_GRACE = 5.0
 """Seconds workers get to finish their task and lifespan when the backend closes normally."""
+SPAWN_THREADS = 8
+"""Threads of the backend's own that start workers, at most. Never anyio's: a worker asks
+Linux to kill it when its parent goes (``PR_SET_PDEATHSIG``), and the parent it means is
+the *thread* that started it — anyio retires a thread idle for 10 s, which would take a
+healthy worker with it. The backend's threads live until its workers have stopped."""
 
 _WORKER_MAIN = "import sys; from fedcore.simulation.backends.worker import main; main(sys.argv[1])"
 
@@ -119,8 +128,10 @@ class WorkerProcess(Protocol):
     def kill(self) -> None: ...
 
 
-Spawn = Callable[[socket.socket, dict[str, str]], WorkerProcess]
-"""Starts a worker on its end of the channel, with ``environment`` added to its own.
+Spawn = Callable[[socket.socket, dict[str, str], dict[str, str]], WorkerProcess]
+"""Starts a worker on its end of the channel, with ``environment`` added to its own and
+``defaults`` (its thread caps) where its own lacks them
+(:func:`~fedcore.transport.spawn.child_environment`).
 
 Blocking: the pool calls it in a thread. :func:`spawn_local` by default; a node
 whose ClientApps an exec starts passes one that asks the exec
@@ -133,12 +144,14 @@ def worker_command(channel: int) -> list[str]:
     return [sys.executable, "-c", _WORKER_MAIN, str(channel)]
 
 
-def spawn_local(channel: socket.socket, environment: dict[str, str]) -> WorkerProcess:
+def spawn_local(
+    channel: socket.socket, environment: dict[str, str], defaults: dict[str, str]
+) -> WorkerProcess:
     """Start a worker as a child of this process."""
     return subprocess.Popen(
         worker_command(channel.fileno()),
         pass_fds=(channel.fileno(),),
-        env={**os.environ, **environment},
+        env=child_environment(os.environ, environment, defaults),
     )
 
 
@@ -193,13 +206,14 @@ class _Worker:
     the driver sends them to the worker before its next job.
     """
 
-    def __init__(self, spec: WorkerSpec, environment: dict[str, str], spawn: Spawn) -> None:
+    def __init__(self, spec: WorkerSpec, plan: PoolPlan, spawn: Spawn) -> None:
         self.index = spec.index
         self.segment_prefix = spec.segment_prefix
         self.releases: deque[str] = deque()
         ours, theirs = socket.socketpair()
+        environment = {**plan.environment(spec.index), WORKER_ENV: "1"}
         with theirs:
-            self.process = spawn(theirs, {**environment, WORKER_ENV: "1"})
+            self.process = spawn(theirs, environment, thread_defaults(plan.threads))
         ours.sendall(framed(pack_spec(spec.as_dict())))  # small: fits the socket's buffer
         self.channel = _Channel(ours)
 
@@ -276,6 +290,7 @@ class ProcessPoolBackend(Backend):
         self._retired: set[_Worker] = set()
         self._jobs_in, self._jobs_out = anyio.create_memory_object_stream[_Job](math.inf)
         self._task_group: TaskGroup | None = None
+        self._spawner: ThreadPoolExecutor | None = None
         self._started = 0
 
     @property
@@ -287,6 +302,9 @@ class ProcessPoolBackend(Backend):
         stale = await anyio.to_thread.run_sync(remove_stale, self._space.root)
         if stale:
             log.warning("removed %d shared-memory segments of fedcore processes now gone", stale)
+        self._spawner = ThreadPoolExecutor(
+            min(self._plan.workers, SPAWN_THREADS), thread_name_prefix="fedcore-spawn"
+        )
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
         try:
@@ -324,6 +342,9 @@ class ProcessPoolBackend(Backend):
                 grace = STOP_GRACE if exc_type is None else 0.0
                 workers = [*self._workers, *self._retired]
                 await anyio.to_thread.run_sync(_stop, workers, grace)
+            if self._spawner is not None:
+                self._spawner.shutdown()  # its threads are idle: the workers are gone
+                self._spawner = None
             self._workers.clear()
             self._retired.clear()
             self._jobs_in.close()
@@ -354,9 +375,12 @@ class ProcessPoolBackend(Backend):
             segment_prefix=f"{self._space.prefix}w{self._started}-",
             inline_limit=self._inline_limit,
         )
-        environment = self._plan.environment(index)
-        worker = await anyio.to_thread.run_sync(_Worker, spec, environment, self._spawn)
-        self._workers.add(worker)
+        spawner = self._spawner
+        assert spawner is not None
+        with anyio.CancelScope(shield=True):  # once started, a worker is ours to stop
+            started = spawner.submit(_Worker, spec, self._plan, self._spawn)
+            worker = await anyio.to_thread.run_sync(started.result)
+            self._workers.add(worker)
         try:
             (hello, *_) = await worker.receive()
         except WorkerDied as died:

@@ -12,7 +12,8 @@ by CPUs spreads over all devices; larger ones give each worker ``ceil(num_gpus)`
 devices of its own (a device is never split between workers that asked for more than
 one). An explicit system GPU count takes the first of the devices
 ``CUDA_VISIBLE_DEVICES`` allows, never others. Each
-worker sees only its devices through ``CUDA_VISIBLE_DEVICES``. A request no machine
+worker sees only its devices through ``CUDA_VISIBLE_DEVICES``, and runs
+``ceil(num_cpus)`` compute threads (:mod:`.threads`). A request no machine
 of this size can meet is refused at once with what was asked and what exists,
 rather than waiting for resources that will never free up.
 """
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from fedcore.errors import UsageError
+from fedcore.simulation.backends.threads import thread_count
 from fedcore.simulation.resources import Resources
 
 
@@ -74,10 +76,12 @@ def _visible_device_ids() -> list[str]:
 
 @dataclass(frozen=True)
 class PoolPlan:
-    """The sizing decision: how many workers, and the devices of each."""
+    """The sizing decision: how many workers, the devices of each, and their threads."""
 
     workers: int
     devices: tuple[tuple[str, ...], ...]
+    threads: int = 1
+    """The compute threads each worker may run (:mod:`.threads`)."""
 
     def environment(self, worker: int) -> dict[str, str]:
         """Environment overrides for worker number ``worker``."""
@@ -115,7 +119,7 @@ def plan_pool(
         workers = min(workers, max_workers)
     if request.num_gpus > 0:
         devices = [_devices_of(worker, request.num_gpus, device_ids) for worker in range(workers)]
-    return PoolPlan(workers, tuple(devices))
+    return PoolPlan(workers, tuple(devices), thread_count(request.num_cpus))
 
 
 def _whole(available: float, each: float) -> int:
