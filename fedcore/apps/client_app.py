@@ -31,11 +31,14 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
+from functools import partial
 from typing import TypeAlias, TypeVar
 
 import anyio.from_thread
-import anyio.to_thread
+import anyio.lowlevel
+from anyio.lowlevel import EventLoopToken
 
+from fedcore.apps.handler_threads import run_in_thread
 from fedcore.domain import Context, Error, ErrorCode, Message
 from fedcore.domain.message import check_message_type
 
@@ -164,7 +167,8 @@ class ClientApp:
 
         ``in_thread`` runs a plain ``def`` handler in a worker thread, so that it
         does not stall an event loop shared with other work; cancelling the call
-        abandons that thread (a hung handler cannot hold its caller). ``async def``
+        abandons that thread (a hung handler cannot hold its caller), a daemon one
+        that cannot hold the process at exit either (:mod:`.handler_threads`). ``async def``
         handlers always run on the calling loop.
 
         With mods, the chain runs where a plain handler would: in a worker thread
@@ -179,15 +183,12 @@ class ClientApp:
         try:
             if self._mods:
                 if in_thread or _is_async(handler):
-                    chain = self._chain(message, handler, _finish_from_thread)
-                    return await anyio.to_thread.run_sync(
-                        chain, message, context, abandon_on_cancel=True
-                    )
+                    finish = partial(_finish_on, anyio.lowlevel.current_token())
+                    chain = self._chain(message, handler, finish)
+                    return await run_in_thread(chain, message, context)
                 return self._chain(message, handler, _cannot_finish)(message, context)
             if in_thread and not _is_async(handler):
-                reply = await anyio.to_thread.run_sync(
-                    handler, message, context, abandon_on_cancel=True
-                )
+                reply = await run_in_thread(handler, message, context)
             else:
                 reply = handler(message, context)
             if inspect.isawaitable(reply):  # async handlers, and plain ones returning a coroutine
@@ -310,13 +311,13 @@ def _link(mod: Mod, call_next: CallNext) -> CallNext:
     return call
 
 
-def _finish_from_thread(awaitable: Awaitable[Message]) -> object:
-    """Finish an async handler on the event loop that started this worker thread."""
+def _finish_on(token: EventLoopToken, awaitable: Awaitable[Message]) -> object:
+    """Finish an async handler, from a handler thread, on the event loop of ``token``."""
 
     async def wait() -> Message:
         return await awaitable
 
-    return anyio.from_thread.run(wait)
+    return anyio.from_thread.run(wait, token=token)
 
 
 def _cannot_finish(awaitable: Awaitable[Message]) -> object:

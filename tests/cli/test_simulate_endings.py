@@ -93,6 +93,19 @@ def test_a_hung_clientapp_on_the_process_backend_times_out_and_the_run_goes_on(
     assert "round 2/2: 2 replies, 1 failures" in done.stderr
 
 
+def test_a_hung_plain_handler_on_the_inline_backend_does_not_keep_the_process(
+    apps: Path,
+) -> None:
+    # The abandoned handler's thread still sleeps when the run ends: the process exits
+    # all the same, at once (a non-daemon thread would hold it for the hour).
+    options = ["-n", "3", "--seed", "0", "--backend", "inline", "--round-timeout", "1"]
+    done = _fedcore(apps, "ending_apps:hangs", *options)
+
+    assert done.returncode == 0, done.stderr
+    totals = done.stdout.splitlines()[-1]
+    assert totals.startswith("2 rounds · 4 replies (4 train, 0 evaluate) · 2 failures (code 3 ×2)")
+
+
 def test_round_timeout_must_be_positive(apps: Path) -> None:
     done = _fedcore(apps, "ending_apps:hangs", "-n", "3", "--round-timeout", "0")
 

@@ -41,16 +41,14 @@ async def run_in_thread(func: Callable[..., T], *args: object) -> T:
     def finished() -> None:
         try:
             anyio.from_thread.run_sync(done.set, token=token)
-        except Exception:  # noqa: BLE001 - the loop is gone: nobody waits for the outcome
+        except Exception:  # the loop is gone: nobody waits for the outcome
             return
 
     with _idle_lock:
         inbox = _idle.pop() if _idle else None
     if inbox is None:
         inbox = SimpleQueue()
-        threading.Thread(
-            target=_serve, args=(inbox,), name="fedcore handler", daemon=True
-        ).start()
+        threading.Thread(target=_serve, args=(inbox,), name="fedcore handler", daemon=True).start()
     inbox.put((contextvars.copy_context(), lambda: func(*args), finished, outcome))
     await done.wait()
     ok, value = outcome[0]
@@ -64,7 +62,7 @@ def _serve(inbox: SimpleQueue[_Work]) -> None:
         context, call, finished, outcome = inbox.get()
         try:
             outcome.append((True, context.run(call)))
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller, raised there
+        except BaseException as exc:  # handed to the caller, raised there
             outcome.append((False, exc))
         finished()
         del context, call, finished, outcome  # hold nothing of a call while idle
