@@ -80,6 +80,7 @@ def race(strategy: str, *, nodes: int, rounds: int, seed: int = 0) -> Run:
             backend="inline",
             seed=seed,
             run_config={"strategy": strategy, "num-server-rounds": rounds, **RACE},
+            progress=False,  # the comparison prints its own table
         )
     finally:
         logger.removeHandler(stopwatch)

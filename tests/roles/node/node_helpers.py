@@ -14,6 +14,7 @@ import numpy as np
 
 from fedcore.apps.bundle import Bundle, pack_bundle
 from fedcore.apps.client_app import ClientApp
+from fedcore.clock import Clock
 from fedcore.domain import Context, Message, RecordDict, Run, RunStatus
 from fedcore.errors import AppLoadError, LinkUnavailableError
 from fedcore.roles.node import Node
@@ -162,6 +163,7 @@ class Runners:
 
     def __init__(self, clients: Mapping[str, ClientApp]) -> None:
         self.clients = dict(clients)
+        self.clock: Clock | None = None  # the node's, set by node(): TTLs run on it
         self.started: list[tuple[int, Path, str]] = []
         self.stopped: list[int] = []
 
@@ -184,7 +186,7 @@ class InlineRunner:
         client = self._runners.clients.get(self._ref)
         if client is None:
             raise AppLoadError(f"cannot load ClientApp {self._ref!r}")
-        self._backend = InlineBackend(client)
+        self._backend = InlineBackend(client, clock=self._runners.clock)
         await self._backend.__aenter__()
         self._runners.started.append((self._run.run_id, self._app_dir, self._ref))
         return self
@@ -257,6 +259,8 @@ def node(
         "seed": 0,
     }
     settings.update(options)
+    if isinstance(runners, Runners) and runners.clock is None:
+        runners.clock = clock
     return Node(
         fleet,
         node_config=NODE_CONFIG,

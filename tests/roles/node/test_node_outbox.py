@@ -202,6 +202,7 @@ async def test_a_message_whose_lease_the_link_released_is_abandoned(
     caplog.set_level(logging.INFO, logger="fedcore.roles.node")
     add_run(fake, 1, make_bundle(tmp_path, "app"))
     echo.gate = anyio.Event()
+    runners.clock = FakeClock()  # one that stands still: the ClientApp's TTL never ends it
     async with node(fleet, fake_clock, tmp_path / "cache", runners) as serving:
         node_id = await serving.wait_registered()
         expiring = fake.send(1, ask(node_id, 1, ttl=2.5))
