@@ -23,8 +23,7 @@ from aiohttp.abc import AbstractStreamWriter
 from fedcore.errors import DecodeError, FedcoreError, LinkUnavailableError
 from fedcore.transport.http.bodies import MAX_JSON_BYTES, WRITE_SLICE, read_at_most, read_payload
 from fedcore.transport.http.errors import MAX_ERROR_BYTES, answer_error
-from fedcore.wire.frame import slices
-from fedcore.wire.protobuf import Buffer
+from fedcore.wire.frame import Buffer, slices
 
 TIMEOUT = 30.0
 """Seconds to connect, and for the link to answer a call beyond any wait it was asked for."""
