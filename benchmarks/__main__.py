@@ -21,7 +21,8 @@ CASES = [
     (workload, variant)
     for workload in ("W1", "W2", "W3")
     for variant in ("floor", "pool", "inline", "process")
-] + [("100k", "process"), ("W3", "accuracy"), ("async", "race")]
+] + [("W2", "cli"), ("100k", "process"), ("W3", "accuracy"), ("async", "race")]
+CASES += [("startup", "help")]
 CASES += [
     ("deploy", variant)
     for variant in (
@@ -72,6 +73,9 @@ def main() -> None:
             continue
         if row["workload"] == "deploy":
             print(f"deploy   {row['variant']:<13}{_deployment(row)}")
+            continue
+        if row["workload"] == "startup":
+            _startup(row)
             continue
         if row["variant"] == "race":
             for entry in row["race"]:
@@ -134,6 +138,17 @@ def _deployment(row: dict[str, Any]) -> str:
             f"{row['loadgen_cpu_seconds']:.1f} CPU s; state {row['database']}"
         )
     return line + load
+
+
+def _startup(row: dict[str, Any]) -> None:
+    """One line per command line: its median wall time against the target and bare Python."""
+    for line, seconds in row["commands"].items():
+        verdict = "ok" if seconds < row["target_seconds"] else "OVER"
+        print(
+            f"startup  fedcore {line:<17}{seconds:>9.3f} s median of {row['repeats']} "
+            f"(target < {row['target_seconds']:g} s: {verdict}; "
+            f"bare python {row['python_seconds']:.3f} s)"
+        )
 
 
 def _large(row: dict[str, Any]) -> str:

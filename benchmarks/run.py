@@ -2,10 +2,11 @@
 
 ``python -m benchmarks.run W2 process`` — used by ``python -m benchmarks``. Variants:
 ``floor`` (one process, no orchestration), ``pool`` (a bare process pool), a backend
-name, ``accuracy`` (W3 only) or ``race`` (async: FedBuff against FedAvg). The
+name, ``cli`` (W2 only: ``fedcore simulate`` of the app as a whole process, start-up
+included), ``accuracy`` (W3 only) or ``race`` (async: FedBuff against FedAvg). The
 ``deploy`` workload's variants are its cases (benchmarks/deployment.py): ``rounds``,
 ``w1-50``, ``w1-50-sqlite``, ``heartbeats``, ``large``, ``large-memory`` and
-``large-400``.
+``large-400``. The ``startup`` workload has one case, ``help`` (benchmarks/startup.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ WORKLOADS = {
     "100k": "benchmarks.scale",
     "async": "benchmarks.async_fl",
     "deploy": "benchmarks.deployment",
+    "startup": "benchmarks.startup",
 }
 
 
@@ -40,7 +42,7 @@ def case(workload: str, variant: str) -> dict[str, Any]:
         return row | {"accuracies": accuracies, "mean": mean(accuracies)}
     if variant == "race":
         return row | {"race": module.rows()}
-    if workload == "deploy":
+    if workload in ("deploy", "startup"):
         figures: dict[str, Any] = module.case(variant)
         return row | figures
     work: Callable[[], None]
@@ -48,6 +50,8 @@ def case(workload: str, variant: str) -> dict[str, Any]:
         work = module.floor
     elif variant == "pool":
         work = module.pool_floor
+    elif variant == "cli":
+        work = module.cli
     else:
         work = lambda: module.run(variant)  # noqa: E731
     measurement = timed(work)

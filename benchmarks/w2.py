@@ -12,6 +12,7 @@ import numpy as np
 
 import fedcore as fc
 from benchmarks.pool import spawn_pool
+from benchmarks.startup import simulate_cli
 from fedcore.strategy import FedAvg
 
 NODES, ROUNDS, SIZE = 1_000, 5, 10
@@ -76,3 +77,8 @@ def pool_floor() -> None:
                 total += update * np.float64(n)
                 weight += n
             w = (total / weight).astype(np.float32)
+
+
+def cli() -> None:
+    """``fedcore simulate benchmarks.w2:app`` as a user runs it: the whole process."""
+    simulate_cli("benchmarks.w2:app", NODES)
