@@ -44,14 +44,17 @@ to the command's own docstring)."""
 
 
 class _Commands(click.Group):
-    """A group that imports a command's module the first time the command is asked for."""
+    """A group that imports a command's module the first time the command is asked for.
+
+    Commands added the usual way (``cli.add_command``) are listed and found as well.
+    """
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(COMMANDS)
+        return sorted({*COMMANDS, *self.commands})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in COMMANDS:
-            return None
+            return super().get_command(ctx, cmd_name)
         module, _, attribute = COMMANDS[cmd_name][0].partition(":")
         command = getattr(importlib.import_module(module), attribute)
         assert isinstance(command, click.Command)
@@ -59,10 +62,15 @@ class _Commands(click.Group):
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The listing click would print, from :data:`COMMANDS` instead of the commands."""
-        limit = formatter.width - 6 - max(map(len, COMMANDS))
+        limit = formatter.width - 6 - max(map(len, self.list_commands(ctx)))
+        listed = {
+            name: click.Command(name, help=summary) for name, (_, summary) in COMMANDS.items()
+        }
+        listed.update(self.commands)
         rows = [
-            (name, click.Command(name, help=summary).get_short_help_str(limit))
-            for name, (_, summary) in sorted(COMMANDS.items())
+            (name, command.get_short_help_str(limit))
+            for name, command in sorted(listed.items())
+            if not command.hidden
         ]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
