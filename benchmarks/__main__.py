@@ -22,7 +22,8 @@ CASES = [
     (workload, variant)
     for workload in ("W1", "W2", "W3")
     for variant in ("floor", "pool", "inline", "process")
-] + [("100k", "process"), ("W3", "accuracy"), ("async", "race")]
+] + [("W2", "cli"), ("100k", "process"), ("W3", "accuracy"), ("async", "race")]
+CASES += [("startup", "help")]
 CASES += [
     ("deploy", variant)
     for variant in (
@@ -82,6 +83,9 @@ def main() -> None:
             continue
         if row["workload"].startswith("W4"):
             continue  # a line of its own, below
+        if row["workload"] == "startup":
+            _startup(row)
+            continue
         if row["variant"] == "race":
             for entry in row["race"]:
                 reached = ", ".join(
@@ -171,6 +175,17 @@ def _threads(rows: list[dict[str, Any]]) -> str:
         f"whole runs {capped['seconds']:.2f} s / {uncapped['seconds']:.2f} s; load avg "
         + " / ".join(f"{row['load_average']:.1f}" for row in (floor, capped, uncapped))
     )
+
+
+def _startup(row: dict[str, Any]) -> None:
+    """One line per command line: its median wall time against the target and bare Python."""
+    for line, seconds in row["commands"].items():
+        verdict = "ok" if seconds < row["target_seconds"] else "OVER"
+        print(
+            f"startup  fedcore {line:<17}{seconds:>9.3f} s median of {row['repeats']} "
+            f"(target < {row['target_seconds']:g} s: {verdict}; "
+            f"bare python {row['python_seconds']:.3f} s)"
+        )
 
 
 def _large(row: dict[str, Any]) -> str:

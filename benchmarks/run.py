@@ -2,13 +2,15 @@
 
 ``python -m benchmarks.run W2 process`` — used by ``python -m benchmarks``. Variants:
 ``floor`` (one process, no orchestration), ``pool`` (a bare process pool), a backend
-name, ``accuracy`` (W3 only) or ``race`` (async: FedBuff against FedAvg). The
+name, ``cli`` (W2 only: ``fedcore simulate`` of the app as a whole process, start-up
+included), ``accuracy`` (W3 only) or ``race`` (async: FedBuff against FedAvg). The
 ``deploy`` workload's variants are its cases (benchmarks/deployment.py): ``rounds``,
 ``w1-50``, ``w1-50-sqlite``, ``heartbeats``, ``large``, ``large-memory`` and
 ``large-400``. W4 and W4-torch (benchmarks/w4.py) run ``floor``, ``capped`` and
 ``uncapped``, each with its own thread variables, set here before anything loads
 numpy: ``floor`` at one thread, ``capped`` with none (fedcore's cap applies),
 ``uncapped`` at the machine's cores (a user's choice, which fedcore keeps).
+``large-400``. The ``startup`` workload has one case, ``help`` (benchmarks/startup.py).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ WORKLOADS = {
     "deploy": "benchmarks.deployment",
     "W4": "benchmarks.w4",
     "W4-torch": "benchmarks.w4_torch",
+    "startup": "benchmarks.startup",
 }
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 """fedcore's (fedcore.simulation.backends.threads), named here because importing fedcore
@@ -65,7 +68,7 @@ def case(workload: str, variant: str) -> dict[str, Any]:
         return row | {"accuracies": accuracies, "mean": mean(accuracies)}
     if variant == "race":
         return row | {"race": module.rows()}
-    if workload == "deploy":
+    if workload in ("deploy", "startup"):
         figures: dict[str, Any] = module.case(variant)
         return row | figures
     work: Callable[[], None]
@@ -75,6 +78,8 @@ def case(workload: str, variant: str) -> dict[str, Any]:
         work = module.pool_floor
     elif workload.startswith("W4"):
         work = lambda: row.update(rounds_seconds=module.run(variant))  # noqa: E731
+    elif variant == "cli":
+        work = module.cli
     else:
         work = lambda: module.run(variant)  # noqa: E731
     measurement = timed(work)

@@ -8,6 +8,10 @@ and through a bare process pool.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 
 import fedcore as fc
@@ -76,3 +80,15 @@ def pool_floor() -> None:
                 total += update * np.float64(n)
                 weight += n
             w = (total / weight).astype(np.float32)
+
+
+def cli() -> None:
+    """``fedcore simulate benchmarks.w2:app`` as a user runs it: the whole process, start-up
+    and workers included, from the repository root."""
+    fedcore = Path(sys.executable).parent / "fedcore"
+    subprocess.run(
+        [str(fedcore), "simulate", "benchmarks.w2:app", "--nodes", str(NODES), "--seed", "0", "-q"],
+        cwd=Path(__file__).resolve().parent.parent,
+        stdout=subprocess.DEVNULL,
+        check=True,
+    )

@@ -3,21 +3,30 @@
 The author-facing API: records, messages, contexts, the two apps and the Grid
 between them, and the simulation entry points. Everything else lives in
 subpackages (``fedcore.strategy``, ``fedcore.data``, ...).
+
+Each name is imported from its home on first use (``fc.ClientApp``, or
+``from fedcore import ClientApp``), not by ``import fedcore`` itself: every
+``fedcore`` command and every simulation worker imports this package, and most
+of them need neither numpy nor the simulation engine to start.
 """
 
-from fedcore.apps import App, ClientApp, Grid, ServerApp, SyncGrid
-from fedcore.domain import (
-    ArrayRecord,
-    ConfigRecord,
-    Context,
-    Error,
-    ErrorCode,
-    Message,
-    Metadata,
-    MetricRecord,
-    RecordDict,
-)
-from fedcore.simulation import Resources, SimulationResult, run_simulation, simulate
+import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from fedcore.apps import App, ClientApp, Grid, ServerApp, SyncGrid
+    from fedcore.domain import (
+        ArrayRecord,
+        ConfigRecord,
+        Context,
+        Error,
+        ErrorCode,
+        Message,
+        Metadata,
+        MetricRecord,
+        RecordDict,
+    )
+    from fedcore.simulation import Resources, SimulationResult, run_simulation, simulate
 
 __version__ = "0.1.0"
 
@@ -41,3 +50,39 @@ __all__ = [
     "run_simulation",
     "simulate",
 ]
+
+_HOMES = {
+    **dict.fromkeys(("App", "ClientApp", "Grid", "ServerApp", "SyncGrid"), "fedcore.apps"),
+    **dict.fromkeys(
+        (
+            "ArrayRecord",
+            "ConfigRecord",
+            "Context",
+            "Error",
+            "ErrorCode",
+            "Message",
+            "Metadata",
+            "MetricRecord",
+            "RecordDict",
+        ),
+        "fedcore.domain",
+    ),
+    **dict.fromkeys(
+        ("Resources", "SimulationResult", "run_simulation", "simulate"), "fedcore.simulation"
+    ),
+}
+
+
+if not _typing.TYPE_CHECKING:  # type checkers see the imports above, and no catch-all
+
+    def __getattr__(name: str) -> object:
+        home = _HOMES.get(name)
+        if home is None:
+            raise AttributeError(f"module 'fedcore' has no attribute {name!r}")
+        value = getattr(_importlib.import_module(home), name)
+        globals()[name] = value  # the next lookup is an ordinary one
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

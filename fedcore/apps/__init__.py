@@ -1,11 +1,20 @@
-"""Apps: ServerApp, ClientApp, App, the Grid they talk through, app loading and bundles."""
+"""Apps: ServerApp, ClientApp, App, the Grid they talk through, app loading and bundles.
 
-from fedcore.apps.app import App
-from fedcore.apps.bundle import Bundle, pack_bundle, unpack_bundle
-from fedcore.apps.client_app import ClientApp
-from fedcore.apps.grid import Grid, SyncGrid
-from fedcore.apps.loading import LoadedApp, load_app
-from fedcore.apps.server_app import ServerApp
+Each name is imported from its module on first use: parsing a run config (the CLI)
+needs none of the apps, nor numpy, and a worker loading its ClientApp none of the
+bundle code.
+"""
+
+import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from fedcore.apps.app import App
+    from fedcore.apps.bundle import Bundle, pack_bundle, unpack_bundle
+    from fedcore.apps.client_app import ClientApp
+    from fedcore.apps.grid import Grid, SyncGrid
+    from fedcore.apps.loading import LoadedApp, load_app
+    from fedcore.apps.server_app import ServerApp
 
 __all__ = [
     "App",
@@ -19,3 +28,27 @@ __all__ = [
     "pack_bundle",
     "unpack_bundle",
 ]
+
+_MODULES = {
+    "app": ("App",),
+    "bundle": ("Bundle", "pack_bundle", "unpack_bundle"),
+    "client_app": ("ClientApp",),
+    "grid": ("Grid", "SyncGrid"),
+    "loading": ("LoadedApp", "load_app"),
+    "server_app": ("ServerApp",),
+}
+_HOMES = {name: module for module, names in _MODULES.items() for name in names}
+
+if not _typing.TYPE_CHECKING:  # type checkers see the imports above, and no catch-all
+
+    def __getattr__(name: str) -> object:
+        home = _HOMES.get(name)
+        if home is None:
+            raise AttributeError(f"module 'fedcore.apps' has no attribute {name!r}")
+        value = getattr(_importlib.import_module(f"fedcore.apps.{home}"), name)
+        globals()[name] = value  # the next lookup is an ordinary one
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -4,30 +4,83 @@ Errors a person can fix (a bad flag, a target that does not load, an undeclared
 run-config key) end the command with one line and exit status 2; an exception
 raised by the app's own code is shown with its traceback, since that is the
 app author's to read.
+
+Each command's module is imported only when that command runs (or shows its
+help): ``fedcore ls`` has no use for the gRPC stack ``fedcore serve`` needs, nor
+``fedcore simulate`` for either, and ``fedcore --help`` for anything at all.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
 
 from fedcore import __version__
-from fedcore.cli.runs import log, ls, run, stop
-from fedcore.cli.serve import serve
-from fedcore.cli.simulate import simulate
 from fedcore.cli.tracebacks import app_traceback
 from fedcore.errors import FedcoreError, UsageError
 
+COMMANDS: dict[str, tuple[str, str]] = {
+    "log": ("fedcore.cli.runs:log", "Print a run's ServerApp log."),
+    "ls": ("fedcore.cli.runs:ls", "List the link's runs (newest last), or its online nodes."),
+    "run": (
+        "fedcore.cli.runs:run",
+        "Pack APP_DIR (default: here), submit it to the link as a new run, print its id.",
+    ),
+    "serve": ("fedcore.cli.serve:serve", "Serve a role until interrupted."),
+    "simulate": (
+        "fedcore.cli.simulate:simulate",
+        "Simulate TARGET on --nodes virtual nodes on this machine.",
+    ),
+    "stop": (
+        "fedcore.cli.runs:stop",
+        "Stop a run: its ServerApp is ended and its messages are no longer delivered.",
+    ),
+}
+"""Each command: where it is defined (``module:attribute``), and the first paragraph of its
+help, which ``fedcore --help`` lists without importing the module (a test holds the two
+to the command's own docstring)."""
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class _Commands(click.Group):
+    """A group that imports a command's module the first time the command is asked for.
+
+    Commands added the usual way (``cli.add_command``) are listed and found as well.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return super().get_command(ctx, cmd_name)
+        module, _, attribute = COMMANDS[cmd_name][0].partition(":")
+        command = getattr(importlib.import_module(module), attribute)
+        assert isinstance(command, click.Command)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The listing click would print, from :data:`COMMANDS` instead of the commands."""
+        limit = formatter.width - 6 - max(map(len, self.list_commands(ctx)))
+        listed = {
+            name: click.Command(name, help=summary) for name, (_, summary) in COMMANDS.items()
+        }
+        listed.update(self.commands)
+        rows = [
+            (name, command.get_short_help_str(limit))
+            for name, command in sorted(listed.items())
+            if not command.hidden
+        ]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="fedcore")
 def cli() -> None:
     """fedcore: federated learning, simulated on one machine or deployed across many."""
 
-
-for command in (simulate, serve, run, ls, log, stop):
-    cli.add_command(command)
 
 # click >= 8.2 raises this usage error to show a group's help when it gets no arguments.
 _NO_ARGS_IS_HELP: type[click.UsageError] | tuple[()] = getattr(

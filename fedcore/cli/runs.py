@@ -13,19 +13,18 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import click
 
-from fedcore.apps.bundle import pack_bundle
-from fedcore.apps.loading import app_table
-from fedcore.apps.run_config import flatten, resolve_run_config
-from fedcore.domain import LogLine, Run, RunStatus
+from fedcore.domain.lifecycle import RunStatus
 from fedcore.errors import AppLoadError, RunConfigError, WrongServiceError
 from fedcore.runtime.addresses import parse_address
-from fedcore.transport.control import ControlService
-from fedcore.transport.http.control import HttpControlClient
+
+if TYPE_CHECKING:
+    from fedcore.domain.run import LogLine, Run
+    from fedcore.transport.control import ControlService
 
 T = TypeVar("T")
 
@@ -46,6 +45,10 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 
 @asynccontextmanager
 async def _control(link: str) -> AsyncIterator[ControlService]:
+    # Imported here, not at the top: aiohttp is most of this module's import time, and
+    # `--help` has no use for it.
+    from fedcore.transport.http.control import HttpControlClient
+
     address = parse_address(link, what="--link")
     token = os.environ.get(TOKEN_ENV)
     async with HttpControlClient(address.host, address.port, token=token) as client:
@@ -94,6 +97,11 @@ def run_json(run: Run) -> dict[str, Any]:
 @json_option
 def run(app_dir: Path, link: str, run_config: str, stream: bool, as_json: bool) -> None:
     """Pack APP_DIR (default: here), submit it to the link as a new run, print its id."""
+    # Imported here: packing and config resolution load the app machinery (and numpy).
+    from fedcore.apps.bundle import pack_bundle
+    from fedcore.apps.loading import app_table
+    from fedcore.apps.run_config import flatten, resolve_run_config
+
     try:
         table = app_table(app_dir)
     except AppLoadError as exc:

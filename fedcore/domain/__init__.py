@@ -1,23 +1,31 @@
-"""The domain: records, messages, contexts and lifecycles. Standard library and numpy only."""
+"""The domain: records, messages, contexts and lifecycles. Standard library and numpy only.
 
-from fedcore.domain.context import Context
-from fedcore.domain.lifecycle import MessageStatus, RunStatus, transition
-from fedcore.domain.message import (
-    DEFAULT_TTL,
-    SERVER_NODE_ID,
-    Error,
-    ErrorCode,
-    Message,
-    Metadata,
-)
-from fedcore.domain.records import (
-    ArrayRecord,
-    ConfigRecord,
-    MetricRecord,
-    Record,
-    RecordDict,
-)
-from fedcore.domain.run import LogLine, Run
+Each name is imported from its module on first use: a run's status or a log line
+(``fedcore ls``, ``fedcore log``) needs no numpy, which only records bring in.
+"""
+
+import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from fedcore.domain.context import Context
+    from fedcore.domain.lifecycle import MessageStatus, RunStatus, transition
+    from fedcore.domain.message import (
+        DEFAULT_TTL,
+        SERVER_NODE_ID,
+        Error,
+        ErrorCode,
+        Message,
+        Metadata,
+    )
+    from fedcore.domain.records import (
+        ArrayRecord,
+        ConfigRecord,
+        MetricRecord,
+        Record,
+        RecordDict,
+    )
+    from fedcore.domain.run import LogLine, Run
 
 __all__ = [
     "DEFAULT_TTL",
@@ -38,3 +46,26 @@ __all__ = [
     "RunStatus",
     "transition",
 ]
+
+_MODULES = {
+    "context": ("Context",),
+    "lifecycle": ("MessageStatus", "RunStatus", "transition"),
+    "message": ("DEFAULT_TTL", "SERVER_NODE_ID", "Error", "ErrorCode", "Message", "Metadata"),
+    "records": ("ArrayRecord", "ConfigRecord", "MetricRecord", "Record", "RecordDict"),
+    "run": ("LogLine", "Run"),
+}
+_HOMES = {name: module for module, names in _MODULES.items() for name in names}
+
+if not _typing.TYPE_CHECKING:  # type checkers see the imports above, and no catch-all
+
+    def __getattr__(name: str) -> object:
+        home = _HOMES.get(name)
+        if home is None:
+            raise AttributeError(f"module 'fedcore.domain' has no attribute {name!r}")
+        value = getattr(_importlib.import_module(f"fedcore.domain.{home}"), name)
+        globals()[name] = value  # the next lookup is an ordinary one
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,25 +1,34 @@
-"""Strategies: pure configure/aggregate methods plus one round driver (``start``)."""
+"""Strategies: pure configure/aggregate methods plus one round driver (``start``).
 
-from fedcore.strategy.base import Strategy
-from fedcore.strategy.bulyan import Bulyan
-from fedcore.strategy.dp_fixed_clipping import (
-    DifferentialPrivacyClientSideFixedClipping,
-    DifferentialPrivacyServerSideFixedClipping,
-)
-from fedcore.strategy.fedadagrad import FedAdagrad
-from fedcore.strategy.fedadam import FedAdam
-from fedcore.strategy.fedavg import FedAvg
-from fedcore.strategy.fedavgm import FedAvgM
-from fedcore.strategy.fedbuff import FedBuff
-from fedcore.strategy.fedmedian import FedMedian
-from fedcore.strategy.fedopt import FedOpt
-from fedcore.strategy.fedprox import FedProx
-from fedcore.strategy.fedtrimmedavg import FedTrimmedAvg
-from fedcore.strategy.fedyogi import FedYogi
-from fedcore.strategy.krum import Krum
-from fedcore.strategy.multikrum import MultiKrum
-from fedcore.strategy.qfedavg import QFedAvg
-from fedcore.strategy.result import Result, RoundReport
+Each name is imported from its module on first use: an app that runs FedAvg does not
+load the other fifteen strategies, in its ServerApp nor in every worker that imports
+its module.
+"""
+
+import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from fedcore.strategy.base import Strategy
+    from fedcore.strategy.bulyan import Bulyan
+    from fedcore.strategy.dp_fixed_clipping import (
+        DifferentialPrivacyClientSideFixedClipping,
+        DifferentialPrivacyServerSideFixedClipping,
+    )
+    from fedcore.strategy.fedadagrad import FedAdagrad
+    from fedcore.strategy.fedadam import FedAdam
+    from fedcore.strategy.fedavg import FedAvg
+    from fedcore.strategy.fedavgm import FedAvgM
+    from fedcore.strategy.fedbuff import FedBuff
+    from fedcore.strategy.fedmedian import FedMedian
+    from fedcore.strategy.fedopt import FedOpt
+    from fedcore.strategy.fedprox import FedProx
+    from fedcore.strategy.fedtrimmedavg import FedTrimmedAvg
+    from fedcore.strategy.fedyogi import FedYogi
+    from fedcore.strategy.krum import Krum
+    from fedcore.strategy.multikrum import MultiKrum
+    from fedcore.strategy.qfedavg import QFedAvg
+    from fedcore.strategy.result import Result, RoundReport
 
 __all__ = [
     "Bulyan",
@@ -42,3 +51,41 @@ __all__ = [
     "RoundReport",
     "Strategy",
 ]
+
+_MODULES = {
+    "base": ("Strategy",),
+    "bulyan": ("Bulyan",),
+    "dp_fixed_clipping": (
+        "DifferentialPrivacyClientSideFixedClipping",
+        "DifferentialPrivacyServerSideFixedClipping",
+    ),
+    "fedadagrad": ("FedAdagrad",),
+    "fedadam": ("FedAdam",),
+    "fedavg": ("FedAvg",),
+    "fedavgm": ("FedAvgM",),
+    "fedbuff": ("FedBuff",),
+    "fedmedian": ("FedMedian",),
+    "fedopt": ("FedOpt",),
+    "fedprox": ("FedProx",),
+    "fedtrimmedavg": ("FedTrimmedAvg",),
+    "fedyogi": ("FedYogi",),
+    "krum": ("Krum",),
+    "multikrum": ("MultiKrum",),
+    "qfedavg": ("QFedAvg",),
+    "result": ("Result", "RoundReport"),
+}
+_HOMES = {name: module for module, names in _MODULES.items() for name in names}
+
+if not _typing.TYPE_CHECKING:  # type checkers see the imports above, and no catch-all
+
+    def __getattr__(name: str) -> object:
+        home = _HOMES.get(name)
+        if home is None:
+            raise AttributeError(f"module 'fedcore.strategy' has no attribute {name!r}")
+        value = getattr(_importlib.import_module(f"fedcore.strategy.{home}"), name)
+        globals()[name] = value  # the next lookup is an ordinary one
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -14,9 +14,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fedcore.domain import LogLine, Run
-from fedcore.wire.fleet import ConfigValue
+
+if TYPE_CHECKING:  # a type only: the fleet codec (betterproto) stays out of `fedcore ls`
+    from fedcore.wire.fleet import ConfigValue
 
 __all__ = ["ControlService", "Health", "LogLine", "NodeInfo"]
 

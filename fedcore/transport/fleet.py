@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from fedcore.domain import Message, Run
 from fedcore.wire.chunks import Digest
 from fedcore.wire.fleet import ConfigValue, PayloadRef, PushedReply
-from fedcore.wire.frame import slices
-from fedcore.wire.protobuf import Buffer
+from fedcore.wire.frame import Buffer, slices
 from fedcore.wire.rpc import LeasedMessage, PulledMessages
 
 __all__ = [

@@ -19,8 +19,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from fedcore.wire._pb.fedcore import v1 as pb
-from fedcore.wire.frame import DEFAULT_LIMITS, Parts
-from fedcore.wire.protobuf import FRAME_CAP, UINT64_MAX, Buffer, invalid
+from fedcore.wire.frame import DEFAULT_LIMITS, Buffer, Parts
+from fedcore.wire.protobuf import FRAME_CAP, UINT64_MAX, invalid
 
 CHUNK_SIZE = FRAME_CAP - 64 * 1024
 """The most bytes of data in one chunk. The 64 KiB left of a frame hold the fields

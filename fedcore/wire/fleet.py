@@ -36,14 +36,12 @@ from fedcore.errors import (
 )
 from fedcore.wire._pb.fedcore import v1 as pb
 from fedcore.wire.chunks import Digest, digest_of_fields
-from fedcore.wire.frame import DEFAULT_LIMITS, DecodeLimits, parts_size
+from fedcore.wire.frame import DEFAULT_LIMITS, MAX_DETAIL, Buffer, DecodeLimits, parts_size
 from fedcore.wire.message import METADATA_FIELDS, decode_metadata, encode_metadata
 from fedcore.wire.protobuf import (
     INT64_MAX,
     INT64_MIN,
-    MAX_DETAIL,
     UINT64_MAX,
-    Buffer,
     decoded_int,
     int_in,
     invalid,

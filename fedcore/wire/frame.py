@@ -55,7 +55,8 @@ _KIND_NAMES = {
 }
 _PREFIX_LEN = 8
 _MAX_HEADER = 2**32 - 1
-_MAX_PROBLEM = 300
+MAX_DETAIL = 300
+"""Characters of detail an error on the wire (or about a payload) carries at most."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +88,13 @@ def fail(problem: str, cause: BaseException | None = None) -> NoReturn:
 
     Problems quote values from the payload, which may be long; they are cut short.
     """
-    if len(problem) > _MAX_PROBLEM:
-        problem = problem[: _MAX_PROBLEM - 3] + "..."
+    if len(problem) > MAX_DETAIL:
+        problem = problem[: MAX_DETAIL - 3] + "..."
     raise DecodeError(f"invalid payload: {problem}") from cause
 
+
+Buffer = bytes | bytearray | memoryview
+"""Bytes in any of the forms they arrive in (a socket read, a mapping, a slice of either)."""
 
 Parts = list[bytes | memoryview]
 """A payload as pieces to concatenate: what is written to a socket or a shared-memory

@@ -14,6 +14,7 @@ from typing import Any, NoReturn, TypeVar, cast
 import betterproto
 
 from fedcore.errors import DecodeError
+from fedcore.wire.frame import MAX_DETAIL, Buffer
 
 FRAME_CAP = 8 * 1024 * 1024
 """The largest protobuf message, in bytes, sent or accepted on the fleet API (R7 in
@@ -21,10 +22,7 @@ docs/reliability.md)."""
 
 UINT64_MAX = 2**64 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-MAX_DETAIL = 300
-"""Characters of detail an error on the wire carries at most."""
 _PB = TypeVar("_PB", bound=betterproto.Message)
-Buffer = bytes | bytearray | memoryview
 
 
 def invalid(problem: str, cause: BaseException | None = None) -> NoReturn:

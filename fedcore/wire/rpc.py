@@ -40,12 +40,11 @@ from fedcore.wire.fleet import (
     run_from_pb,
     run_to_pb,
 )
-from fedcore.wire.frame import DEFAULT_LIMITS
+from fedcore.wire.frame import DEFAULT_LIMITS, Buffer
 from fedcore.wire.message import METADATA_FIELDS, decode_metadata
 from fedcore.wire.protobuf import (
     FRAME_CAP,
     INT64_MAX,
-    Buffer,
     decoded_int,
     int_in,
     invalid,

@@ -24,7 +24,7 @@ import os
 import tempfile
 from collections.abc import Iterable
 
-from fedcore.wire.protobuf import Buffer
+from fedcore.wire.frame import Buffer
 
 SPOOL_THRESHOLD = 1 << 20
 """Payloads up to this size are read into memory; larger ones are spooled."""

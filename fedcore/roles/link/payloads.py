@@ -32,8 +32,7 @@ from fedcore.errors import DecodeError, NotFoundError
 from fedcore.transport.fleet import each_chunk, sliced
 from fedcore.wire import pack_recorddict_parts, parts_size
 from fedcore.wire.chunks import CHUNK_SIZE, Digest
-from fedcore.wire.frame import Parts
-from fedcore.wire.protobuf import Buffer
+from fedcore.wire.frame import Buffer, Parts
 from fedcore.wire.spool import Spool
 
 INCOMING_KEEP = 600.0

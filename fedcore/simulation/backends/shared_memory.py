@@ -45,7 +45,7 @@ from pathlib import Path
 from fedcore.domain import RecordDict
 from fedcore.errors import ResourceError
 from fedcore.wire import Parts, pack_recorddict_parts, unpack_recorddict
-from fedcore.wire.protobuf import Buffer
+from fedcore.wire.frame import Buffer
 
 ROOT = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
 # Fault the pages in with the mapping (Linux): a payload is always read whole.

@@ -46,7 +46,8 @@ from fedcore.transport.grpc.frames import ERROR_TRAILER, RawCodec, receive
 from fedcore.wire import DEFAULT_LIMITS
 from fedcore.wire import rpc as wire
 from fedcore.wire.fleet import PushedReply
-from fedcore.wire.protobuf import FRAME_CAP, MAX_DETAIL
+from fedcore.wire.frame import MAX_DETAIL
+from fedcore.wire.protobuf import FRAME_CAP
 from fedcore.wire.rpc import ChunkReader, ChunkWriter, FleetMethod
 
 log = logging.getLogger(__name__)

@@ -1,9 +1,17 @@
-"""The control, runtime and exec APIs over HTTP (aiohttp): servers for any service, and clients."""
+"""The control, runtime and exec APIs over HTTP (aiohttp): servers for any service, and clients.
 
-from fedcore.transport.http.control import HttpControlClient, control_app
-from fedcore.transport.http.exec import HttpExecClient, exec_app
-from fedcore.transport.http.runtime import HttpRuntimeClient, runtime_app
-from fedcore.transport.http.server import serve_http
+Each name is imported from its module on first use: ``fedcore ls`` needs the control
+client only, not the runtime API's message codecs (and numpy) nor the exec API's.
+"""
+
+import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from fedcore.transport.http.control import HttpControlClient, control_app
+    from fedcore.transport.http.exec import HttpExecClient, exec_app
+    from fedcore.transport.http.runtime import HttpRuntimeClient, runtime_app
+    from fedcore.transport.http.server import serve_http
 
 __all__ = [
     "HttpControlClient",
@@ -14,3 +22,25 @@ __all__ = [
     "runtime_app",
     "serve_http",
 ]
+
+_MODULES = {
+    "control": ("HttpControlClient", "control_app"),
+    "exec": ("HttpExecClient", "exec_app"),
+    "runtime": ("HttpRuntimeClient", "runtime_app"),
+    "server": ("serve_http",),
+}
+_HOMES = {name: module for module, names in _MODULES.items() for name in names}
+
+if not _typing.TYPE_CHECKING:  # type checkers see the imports above, and no catch-all
+
+    def __getattr__(name: str) -> object:
+        home = _HOMES.get(name)
+        if home is None:
+            raise AttributeError(f"module 'fedcore.transport.http' has no attribute {name!r}")
+        value = getattr(_importlib.import_module(f"fedcore.transport.http.{home}"), name)
+        globals()[name] = value  # the next lookup is an ordinary one
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

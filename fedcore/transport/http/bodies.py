@@ -18,16 +18,18 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import aiohttp
 
 from fedcore.domain import LogLine, Run, RunStatus
 from fedcore.errors import DecodeError
 from fedcore.transport.control import Health, NodeInfo
-from fedcore.wire.fleet import ConfigValue
-from fedcore.wire.protobuf import MAX_DETAIL, Buffer
+from fedcore.wire.frame import MAX_DETAIL, Buffer
 from fedcore.wire.spool import SPOOL_THRESHOLD, Spool
+
+if TYPE_CHECKING:  # a type only: the fleet codec (betterproto) stays out of `fedcore ls`
+    from fedcore.wire.fleet import ConfigValue
 
 MAX_JSON_BYTES = 16 * 2**20
 """The largest JSON body either side reads (also the longest line of a log stream)."""

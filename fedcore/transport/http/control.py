@@ -31,7 +31,7 @@ import hmac
 import logging
 import ssl as _ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import BodyPartReader, MultipartReader, hdrs, web
@@ -53,7 +53,9 @@ from fedcore.transport.http.errors import (
 )
 from fedcore.transport.http.server import Handler, bearer, guarded, refuse_compressed
 from fedcore.transport.http.session import TIMEOUT, Body, Session, SessionClient
-from fedcore.wire.fleet import ConfigValue
+
+if TYPE_CHECKING:  # a type only: the fleet codec (betterproto) stays out of `fedcore ls`
+    from fedcore.wire.fleet import ConfigValue
 
 __all__ = ["HttpControlClient", "control_app"]
 

@@ -34,8 +34,7 @@ from fedcore.transport.http.errors import (
     too_large,
 )
 from fedcore.wire import Parts, parts_size
-from fedcore.wire.frame import slices
-from fedcore.wire.protobuf import Buffer
+from fedcore.wire.frame import Buffer, slices
 from fedcore.wire.spool import SPOOL_THRESHOLD
 
 log = logging.getLogger(__name__)

@@ -25,8 +25,7 @@ from aiohttp.abc import AbstractStreamWriter
 from fedcore.errors import DecodeError, FedcoreError, LinkUnavailableError, WrongServiceError
 from fedcore.transport.http.bodies import MAX_JSON_BYTES, WRITE_SLICE, read_at_most, read_payload
 from fedcore.transport.http.errors import MAX_ERROR_BYTES, answer_error, is_error_document
-from fedcore.wire.frame import slices
-from fedcore.wire.protobuf import Buffer
+from fedcore.wire.frame import Buffer, slices
 
 TIMEOUT = 30.0
 """Seconds to connect, and for the link to answer a call beyond any wait it was asked for."""
