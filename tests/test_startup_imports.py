@@ -126,6 +126,20 @@ def test_a_control_command_s_help_imports_no_client_and_no_numpy(
     assert offending(done.modules, forbidden) == []
 
 
+def test_serve_help_imports_no_runtime_and_no_numpy(tmp_path: Path) -> None:
+    done = ran(tmp_path, "serve", "--help")
+    assert "--heartbeat-patience" in done.out
+    forbidden = (*DEPLOYMENT, "numpy", *DEPLOYMENT_CODE, "fedcore.runtime", "fedcore.state")
+    assert offending(done.modules, forbidden) == []
+
+
+def test_simulate_help_imports_no_simulation_and_no_numpy(tmp_path: Path) -> None:
+    done = ran(tmp_path, "simulate", "--help")
+    assert "--round-timeout" in done.out
+    forbidden = (*DEPLOYMENT, "numpy", "fedcore.simulation", "fedcore.strategy")
+    assert offending(done.modules, forbidden) == []
+
+
 def test_ls_imports_the_http_client_but_no_grpc_nor_protobuf(tmp_path: Path) -> None:
     done = ran(tmp_path, "ls", "--link", f"127.0.0.1:{closed_port()}", expect=1)
     assert "fedcore.transport.http.control" in done.modules  # it did reach for the link

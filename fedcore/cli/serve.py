@@ -4,27 +4,34 @@ from __future__ import annotations
 
 import logging
 import signal
-import ssl
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import anyio
 import click
 
-from fedcore.apps.run_config import resolve_run_config
-from fedcore.errors import FedcoreError, first_error
-from fedcore.roles.exec.launcher import LaunchSettings
-from fedcore.runtime.addresses import Address, parse_address
-from fedcore.runtime.exec import ExecOptions, serve_exec, serve_node_exec
-from fedcore.runtime.link import RUNTIME_ADDRESS, LinkOptions, serve_link
-from fedcore.runtime.node import NodeOptions, serve_node
-from fedcore.runtime.tls import client_context, server_context
-from fedcore.state.base import DEFAULT_HEARTBEAT_PATIENCE
+if TYPE_CHECKING:
+    import ssl
 
+    from fedcore.roles.exec.launcher import LaunchSettings
+    from fedcore.runtime.addresses import Address
+
+# The runtime is imported by the role that runs, not here: `fedcore serve --help`
+# needs none of it. So the defaults the help shows are written out; a test checks each
+# against its home (tests/cli/test_written_out_defaults.py).
+CLAIM_LEASE = 10.0
+"""``LaunchSettings.claim_lease``."""
+MAX_RUNS = 8
+"""``LaunchSettings.max_runs``."""
+RUNTIME_ADDRESS = "127.0.0.1:0"
+"""``fedcore.runtime.link.RUNTIME_ADDRESS``."""
+HEARTBEAT_PATIENCE = 3.0
+"""``fedcore.state.base.DEFAULT_HEARTBEAT_PATIENCE``."""
 HEARTBEAT_INTERVAL = 5.0
-"""Seconds between heartbeats, of nodes and of ServerApps: with the default patience a
-dead node is found within 16 s, and one late beat on a loaded machine is no alarm."""
+"""Seconds between heartbeats, of nodes and of ServerApps (``LaunchSettings.app_heartbeat``):
+with the default patience a dead node is found within 16 s, and one late beat on a
+loaded machine is no alarm."""
 
 ROLES = ("link", "node", "exec")
 
@@ -79,7 +86,7 @@ ROLES = ("link", "node", "exec")
 @click.option(
     "--claim-lease",
     type=click.FloatRange(min=0, min_open=True),
-    default=LaunchSettings.claim_lease,
+    default=CLAIM_LEASE,
     show_default=True,
     help="[link, exec] Seconds a claim on a run lasts unless renewed (every third of it); "
     "the run of an exec that dies before launching it goes back to pending after that.",
@@ -87,7 +94,7 @@ ROLES = ("link", "node", "exec")
 @click.option(
     "--max-runs",
     type=click.IntRange(min=1),
-    default=LaunchSettings.max_runs,
+    default=MAX_RUNS,
     show_default=True,
     help="[link, exec] ServerApp processes launched at once.",
 )
@@ -153,7 +160,7 @@ ROLES = ("link", "node", "exec")
 @click.option(
     "--heartbeat-patience",
     type=click.FloatRange(min=1),
-    default=DEFAULT_HEARTBEAT_PATIENCE,
+    default=HEARTBEAT_PATIENCE,
     show_default=True,
     help="[link] How many heartbeat intervals a node or a ServerApp may stay silent. A "
     "ServerApp whose exec still holds its running process is never failed for silence; one "
@@ -219,6 +226,14 @@ def serve(
           a node (--exec-socket), in a process of its own (process isolation);
           needs --exec-secret-file.
     """
+    from fedcore.apps.run_config import resolve_run_config
+    from fedcore.roles.exec.launcher import LaunchSettings
+    from fedcore.runtime.addresses import parse_address
+    from fedcore.runtime.exec import serve_node_exec
+    from fedcore.runtime.link import RUNTIME_ADDRESS, LinkOptions, serve_link
+    from fedcore.runtime.node import NodeOptions, serve_node
+    from fedcore.runtime.tls import server_context
+
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -318,6 +333,9 @@ def _serve_exec(
             "--role exec needs --link-exec HOST:PORT (the link's exec API) and "
             "--exec-secret-file PATH (the secret it shares with the link)"
         )
+    from fedcore.runtime.addresses import parse_address
+    from fedcore.runtime.exec import ExecOptions, serve_exec
+
     link = parse_address(link_exec, what="--link-exec")
     if runtime_address is not None:
         parse_address(runtime_address, what="--runtime-address")
@@ -344,6 +362,8 @@ def _link_tls(
 
     ``client`` is the certificate and key to present, for a link that asks for one.
     """
+    from fedcore.runtime.tls import client_context
+
     certfile, keyfile = client
     if (certfile is None) != (keyfile is None):
         raise click.UsageError("--ssl-certfile and --ssl-keyfile go together")
@@ -360,6 +380,10 @@ def _link_tls(
 
 
 def _serve_until_signal(serve_role: Callable[[], Awaitable[None]]) -> None:
+    import anyio
+
+    from fedcore.errors import FedcoreError, first_error
+
     async def main() -> None:
         async with anyio.create_task_group() as tasks:
 

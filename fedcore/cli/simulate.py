@@ -6,16 +6,25 @@ import logging
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from fedcore.apps.run_config import parse_run_config
 from fedcore.errors import RunConfigError
-from fedcore.simulation import Resources, SimulationResult, run_simulation
-from fedcore.simulation.backends import BACKENDS, DEFAULT_BACKEND
-from fedcore.simulation.backends.sizing import detect_cpus, detect_gpus
-from fedcore.simulation.progress import showing_progress, summary
-from fedcore.strategy.rounds import DEFAULT_ROUND_TIMEOUT
+
+if TYPE_CHECKING:
+    from fedcore.simulation import Resources, SimulationResult
+
+# The simulation is imported when the command runs, not here: `fedcore simulate --help`
+# needs none of it. So what the help shows is written out; a test checks each against
+# its home (tests/cli/test_written_out_defaults.py).
+BACKENDS = ("process", "inline")
+"""``fedcore.simulation.backends.BACKENDS``."""
+DEFAULT_BACKEND = "process"
+"""``fedcore.simulation.backends.DEFAULT_BACKEND``."""
+DEFAULT_ROUND_TIMEOUT = 600.0
+"""``fedcore.strategy.rounds.DEFAULT_ROUND_TIMEOUT``."""
 
 
 @click.command()
@@ -120,6 +129,9 @@ def simulate(
       fedcore simulate my_app:app -n 1000 --run-config "num-server-rounds=5 lr=0.05"
       fedcore simulate my_app:app -n 500 --num-gpus 0.25 --max-workers 8
     """
+    from fedcore.simulation import Resources, run_simulation
+    from fedcore.simulation.progress import showing_progress, summary
+
     if nodes < 1:
         raise click.BadParameter(f"must be at least 1, got {nodes}", param_hint="--nodes")
     for text in run_config:
@@ -157,6 +169,9 @@ def simulate(
 
 def _system(cpus: float | None, gpus: float | None) -> Resources | None:
     """The machine's resources with the given overrides, or ``None`` to detect both."""
+    from fedcore.simulation import Resources
+    from fedcore.simulation.backends.sizing import detect_cpus, detect_gpus
+
     if cpus is None and gpus is None:
         return None
     return Resources(

@@ -1,0 +1,41 @@
+"""`fedcore serve` and `fedcore simulate` show the library's defaults without importing the
+runtime or the simulation: the values they write out are the ones those use."""
+
+from __future__ import annotations
+
+import click
+
+from fedcore.cli import serve as serve_cli
+from fedcore.cli import simulate as simulate_cli
+from fedcore.roles.exec.launcher import LaunchSettings
+from fedcore.runtime.link import RUNTIME_ADDRESS
+from fedcore.simulation.backends import BACKENDS, DEFAULT_BACKEND
+from fedcore.state.base import DEFAULT_HEARTBEAT_PATIENCE
+from fedcore.strategy.rounds import DEFAULT_ROUND_TIMEOUT
+
+
+def _default(name: str) -> object:
+    command = serve_cli.serve
+    assert isinstance(command, click.Command)
+    (option,) = [param for param in command.params if param.name == name]
+    return option.default
+
+
+def test_the_written_out_defaults_are_the_librarys() -> None:
+    settings = LaunchSettings()
+    assert serve_cli.CLAIM_LEASE == settings.claim_lease == _default("claim_lease")
+    assert serve_cli.MAX_RUNS == settings.max_runs == _default("max_runs")
+    assert serve_cli.HEARTBEAT_INTERVAL == settings.app_heartbeat == _default("heartbeat_interval")
+    assert serve_cli.HEARTBEAT_PATIENCE == DEFAULT_HEARTBEAT_PATIENCE
+    assert _default("heartbeat_patience") == DEFAULT_HEARTBEAT_PATIENCE
+    assert str(RUNTIME_ADDRESS) == serve_cli.RUNTIME_ADDRESS
+
+
+def test_simulate_writes_out_the_simulations_choices() -> None:
+    command = simulate_cli.simulate
+    assert isinstance(command, click.Command)
+    (backend,) = [param for param in command.params if param.name == "backend"]
+    assert isinstance(backend.type, click.Choice)
+    assert tuple(backend.type.choices) == simulate_cli.BACKENDS == BACKENDS
+    assert backend.default == simulate_cli.DEFAULT_BACKEND == DEFAULT_BACKEND
+    assert simulate_cli.DEFAULT_ROUND_TIMEOUT == DEFAULT_ROUND_TIMEOUT
