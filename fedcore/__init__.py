@@ -10,8 +10,9 @@ Each name is imported from its home on first use (``fc.ClientApp``, or
 of them need neither numpy nor the simulation engine to start.
 """
 
-import importlib as _importlib
 import typing as _typing
+
+from fedcore.lazy import lazy_attributes as _lazy_attributes
 
 if _typing.TYPE_CHECKING:
     from fedcore.apps import App, ClientApp, Grid, ServerApp, SyncGrid
@@ -52,7 +53,7 @@ __all__ = [
 ]
 
 _HOMES = {
-    **dict.fromkeys(("App", "ClientApp", "Grid", "ServerApp", "SyncGrid"), "fedcore.apps"),
+    **dict.fromkeys(("App", "ClientApp", "Grid", "ServerApp", "SyncGrid"), "apps"),
     **dict.fromkeys(
         (
             "ArrayRecord",
@@ -65,24 +66,11 @@ _HOMES = {
             "MetricRecord",
             "RecordDict",
         ),
-        "fedcore.domain",
+        "domain",
     ),
-    **dict.fromkeys(
-        ("Resources", "SimulationResult", "run_simulation", "simulate"), "fedcore.simulation"
-    ),
+    **dict.fromkeys(("Resources", "SimulationResult", "run_simulation", "simulate"), "simulation"),
 }
 
 
 if not _typing.TYPE_CHECKING:  # type checkers see the imports above, and no catch-all
-
-    def __getattr__(name: str) -> object:
-        home = _HOMES.get(name)
-        if home is None:
-            raise AttributeError(f"module 'fedcore' has no attribute {name!r}")
-        value = getattr(_importlib.import_module(home), name)
-        globals()[name] = value  # the next lookup is an ordinary one
-        return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    __getattr__, __dir__ = _lazy_attributes(globals(), _HOMES)

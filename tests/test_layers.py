@@ -16,13 +16,14 @@ import fedcore
 
 ROOT = Path(fedcore.__file__).parent
 
-BASE = {"errors", "clock", "backoff", "signals"}
+BASE = {"errors", "clock", "backoff", "signals", "lazy"}
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "clock": set(),
     "backoff": {"clock"},
     "signals": set(),
-    "domain": {"errors"},
+    "lazy": set(),
+    "domain": {"errors", "lazy"},
     "wire": {"errors", "domain"},
     "data": set(),
     "privacy": {"domain"},
@@ -43,7 +44,7 @@ ALLOWED: dict[str, set[str]] = {
     "testing": BASE
     | {"domain", "wire", "state", "transport", "apps", "simulation", "strategy", "mods"}
     | {"runtime"},
-    "__init__": {"apps", "domain", "simulation"},
+    "__init__": {"apps", "domain", "simulation", "lazy"},
 }
 
 # Third-party modules that only some packages may import.

@@ -5,8 +5,9 @@ needs none of the apps, nor numpy, and a worker loading its ClientApp none of th
 bundle code.
 """
 
-import importlib as _importlib
 import typing as _typing
+
+from fedcore.lazy import lazy_attributes as _lazy_attributes
 
 if _typing.TYPE_CHECKING:
     from fedcore.apps.app import App
@@ -40,15 +41,4 @@ _MODULES = {
 _HOMES = {name: module for module, names in _MODULES.items() for name in names}
 
 if not _typing.TYPE_CHECKING:  # type checkers see the imports above, and no catch-all
-
-    def __getattr__(name: str) -> object:
-        home = _HOMES.get(name)
-        if home is None:
-            raise AttributeError(f"module 'fedcore.apps' has no attribute {name!r}")
-        value = getattr(_importlib.import_module(f"fedcore.apps.{home}"), name)
-        globals()[name] = value  # the next lookup is an ordinary one
-        return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    __getattr__, __dir__ = _lazy_attributes(globals(), _HOMES)

@@ -4,8 +4,9 @@ Each name is imported from its module on first use: a run's status or a log line
 (``fedcore ls``, ``fedcore log``) needs no numpy, which only records bring in.
 """
 
-import importlib as _importlib
 import typing as _typing
+
+from fedcore.lazy import lazy_attributes as _lazy_attributes
 
 if _typing.TYPE_CHECKING:
     from fedcore.domain.context import Context
@@ -57,15 +58,4 @@ _MODULES = {
 _HOMES = {name: module for module, names in _MODULES.items() for name in names}
 
 if not _typing.TYPE_CHECKING:  # type checkers see the imports above, and no catch-all
-
-    def __getattr__(name: str) -> object:
-        home = _HOMES.get(name)
-        if home is None:
-            raise AttributeError(f"module 'fedcore.domain' has no attribute {name!r}")
-        value = getattr(_importlib.import_module(f"fedcore.domain.{home}"), name)
-        globals()[name] = value  # the next lookup is an ordinary one
-        return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    __getattr__, __dir__ = _lazy_attributes(globals(), _HOMES)

@@ -4,8 +4,9 @@ Each name is imported from its module on first use: ``fedcore ls`` needs the con
 client only, not the runtime API's message codecs (and numpy) nor the exec API's.
 """
 
-import importlib as _importlib
 import typing as _typing
+
+from fedcore.lazy import lazy_attributes as _lazy_attributes
 
 if _typing.TYPE_CHECKING:
     from fedcore.transport.http.control import HttpControlClient, control_app
@@ -32,15 +33,4 @@ _MODULES = {
 _HOMES = {name: module for module, names in _MODULES.items() for name in names}
 
 if not _typing.TYPE_CHECKING:  # type checkers see the imports above, and no catch-all
-
-    def __getattr__(name: str) -> object:
-        home = _HOMES.get(name)
-        if home is None:
-            raise AttributeError(f"module 'fedcore.transport.http' has no attribute {name!r}")
-        value = getattr(_importlib.import_module(f"fedcore.transport.http.{home}"), name)
-        globals()[name] = value  # the next lookup is an ordinary one
-        return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    __getattr__, __dir__ = _lazy_attributes(globals(), _HOMES)
