@@ -78,8 +78,8 @@ def check_message_type(message_type: object) -> str:
     """Return ``message_type`` if it names a known kind with an optional action, else raise."""
     if not isinstance(message_type, str) or not _MESSAGE_TYPE.fullmatch(message_type):
         raise ValueError(
-            f"message_type must be 'train', 'evaluate' or 'query', optionally with an "
-            f"action as in 'train.fast'; got {message_type!r}"
+            f"message_type must be 'train', 'evaluate', 'query' or 'system', optionally "
+            f"with an action as in 'train.fast'; got {message_type!r}"
         )
     return message_type
 
