@@ -86,15 +86,21 @@ def _workers(server: Server) -> list[int]:
 
 
 def test_the_exec_starts_the_clientapps_and_the_run_completes(federation: Deployment) -> None:
-    final, replies = _run(federation, rounds=2)
-    assert final["status"] == "finished:completed", final
-    assert sorted((r["round"], r["partition"]) for r in replies if r["code"] is None) == [
-        (round_number, partition) for round_number in (1, 2) for partition in range(3)
-    ]
+    # Looked at while the run is under way (partition 0 holds round 2): a node ends its
+    # ClientApp process as soon as the run finishes.
+    run_id = _submit(
+        federation, rounds=2, **{"hold-partition": 0, "hold-round": 2, "hold-seconds": 3}
+    )
+    federation.wait_for_file(federation.root / "markers" / "held")
     (node_exec,) = [server for server in federation.servers if server.name.startswith("exec")]
     nodes = [server for server in federation.servers if server.name.startswith("node")]
     assert len(_workers(node_exec)) == 3, "one ClientApp process per node, the exec's children"
     assert all(_workers(node) == [] for node in nodes), "no node started one itself"
+    final, replies = _follow(federation, run_id)
+    assert final["status"] == "finished:completed", final
+    assert sorted((r["round"], r["partition"]) for r in replies if r["code"] is None) == [
+        (round_number, partition) for round_number in (1, 2) for partition in range(3)
+    ]
 
 
 def test_a_crashed_clientapp_process_of_the_exec_is_code_8_and_the_next_round_is_fine(
