@@ -12,6 +12,7 @@ forgets it), and ends them by pid on leaving. From a shell, beside any command::
 from __future__ import annotations
 
 import contextlib
+import signal
 import subprocess
 import sys
 import time
@@ -49,7 +50,9 @@ def busy_processes(count: int = 2, *, seconds: float = 600.0) -> Iterator[list[i
     help="Each process stops by itself after this long.",
 )
 def main(processes: int, seconds: float) -> None:
-    """Keep PROCESSES cores busy for SECONDS (or until interrupted)."""
+    """Keep PROCESSES cores busy for SECONDS (or until interrupted or terminated)."""
+    # A SIGTERM (`kill PID`) ends the busy processes too, as Ctrl-C does.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with busy_processes(processes, seconds=seconds) as pids:
         click.echo(f"busy processes: {' '.join(map(str, pids))}", err=True)
         with contextlib.suppress(KeyboardInterrupt):
