@@ -191,10 +191,9 @@ class MemoryRuns:
         check_claim_token(run_id, row.token, token)
         if row.run.status is not RunStatus.RUNNING:  # else a retry: nothing to do
             self._move(row, RunStatus.RUNNING, "")
-            self._watch_server_app(row, heartbeat_interval)
             # The claimant has just started the process: it vouches for it until its
             # claim runs out, when its next renewal is due at the latest.
-            self._alive_until(row, max(row.claim_until, self._alive(row)))
+            self._watch_server_app(row, heartbeat_interval, vouched_until=row.claim_until)
         return _copy(row.run)
 
     def heartbeat_run(self, run_id: int, heartbeat_interval: float) -> Run:
@@ -204,17 +203,15 @@ class MemoryRuns:
         self._watch_server_app(row, heartbeat_interval)
         return _copy(row.run)
 
-    def _watch_server_app(self, row: _RunRow, heartbeat_interval: float) -> None:
+    def _watch_server_app(
+        self, row: _RunRow, heartbeat_interval: float, *, vouched_until: float = -math.inf
+    ) -> None:
+        """The ServerApp spoke: alive for a patience, and never less than vouched for."""
         row.heartbeat_interval = heartbeat_interval
         alive_until = self._clock.now() + self._patience * heartbeat_interval
         if row.alive_until is not None:
-            alive_until = max(alive_until, row.alive_until)
-        self._alive_until(row, alive_until)
-
-    @staticmethod
-    def _alive(row: _RunRow) -> float:
-        assert row.alive_until is not None, "the run's ServerApp is not watched"
-        return row.alive_until
+            vouched_until = max(vouched_until, row.alive_until)
+        self._alive_until(row, max(alive_until, vouched_until))
 
     def _alive_until(self, row: _RunRow, deadline: float) -> None:
         row.alive_until = deadline
