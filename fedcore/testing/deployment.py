@@ -10,15 +10,17 @@ end of that file.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from fedcore.runtime.addresses import Address
 from fedcore.runtime.ready import read_ready_file
@@ -246,6 +248,38 @@ class Deployment:
             cwd=self.root,
             check=False,
         )
+
+    def submit(self, app_dir: Path, **config: object) -> str:
+        """``fedcore run APP_DIR --run-config …`` (values as :func:`run_config_text` writes
+        them); the new run's id."""
+        submitted = self.fedcore("run", str(app_dir), "--run-config", run_config_text(config))
+        assert submitted.returncode == 0, submitted.stderr
+        return submitted.stdout.strip()
+
+    def follow(self, run_id: str) -> tuple[dict[str, Any], list[str]]:
+        """``fedcore log RUN_ID --follow --json`` to the run's end: the run as it ended, and
+        the text of each of its log lines."""
+        followed = self.fedcore("log", run_id, "--follow", "--json")
+        assert followed.returncode == 0, followed.stderr
+        *lines, final = [json.loads(line) for line in followed.stdout.splitlines()]
+        return final, [line["text"] for line in lines]
+
+    def follow_printed(self, run_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """:meth:`follow`, with the JSON objects the ServerApp printed (one a line) instead
+        of every line: what the test apps report."""
+        final, lines = self.follow(run_id)
+        return final, printed_objects(lines)
+
+
+def printed_objects(lines: Iterable[str]) -> list[dict[str, Any]]:
+    """The JSON objects among a run's log lines (what the test apps print, one a line)."""
+    return [json.loads(line) for line in lines if line.startswith("{")]
+
+
+def run_config_text(config: Mapping[str, object]) -> str:
+    """``--run-config`` text setting ``config``: each value written as JSON, which TOML reads
+    alike for the numbers, strings and booleans of a run config."""
+    return " ".join(f"{key}={json.dumps(value)}" for key, value in config.items())
 
 
 def _kill_pid(pid: int) -> None:

@@ -9,13 +9,11 @@ the same load, real deaths are still found as fast as on a quiet machine.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -45,26 +43,11 @@ def busy_federation(tmp_path: Path) -> Iterator[Deployment]:
         yield deployment
 
 
-def _follow(federation: Deployment, run_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    followed = federation.fedcore("log", run_id, "--follow", "--json")
-    assert followed.returncode == 0, followed.stderr
-    *lines, final = [json.loads(line) for line in followed.stdout.splitlines()]
-    replies = [json.loads(line["text"]) for line in lines if line["text"].startswith("{")]
-    return final, replies
-
-
-def _submit(federation: Deployment, app: Path, **config: Any) -> str:
-    text = " ".join(f"{key}={json.dumps(value)}" for key, value in config.items())
-    submitted = federation.fedcore("run", str(app), "--run-config", text)
-    assert submitted.returncode == 0, submitted.stderr
-    return submitted.stdout.strip()
-
-
 def test_a_serverapp_that_blocks_its_loop_completes_beside_busy_processes(
     busy_federation: Deployment,
 ) -> None:
-    run_id = _submit(busy_federation, SLOW_APP, rounds=3)
-    final, replies = _follow(busy_federation, run_id)
+    run_id = busy_federation.submit(SLOW_APP, rounds=3)
+    final, replies = busy_federation.follow_printed(run_id)
     assert final["status"] == "finished:completed", final
     assert [reply["code"] for reply in replies] == [None] * 9, replies
 
@@ -74,12 +57,12 @@ def test_a_node_killed_mid_round_beside_busy_processes_is_found_in_time(
 ) -> None:
     markers = busy_federation.root / "markers"
     hold = {"hold-partition": 0, "hold-round": 2, "hold-seconds": 60}
-    run_id = _submit(busy_federation, CHAOS_APP, rounds=3, **{"marker-dir": str(markers)}, **hold)
+    run_id = busy_federation.submit(CHAOS_APP, rounds=3, **{"marker-dir": str(markers)}, **hold)
     busy_federation.wait_for_file(markers / "held")
     node0 = next(server for server in busy_federation.servers if server.name == "node0")
     killed_at = time.time()
     busy_federation.kill(node0)
-    final, replies = _follow(busy_federation, run_id)
+    final, replies = busy_federation.follow_printed(run_id)
     assert final["status"] == "finished:completed", final
     (lost,) = [reply for reply in replies if reply["round"] == 2 and reply["code"] is not None]
     assert lost["code"] == 5
@@ -90,14 +73,14 @@ def test_a_serverapp_killed_beside_busy_processes_fails_its_run_at_once(
     busy_federation: Deployment,
 ) -> None:
     markers = busy_federation.root / "markers"
-    run_id = _submit(
-        busy_federation, CHAOS_APP, rounds=100_000, delay=0.05, **{"marker-dir": str(markers)}
+    run_id = busy_federation.submit(
+        CHAOS_APP, rounds=100_000, delay=0.05, **{"marker-dir": str(markers)}
     )
     busy_federation.wait_for_file(markers / "round-3")
     (pid,) = busy_federation.app_pids()
     killed_at = time.monotonic()
     os.kill(pid, signal.SIGKILL)
-    final, _ = _follow(busy_federation, run_id)
+    final, _ = busy_federation.follow_printed(run_id)
     assert final["status"] == "finished:failed", final
     assert final["reason"] == "the ServerApp process was killed by SIGKILL"
     assert time.monotonic() - killed_at < 10.0

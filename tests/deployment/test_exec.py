@@ -23,7 +23,7 @@ from typing import Any, Self
 import pytest
 
 from fedcore.runtime.addresses import Address
-from fedcore.testing.deployment import Deployment
+from fedcore.testing.deployment import Deployment, printed_objects
 
 CHAOS_APP = Path(__file__).resolve().parent / "chaos_app"
 LAUNCHED = "[exec] ServerApp process"
@@ -105,23 +105,12 @@ def deployment(tmp_path: Path) -> Iterator[Deployment]:
 
 
 def _submit(deployment: Deployment, **config: Any) -> str:
-    config = {"marker-dir": str(deployment.root / "markers"), "min-nodes": 1, **config}
-    text = " ".join(f"{key}={json.dumps(value)}" for key, value in config.items())
-    submitted = deployment.fedcore("run", str(CHAOS_APP), "--run-config", text)
-    assert submitted.returncode == 0, submitted.stderr
-    return submitted.stdout.strip()
-
-
-def _follow(deployment: Deployment, run_id: str) -> tuple[dict[str, Any], list[str]]:
-    """The run's final state and its log lines, once it has finished."""
-    followed = deployment.fedcore("log", run_id, "--follow", "--json")
-    assert followed.returncode == 0, followed.stderr
-    *lines, final = [json.loads(line) for line in followed.stdout.splitlines()]
-    return final, [line["text"] for line in lines]
+    markers = str(deployment.root / "markers")
+    return deployment.submit(CHAOS_APP, **{"marker-dir": markers, "min-nodes": 1, **config})
 
 
 def _rounds(lines: list[str]) -> list[int]:
-    return [json.loads(line)["round"] for line in lines if line.startswith("{")]
+    return [printed["round"] for printed in printed_objects(lines)]
 
 
 def test_a_link_without_its_own_exec_has_its_runs_launched_by_an_external_one(
@@ -135,7 +124,7 @@ def test_a_link_without_its_own_exec_has_its_runs_launched_by_an_external_one(
     assert len(secret) >= 32
     run_id = _submit(deployment, rounds=2)
     launcher = deployment.start_exec()
-    final, lines = _follow(deployment, run_id)
+    final, lines = deployment.follow(run_id)
     assert final["status"] == "finished:completed", final
     assert _rounds(lines) == [1, 2]
     pid = (deployment.root / "exec0" / "runs" / f"{run_id}-1.pid").read_text().strip()
@@ -164,7 +153,7 @@ def test_an_exec_killed_right_after_claiming_leaves_the_run_to_another_exec_once
     assert deployment.app_pids() == []
     assert not (deployment.root / "exec0" / "runs").exists()  # it never launched
     deployment.start_exec("--claim-lease", "2")
-    final, lines = _follow(deployment, run_id)
+    final, lines = deployment.follow(run_id)
     assert final["status"] == "finished:completed", final
     assert _rounds(lines) == [1, 2]
     pid = (deployment.root / "exec1" / "runs" / f"{run_id}-2.pid").read_text().strip()

@@ -12,10 +12,11 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from fedcore.testing.deployment import Deployment, Server
+from fedcore.testing.deployment import Deployment, Server, printed_objects
 
 CHAOS_APP = Path(__file__).resolve().parent / "chaos_app"
 WORKER = b"fedcore.simulation.backends.worker"
@@ -41,33 +42,20 @@ def federation(tmp_path: Path) -> Iterator[Deployment]:
 
 def _submit(federation: Deployment, **config: object) -> str:
     """Submit a run of the chaos app; its id."""
-    config.setdefault("marker-dir", str(federation.root / "markers"))
-    text = " ".join(f"{key}={json.dumps(value)}" for key, value in config.items())
-    submitted = federation.fedcore("run", str(CHAOS_APP), "--run-config", text)
-    assert submitted.returncode == 0, submitted.stderr
-    return submitted.stdout.strip()
+    markers = str(federation.root / "markers")
+    return federation.submit(CHAOS_APP, **{"marker-dir": markers, **config})
 
 
-def _run(federation: Deployment, **config: object) -> tuple[dict[str, object], list[dict]]:
+def _run(federation: Deployment, **config: object) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Run the chaos app to its end; its final state and the replies its ServerApp logged."""
-    return _follow(federation, _submit(federation, **config))
-
-
-def _follow(federation: Deployment, run_id: str) -> tuple[dict[str, object], list[dict]]:
-    """The run's final state and the replies its ServerApp logged, once it has finished."""
-    followed = federation.fedcore("log", run_id, "--follow", "--json")
-    assert followed.returncode == 0, followed.stderr
-    *lines, final = [json.loads(line) for line in followed.stdout.splitlines()]
-    replies = [json.loads(line["text"]) for line in lines if line["text"].startswith("{")]
-    return final, replies
+    return federation.follow_printed(_submit(federation, **config))
 
 
 def _replies(federation: Deployment, run_id: str) -> list[dict]:
     """The replies the run's ServerApp has logged so far."""
     logged = federation.fedcore("log", run_id, "--json")
     assert logged.returncode == 0, logged.stderr
-    texts = [json.loads(line)["text"] for line in logged.stdout.splitlines()]
-    return [json.loads(text) for text in texts if text.startswith("{")]
+    return printed_objects(json.loads(line)["text"] for line in logged.stdout.splitlines())
 
 
 def _workers(server: Server) -> list[int]:
@@ -96,7 +84,7 @@ def test_the_exec_starts_the_clientapps_and_the_run_completes(federation: Deploy
     nodes = [server for server in federation.servers if server.name.startswith("node")]
     assert len(_workers(node_exec)) == 3, "one ClientApp process per node, the exec's children"
     assert all(_workers(node) == [] for node in nodes), "no node started one itself"
-    final, replies = _follow(federation, run_id)
+    final, replies = federation.follow_printed(run_id)
     assert final["status"] == "finished:completed", final
     assert sorted((r["round"], r["partition"]) for r in replies if r["code"] is None) == [
         (round_number, partition) for round_number in (1, 2) for partition in range(3)
@@ -130,7 +118,7 @@ def test_the_exec_killed_mid_round_is_code_8_and_a_restarted_exec_serves_the_nex
     (node_exec,) = [server for server in federation.servers if server.name.startswith("exec")]
     federation.kill(node_exec)
     federation.start_node_exec(federation.root / "node-exec.sock")
-    final, replies = _follow(federation, run_id)
+    final, replies = federation.follow_printed(run_id)
     assert final["status"] == "finished:completed", final
     assert [(r["round"], r["code"]) for r in replies if r["code"] is not None] == [(2, 8)]
     assert sorted(r["partition"] for r in replies if r["round"] == 3 and r["code"] is None) == [

@@ -9,7 +9,6 @@ the process that starts it (the node, or its exec) stands.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -48,13 +47,10 @@ def test_each_node_s_clientapp_process_runs_its_share_of_threads(
             "--exec-socket", str(socket_path),
             "--exec-secret-file", str(deployment.exec_secret_file),
         )  # fmt: skip
-        submitted = deployment.fedcore("run", str(THREADS_APP), "--run-config", "min-nodes=4")
-        assert submitted.returncode == 0, submitted.stderr
-        followed = deployment.fedcore("log", submitted.stdout.strip(), "--follow", "--json")
-        assert followed.returncode == 0, followed.stderr
-    *lines, final = [json.loads(line) for line in followed.stdout.splitlines()]
+        final, reports = deployment.follow_printed(
+            deployment.submit(THREADS_APP, **{"min-nodes": 4})
+        )
     assert final["status"] == "finished:completed", final
-    reports = [json.loads(line["text"]) for line in lines if line["text"].startswith("{")]
     by_partition = {report.pop("partition"): report for report in reports}
     default_share = thread_count(detect_cpus() / 2)
     assert by_partition == {

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from fedcore.testing.deployment import FEDCORE, Deployment, Server
+from fedcore.testing.deployment import FEDCORE, Deployment, Server, run_config_text
 
 CHAOS_APP = Path(__file__).resolve().parent / "chaos_app"
 HEARTBEAT = 1.0
@@ -40,29 +40,12 @@ def federation(tmp_path: Path) -> Iterator[Deployment]:
         yield deployment
 
 
-def _run_config(federation: Deployment, **config: Any) -> str:
-    config.setdefault("marker-dir", str(federation.root / "markers"))
-    return " ".join(f"{key}={json.dumps(value)}" for key, value in config.items())
+def _chaos_config(federation: Deployment, **config: Any) -> dict[str, Any]:
+    return {"marker-dir": str(federation.root / "markers"), **config}
 
 
 def _submit(federation: Deployment, **config: Any) -> str:
-    text = _run_config(federation, **config)
-    submitted = federation.fedcore("run", str(CHAOS_APP), "--run-config", text)
-    assert submitted.returncode == 0, submitted.stderr
-    return submitted.stdout.strip()
-
-
-def _follow(federation: Deployment, run_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The run's final state and the replies its ServerApp logged, once it has finished."""
-    followed = federation.fedcore("log", run_id, "--follow", "--json")
-    assert followed.returncode == 0, followed.stderr
-    *lines, final = [json.loads(line) for line in followed.stdout.splitlines()]
-    replies = []
-    for line in lines:
-        text = line["text"]
-        if text.startswith("{"):
-            replies.append(json.loads(text))
-    return final, replies
+    return federation.submit(CHAOS_APP, **_chaos_config(federation, **config))
 
 
 def _by_round(replies: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
@@ -81,7 +64,7 @@ def test_a_node_killed_mid_round_is_answered_with_code_5_in_time_and_the_run_goe
     node0 = next(server for server in federation.servers if server.name == "node0")
     killed_at = time.time()
     federation.kill(node0)
-    final, replies = _follow(federation, run_id)
+    final, replies = federation.follow_printed(run_id)
     assert final["status"] == "finished:completed", final
     rounds = _by_round(replies)
     (lost,) = [reply for reply in rounds[2] if reply["code"] is not None]
@@ -95,7 +78,7 @@ def test_a_crashed_clientapp_process_is_code_8_and_the_next_round_is_fine(
     federation: Deployment,
 ) -> None:
     run_id = _submit(federation, rounds=3, **{"crash-partition": 1, "crash-round": 2})
-    final, replies = _follow(federation, run_id)
+    final, replies = federation.follow_printed(run_id)
     assert final["status"] == "finished:completed", final
     rounds = _by_round(replies)
     assert sorted((r["partition"], r["code"]) for r in rounds[2] if r["code"] is not None) == [
@@ -110,7 +93,7 @@ def test_a_killed_serverapp_fails_its_run_at_once(federation: Deployment) -> Non
     (pid,) = federation.app_pids()
     killed_at = time.monotonic()
     os.kill(pid, signal.SIGKILL)
-    final, _ = _follow(federation, run_id)
+    final, _ = federation.follow_printed(run_id)
     assert final["status"] == "finished:failed", final
     assert final["reason"] == "the ServerApp process was killed by SIGKILL"
     # The exec sees its child exit: seconds (CLI start-up included), not a heartbeat timeout.
@@ -122,7 +105,7 @@ def test_a_stopped_run_ends_its_serverapp_and_its_stream_with_status_3(
     federation: Deployment,
 ) -> None:
     assert federation.link is not None
-    config = _run_config(federation, rounds=100_000, delay=0.05)
+    config = run_config_text(_chaos_config(federation, rounds=100_000, delay=0.05))
     streaming = subprocess.Popen(
         [str(FEDCORE), "run", str(CHAOS_APP), "--stream", "--json", "--run-config", config],
         stdout=subprocess.PIPE,
@@ -204,7 +187,7 @@ def test_a_finished_runs_clientapp_processes_end_within_a_few_heartbeats(
     run_id = _submit(federation, rounds=3, delay=0.05)
     federation.wait_for_file(federation.root / "markers" / "round-2")
     assert [len(_clientapp_pids(node)) for node in nodes] == [1, 1, 1]
-    final, _ = _follow(federation, run_id)
+    final, _ = federation.follow_printed(run_id)
     assert final["status"] == "finished:completed", final
     # A node asks about its runs every heartbeat (1 s here), not after the 600 s idle timeout.
     give_up = time.monotonic() + 10 * HEARTBEAT
@@ -221,7 +204,7 @@ def test_the_link_killed_and_restarted_on_its_database_loses_no_reply(
     assert federation.link is not None
     federation.kill(federation.link)
     federation.restart_link()
-    final, replies = _follow(federation, run_id)
+    final, replies = federation.follow_printed(run_id)
     assert final["status"] == "finished:completed", final
     rounds = _by_round(replies)
     assert sorted(rounds) == list(range(1, 21))
@@ -247,7 +230,7 @@ def test_a_stall_shorter_than_the_patience_does_not_take_a_node_offline(
         time.sleep((PATIENCE - 1) * HEARTBEAT * 0.8)
     finally:
         os.kill(node1.process.pid, signal.SIGCONT)
-    final, replies = _follow(federation, run_id)
+    final, replies = federation.follow_printed(run_id)
     assert final["status"] == "finished:completed", final
     assert all(reply["code"] is None for reply in replies), replies
     assert len(replies) == 9
@@ -267,7 +250,7 @@ def test_the_link_killed_at_random_moments_loses_no_reply(federation: Deployment
         assert federation.link is not None
         federation.kill(federation.link)
         federation.restart_link()
-    final, replies = _follow(federation, run_id)
+    final, replies = federation.follow_printed(run_id)
     assert final["status"] == "finished:completed", (seed, final)
     rounds = _by_round(replies)
     assert sorted(rounds) == list(range(1, 61)), seed
