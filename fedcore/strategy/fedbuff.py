@@ -49,9 +49,10 @@ from fedcore.strategy.rounds import (
     evaluate_on_server,
     exchange,
     failure_counts,
-    limit_ttl,
     log_failures,
     metrics_text,
+    push_within,
+    replies_within,
     round_limit,
     sampling_seed,
     shuffled,
@@ -165,7 +166,7 @@ class FedBuff(FedAvg):
         has ``round_timeout`` (:func:`~fedcore.strategy.rounds.round_limit`) for its reply."""
         self._sent.clear()
         limit = round_limit(self, grid, timeout)
-        run = _AsyncRun(self, grid, limit, num_rounds, train_config, evaluate_config)
+        run = _AsyncRun(self, grid, timeout, limit, num_rounds, train_config, evaluate_config)
         return await run.drive(initial_arrays, evaluate_fn)
 
 
@@ -314,11 +315,13 @@ class _AsyncRun:
         strategy: FedBuff,
         grid: Grid,
         timeout: float,
+        limit: float,
         num_rounds: int,
         train_config: ConfigRecord,
         evaluate_config: ConfigRecord,
     ) -> None:
-        self.strategy, self.grid, self.timeout = strategy, grid, timeout
+        # ``timeout`` bounds each wait for nodes, ``limit`` each message's wait for its reply.
+        self.strategy, self.grid, self.timeout, self.limit = strategy, grid, timeout, limit
         self.num_rounds = num_rounds
         self.train_config, self.evaluate_config = train_config, evaluate_config
         self.seed = sampling_seed(grid.run)
@@ -405,8 +408,7 @@ class _AsyncRun:
         messages = self.strategy.configure_train(
             server_round, self.result.arrays, ConfigRecord(self.train_config), node_ids
         )
-        limit_ttl(messages, self.timeout)
-        ids = await self.grid.push_messages(messages)
+        ids = await push_within(self.grid, messages, self.limit)
         for message_id, node_id in zip(ids, node_ids, strict=True):
             self.working[message_id] = (node_id, server_round)
         self._training.start_soon(self._listen, ids, self._send.clone())
@@ -414,7 +416,7 @@ class _AsyncRun:
     async def _listen(self, ids: list[str], send: MemoryObjectSendStream[Message | _Lost]) -> None:
         async with send:
             answered = set()
-            async for reply in self.grid.receive(ids, timeout=self.timeout):
+            async for reply in replies_within(self.grid, ids, self.limit):
                 answered.add(reply.metadata.reply_to_message_id)
                 await send.send(reply)
             lost = [message_id for message_id in ids if message_id not in answered]
@@ -432,7 +434,7 @@ class _AsyncRun:
         if metrics is not None:
             result.train_metrics_clientapp[server_round] = metrics
         if step.errors or step.missing:
-            log_failures(server_round, "train", step.errors, step.missing, self.timeout)
+            log_failures(server_round, "train", step.errors, step.missing, self.limit)
         if evaluate_fn is not None:
             record = await evaluate_on_server(evaluate_fn, server_round, result.arrays)
             if record is not None:
@@ -459,7 +461,7 @@ class _AsyncRun:
             server_round, arrays, ConfigRecord(self.evaluate_config), node_ids
         )
         done = await exchange(
-            messages, self.grid, self.timeout, server_round, self.num_rounds, "evaluate"
+            messages, self.grid, self.limit, server_round, self.num_rounds, "evaluate"
         )
         metrics = self.strategy.aggregate_evaluate(server_round, done.replies)
         if metrics is not None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -83,12 +83,21 @@ def round_limit(strategy: Strategy, grid: Grid, timeout: float) -> float:
     return min(timeout, DEFAULT_ROUND_TIMEOUT if own is None else own)
 
 
-def limit_ttl(messages: Sequence[Message], limit: float) -> None:
-    """Make ``messages`` expire ``limit`` seconds after they are pushed (sooner if they
+async def push_within(grid: Grid, messages: Sequence[Message], limit: float) -> list[str]:
+    """Push ``messages`` to expire ``limit`` seconds after they are pushed (sooner if they
     would already): a ClientApp still at work when its round stops waiting is stopped,
-    and its node does not start work nobody will read."""
+    and its node does not start work nobody will read. Take their replies with
+    :func:`replies_within` and the same ``limit``."""
     for message in messages:
         message.metadata.ttl = min(message.metadata.ttl, limit)
+    return await grid.push_messages(messages)
+
+
+def replies_within(grid: Grid, ids: Sequence[str], limit: float) -> AsyncIterator[Message]:
+    """The replies to messages pushed by :func:`push_within`, waited for until ``limit``
+    and :data:`EXPIRY_GRACE` more: a message that expired is counted with the error
+    reply its expiry brings (code 3), never as missing."""
+    return grid.receive(ids, timeout=limit + EXPIRY_GRACE)
 
 
 @dataclass
@@ -228,17 +237,16 @@ async def exchange(
 ) -> Exchange:
     """Push ``messages`` and take their replies: folded in with ``fold`` in send order,
     or (without ``fold``) returned as a list in send order. Messages expire after
-    ``timeout`` seconds (:func:`limit_ttl`); what has no reply by then is a failure."""
+    ``timeout`` seconds (:func:`push_within`); what has no reply by then is a failure."""
     if not messages:
         return Exchange([], 0, {})
     started = grid.clock.now()
-    limit_ttl(messages, timeout)
-    ids = await grid.push_messages(messages)
+    ids = await push_within(grid, messages, timeout)
     replies: list[Message] = []
     in_order = _InOrder(ids, fold if fold is not None else replies.append)
     errors: list[Message] = []
     received = 0
-    async for reply in grid.receive(ids, timeout=timeout + EXPIRY_GRACE):
+    async for reply in replies_within(grid, ids, timeout):
         received += 1
         if reply.has_error():
             errors.append(reply)
