@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import inspect
+from types import ModuleType
+
+import pytest
 
 import fedcore
+import fedcore.apps
 import fedcore.data
+import fedcore.domain
 import fedcore.mods
 import fedcore.strategy
+import fedcore.transport.http
 
 
 def test_all_is_sorted() -> None:
@@ -28,6 +34,16 @@ def test_all_is_complete() -> None:
         if not name.startswith("_") and not inspect.ismodule(getattr(fedcore, name))
     }
     assert public == set(fedcore.__all__)
+
+
+@pytest.mark.parametrize(
+    "package", [fedcore, fedcore.apps, fedcore.domain, fedcore.strategy, fedcore.transport.http]
+)
+def test_a_lazy_package_knows_a_home_for_exactly_its_public_names(package: ModuleType) -> None:
+    # dir() lists __all__ whatever the homes hold: a name with a home but left out of
+    # __all__ (or the reverse) is caught here, not there.
+    homes = vars(package)["_HOMES"]
+    assert set(homes) == set(package.__all__)
 
 
 def test_every_name_imports_by_from_import() -> None:
