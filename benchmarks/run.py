@@ -9,8 +9,8 @@ included), ``accuracy`` (W3 only) or ``race`` (async: FedBuff against FedAvg). T
 ``large-400``. W4 and W4-torch (benchmarks/w4.py) run ``floor``, ``capped`` and
 ``uncapped``, each with its own thread variables, set here before anything loads
 numpy: ``floor`` at one thread, ``capped`` with none (fedcore's cap applies),
-``uncapped`` at the machine's cores (a user's choice, which fedcore keeps).
-``large-400``. The ``startup`` workload has one case, ``help`` (benchmarks/startup.py).
+``uncapped`` at the machine's cores (a user's choice, which fedcore keeps). The
+``startup`` workload has one case, ``help`` (benchmarks/startup.py).
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ WORKLOADS = {
     "startup": "benchmarks.startup",
 }
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-"""fedcore's (fedcore.simulation.backends.threads), named here because importing fedcore
-loads numpy, which reads them; checked against fedcore's once it is imported."""
+"""fedcore's (fedcore.simulation.backends.threads), named here because importing that
+module loads the simulation package, and with it numpy, which reads them; checked
+against fedcore's once it is imported."""
 
 
 def _set_threads(variant: str) -> None:

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from fedcore.cli import COMMANDS
+from fedcore.testing.deployment import FEDCORE
 
-FEDCORE = Path(sys.executable).parent / "fedcore"
 ROOT = Path(__file__).resolve().parent.parent
 REPEATS = 7
 TARGET = 0.3

@@ -9,7 +9,6 @@ and through a bare process pool.
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,7 @@ import numpy as np
 import fedcore as fc
 from benchmarks.pool import spawn_pool
 from fedcore.strategy import FedAvg
+from fedcore.testing.deployment import FEDCORE
 
 NODES, ROUNDS, SIZE = 1_000, 5, 10
 
@@ -85,9 +85,8 @@ def pool_floor() -> None:
 def cli() -> None:
     """``fedcore simulate benchmarks.w2:app`` as a user runs it: the whole process, start-up
     and workers included, from the repository root."""
-    fedcore = Path(sys.executable).parent / "fedcore"
     subprocess.run(
-        [str(fedcore), "simulate", "benchmarks.w2:app", "--nodes", str(NODES), "--seed", "0", "-q"],
+        [str(FEDCORE), "simulate", "benchmarks.w2:app", "--nodes", str(NODES), "--seed", "0", "-q"],
         cwd=Path(__file__).resolve().parent.parent,
         stdout=subprocess.DEVNULL,
         check=True,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,9 +18,9 @@ import click
 import pytest
 
 from fedcore.cli import COMMANDS, cli
+from fedcore.testing.deployment import FEDCORE
 from fedcore.testing.network import closed_port
 
-FEDCORE = Path(sys.executable).parent / "fedcore"
 OBSERVER = """\
 import atexit, os, sys
 
