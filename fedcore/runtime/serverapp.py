@@ -68,29 +68,35 @@ async def serve_run(
             context = Context(run_id, SERVER_NODE_ID, {}, RecordDict(), dict(run.run_config))
             rounds = _Rounds()
             failure = await _main(grid, client, context, app_dir, heartbeat, rounds)
-            if failure is not None:
-                # A stop drops the run's messages under ``main``: what it raises then
+            if failure is None:
+                await grid.call(lambda: client.save_context(run_id, context.state))
+            status, reason = _outcome(failure, rounds.last)
+            done = await grid.call(lambda: client.finish(run_id, status, reason))
+            if (done.status, done.reason) != (status, reason):
+                # The run had finished otherwise first (a stop, the link failing it).
+                # A stop drops the run's messages under ``main``: what it raised then
                 # (code-3 replies it did not expect, a refused push) is the stop's doing,
                 # so the run's log ends on the stop whichever call noticed it first.
-                now = await grid.call(lambda: client.authenticate(run_id, secret))
-                if isinstance(failure, _Stopped) or now.status.finished:
-                    _say_finished(now)
-                    return 0
-                log.error("the ServerApp failed:\n%s", "".join(traceback.format_exception(failure)))
-                await grid.call(lambda: client.finish(run_id, RunStatus.FAILED, _one_line(failure)))
-                return 1
-            await grid.call(lambda: client.save_context(run_id, context.state))
-            if rounds.last is not None and rounds.last.trained_nothing:
-                # As `fedcore simulate` exits 1: a run that trained nothing in the end
-                # did not complete, whatever `main` made of it.
-                reason = rounds.last.untrained_reason()
-                log.error("%s", reason)
-                await grid.call(lambda: client.finish(run_id, RunStatus.FAILED, reason))
-                return 1
-            done = await grid.call(lambda: client.finish(run_id, RunStatus.COMPLETED))
-            if done.status is not RunStatus.COMPLETED:  # stopped as ``main`` returned
                 _say_finished(done)
-            return 0
+                return 0
+            if failure is not None:
+                log.error("the ServerApp failed:\n%s", "".join(traceback.format_exception(failure)))
+            elif status is RunStatus.FAILED:
+                log.error("%s", reason)
+            return 0 if status is RunStatus.COMPLETED else 1
+
+
+def _outcome(failure: Exception | None, last: RoundReport | None) -> tuple[RunStatus, str]:
+    """How ``main`` ended the run, as this process reports it to the link.
+
+    A run whose last round trained nothing did not complete, whatever ``main`` made of
+    it: ``fedcore simulate`` exits 1 for it too.
+    """
+    if failure is not None:
+        return RunStatus.FAILED, _one_line(failure)
+    if last is not None and last.trained_nothing:
+        return RunStatus.FAILED, last.untrained_reason()
+    return RunStatus.COMPLETED, ""
 
 
 async def _main(
