@@ -91,7 +91,8 @@ class LaunchSettings:
     after patience × that without one, unless this launcher, which holds the process,
     still renews its claim (a renewal vouches for the process: see
     :mod:`fedcore.state.base`). ``max_runs``: ServerApp processes at once.
-    ``stop_grace``: seconds the process of a finished run gets to exit by itself,
+    ``stop_grace``: seconds the process of a finished run gets to exit by itself
+    (past the heartbeat that tells a stopped one),
     and then between terminating and killing it. ``poll_seconds``: the longest
     one wait for a run (or for a run's end) lasts before it is asked again — a long
     poll, over the network. ``command``: what starts a ServerApp process (tests put
@@ -266,9 +267,11 @@ class ServerAppLauncher:
             )
             finished = run.status.finished
         # A ServerApp that finished its run itself is on its way out (shipping its last
-        # log lines); one that was stopped learns it from its next heartbeat. Either way
-        # it gets the grace period to exit by itself before it is terminated.
-        with self._clock.move_on_after(self._settings.stop_grace):
+        # log lines); one that was stopped learns it from its next heartbeat, up to an
+        # interval away. Either way it gets that and the grace period to exit by itself
+        # before it is terminated.
+        settings = self._settings
+        with self._clock.move_on_after(settings.app_heartbeat + settings.stop_grace):
             await process.wait()
         await self._end(process)
 

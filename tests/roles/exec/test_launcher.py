@@ -105,7 +105,10 @@ async def test_a_stopped_run_has_its_process_terminated(
         try:
             await state.update_run_status(run.run_id, RunStatus.STOPPED, "operator")
             await anyio.wait_all_tasks_blocked()
-            fake_clock.advance(5.1)  # the grace to exit by itself, then it is terminated
+            # A heartbeat to hear of the stop and the grace to exit by itself; then it is
+            # terminated.
+            settings = LaunchSettings()
+            fake_clock.advance(settings.app_heartbeat + settings.stop_grace + 0.1)
             with anyio.fail_after(20):
                 await anyio.wait_readable(exited)  # a pidfd turns readable when its process ends
         finally:
