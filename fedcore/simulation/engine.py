@@ -149,18 +149,12 @@ class SimulationEngine:
     async def _deliver(self, run: Run, node_id: int, message: Message) -> None:
         context = self._contexts.get(node_id) or self._new_context(run, node_id)
         reply, self._contexts[node_id] = await self._backend.run(message, context)
+        if message.metadata.expires_at <= self._clock.now():
+            return  # the state answers an expired message itself (code 3)
         try:
             await self._state.push_reply(node_id, reply)
         except StateError as exc:
-            # A message that expired was answered by the state already (code 3): the
-            # backend's late reply to it is expected to be refused.
-            expired = message.metadata.expires_at <= self._clock.now()
-            log.log(
-                logging.DEBUG if expired else logging.WARNING,
-                "reply from node %d dropped: %s",
-                node_id,
-                exc,
-            )
+            log.warning("reply from node %d dropped: %s", node_id, exc)
 
     def _new_context(self, run: Run, node_id: int) -> Context:
         node_config = {
