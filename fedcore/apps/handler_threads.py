@@ -10,6 +10,7 @@ with the process.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import threading
 from collections.abc import Callable
@@ -17,8 +18,6 @@ from queue import SimpleQueue
 from typing import Any, TypeVar
 
 import anyio
-import anyio.from_thread
-import anyio.lowlevel
 
 T = TypeVar("T")
 
@@ -34,14 +33,16 @@ async def run_in_thread(func: Callable[..., T], *args: object) -> T:
     The call sees the caller's context variables, and may reach the caller's event
     loop with ``anyio.from_thread`` given the loop's token.
     """
-    token = anyio.lowlevel.current_token()
+    loop = asyncio.get_running_loop()  # fedcore runs on asyncio (uvloop's or the stdlib's)
     done = anyio.Event()
     outcome: list[Any] = []
 
     def finished() -> None:
+        # Not anyio.from_thread: that waits for the loop, and the thread would be idle
+        # (and reusable) only once the loop got round to it.
         try:
-            anyio.from_thread.run_sync(done.set, token=token)
-        except Exception:  # the loop is gone: nobody waits for the outcome
+            loop.call_soon_threadsafe(done.set)
+        except RuntimeError:  # the loop is closed: nobody waits for the outcome
             return
 
     with _idle_lock:
