@@ -17,7 +17,6 @@ import contextlib
 import functools
 import importlib.util
 import logging
-import math
 import os
 import secrets
 import signal
@@ -41,6 +40,7 @@ from fedcore.simulation.engine import SimulationEngine, SimulationResult
 from fedcore.simulation.progress import showing_progress, summary
 from fedcore.simulation.resources import Resources
 from fedcore.state.memory import InMemoryLinkState
+from fedcore.strategy.arguments import positive
 
 log = logging.getLogger(__name__)
 
@@ -95,14 +95,11 @@ async def simulate(
     seed = _resolve_seed(seed, config)
     if "seed" in config:
         config["seed"] = seed
-    if round_timeout is not None and not (
-        isinstance(round_timeout, int | float)
-        and not isinstance(round_timeout, bool)
-        and 0 < round_timeout < math.inf
-    ):
-        raise UsageError(
-            f"round_timeout must be a positive number of seconds, got {round_timeout!r}"
-        )
+    if round_timeout is not None:
+        try:
+            round_timeout = positive("round_timeout", round_timeout)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
     clock = clock or SystemClock()
     started = clock.now()
     with contextlib.ExitStack() as stack:
@@ -124,7 +121,7 @@ async def simulate(
                 num_nodes=nodes,
                 run_config=config,
                 seed=seed,
-                round_timeout=None if round_timeout is None else float(round_timeout),
+                round_timeout=round_timeout,
             )
     if display is not None:
         print(summary(display.reports, clock.now() - started, result.seed))
