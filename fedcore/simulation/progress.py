@@ -47,7 +47,6 @@ class ProgressDisplay(logging.Handler):
         self.metrics_path = metrics_out
         self._metrics: IO[str] | None = None
         self.reports: list[RoundReport] = []
-        self.run: RunStarted | None = None
         self._live_line = ""
         self._last_redraw = 0.0
         self.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S"))
@@ -70,7 +69,6 @@ class ProgressDisplay(logging.Handler):
             self.handleError(record)
 
     def _start(self, run: RunStarted) -> None:
-        self.run = run
         self._write(_header(run))
 
     def _record(self, report: RoundReport) -> None:

@@ -50,7 +50,6 @@ def _reply(msg: fc.Message) -> fc.Message:
 async def _run_with_one_hung_node(
     app: fc.App,
     hung: list[anyio.Event],
-    caplog: pytest.LogCaptureFixture,
     wait: float,
     **options: object,
 ) -> None:
@@ -58,23 +57,25 @@ async def _run_with_one_hung_node(
     replied, move time on by ``wait``."""
     clock = FakeClock()
     replies = _Replies()
-    logging.getLogger("fedcore.strategy").addHandler(replies)
     done = anyio.Event()
 
     async def simulate() -> None:
         await fc.simulate(app, nodes=3, backend="inline", seed=0, clock=clock, **options)
         done.set()
 
-    async with anyio.create_task_group() as tasks:
-        tasks.start_soon(simulate)
-        for index in range(ROUNDS):
+    logging.getLogger("fedcore.strategy").addHandler(replies)
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(simulate)
+            for index in range(ROUNDS):
+                with anyio.fail_after(10):
+                    await hung[index].wait()
+                    await replies.rounds[index + 1].wait()
+                clock.advance(wait)
             with anyio.fail_after(10):
-                await hung[index].wait()
-                await replies.rounds[index + 1].wait()
-            clock.advance(wait)
-        with anyio.fail_after(10):
-            await done.wait()
-    logging.getLogger("fedcore.strategy").removeHandler(replies)
+                await done.wait()
+    finally:
+        logging.getLogger("fedcore.strategy").removeHandler(replies)
 
 
 class _Replies(logging.Handler):
@@ -118,7 +119,7 @@ async def test_a_hung_clientapp_fails_its_reply_and_the_run_goes_on(
     app = _app(train_async if kind == "async" else train_plain, round_timeout=30)
     try:
         with caplog.at_level(logging.DEBUG, logger="fedcore"):
-            await _run_with_one_hung_node(app, hung, caplog, wait=30.5)
+            await _run_with_one_hung_node(app, hung, wait=30.5)
     finally:
         release.set()
 
@@ -142,7 +143,7 @@ async def test_the_run_wide_round_timeout_applies_when_the_strategy_has_none(
 
     with caplog.at_level(logging.DEBUG, logger="fedcore"):
         await _run_with_one_hung_node(
-            _app(train, round_timeout=None), hung, caplog, wait=5.5, round_timeout=5
+            _app(train, round_timeout=None), hung, wait=5.5, round_timeout=5
         )
 
     reports = round_reports(caplog.records)
