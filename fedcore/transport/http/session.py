@@ -131,6 +131,7 @@ class Session:
         """
         if self._session is None:
             raise RuntimeError("the HTTP client is used outside its `async with` block")
+        answered = False  # past the status line: what fails now is not about who answers
         try:
             async with self._session.request(
                 method,
@@ -142,6 +143,7 @@ class Session:
                 expect100=expect100,
                 allow_redirects=False,
             ) as response:
+                answered = True
                 if not 200 <= response.status < 300:
                     body = await read_at_most(response.content, MAX_ERROR_BYTES)
                     if _foreign(response.status, body):
@@ -154,19 +156,24 @@ class Session:
                 yield response
         except FedcoreError:
             raise
-        except aiohttp.ClientResponseError as exc:  # no HTTP/1.1 status line came back
+        except aiohttp.ClientResponseError as exc:
+            if answered:
+                raise LinkUnavailableError(
+                    f"{self.where} is unavailable: {type(exc).__name__}: {exc}"
+                ) from exc
+            # No HTTP/1.1 status line came back.
             raise WrongServiceError(
                 f"{self.address} is not a fedcore {self.api} (it looks like the fleet API's "
                 f"gRPC port: it does not answer in HTTP/1.1)"
             ) from exc
         except aiohttp.ClientConnectorError as exc:
-            if not isinstance(exc.os_error, ConnectionRefusedError):
+            if isinstance(exc.os_error, ConnectionRefusedError):
                 raise LinkUnavailableError(
-                    f"{self.where} is unavailable: {type(exc).__name__}: {exc}"
+                    f"{self.where} is unavailable: nothing listens on {self.address} "
+                    f"(connection refused)"
                 ) from exc
             raise LinkUnavailableError(
-                f"{self.where} is unavailable: nothing listens on {self.address} "
-                f"(connection refused)"
+                f"{self.where} is unavailable: {type(exc).__name__}: {exc}"
             ) from exc
         except (aiohttp.ClientError, OSError) as exc:  # OSError: TimeoutError and raw resets
             raise LinkUnavailableError(
