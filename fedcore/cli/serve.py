@@ -230,7 +230,7 @@ def serve(
     from fedcore.roles.exec.launcher import LaunchSettings
     from fedcore.runtime.addresses import parse_address
     from fedcore.runtime.exec import serve_node_exec
-    from fedcore.runtime.link import RUNTIME_ADDRESS, LinkOptions, serve_link
+    from fedcore.runtime.link import LinkOptions, serve_link
     from fedcore.runtime.node import NodeOptions, serve_node
     from fedcore.runtime.tls import server_context
 
@@ -250,9 +250,9 @@ def serve(
         options = LinkOptions(
             fleet_address=parse_address(fleet_address, what="--fleet-address"),
             control_address=parse_address(control_address, what="--control-address"),
-            runtime_address=parse_address(runtime_address, what="--runtime-address")
-            if runtime_address
-            else RUNTIME_ADDRESS,
+            runtime_address=parse_address(
+                runtime_address or RUNTIME_ADDRESS, what="--runtime-address"
+            ),
             database=database,
             work_dir=work_dir or Path(".fedcore-link"),
             ready_file=ready_file,
