@@ -369,3 +369,24 @@ async def test_a_finished_runs_runner_stops_within_a_heartbeat_interval(
         await until(lambda: third in fake.replies)
     assert counts(fake, [sent[1], third]) == [1, 2]
     assert len(runners.started) == 2
+
+
+async def test_a_run_the_link_no_longer_knows_keeps_its_runner_until_it_idles(
+    fake: FakeFleet, fleet: FlakyFleet, fake_clock: FakeClock, tmp_path: Path
+) -> None:
+    """A link restarted since it handed out the run's messages may not know the run; the
+    run may still be going on, so its runner and Context stay, unlike a finished run's."""
+    add_run(fake, 1, make_bundle(tmp_path, "app"))
+    runners = Runners({"app:client": counting()})
+    async with node(fleet, fake_clock, tmp_path / "cache", runners) as serving:
+        node_id = await serving.wait_registered()
+        first = fake.send(1, train(node_id))
+        await until(lambda: first in fake.replies)
+        known = fake.runs.pop(1)  # the link forgot it
+        await advance(fake_clock, 5.0, step=0.5)  # five heartbeat intervals
+        assert runners.open == 1
+        fake.runs[1] = known  # it comes back, and the run goes on with its Context
+        second = fake.send(1, train(node_id))
+        await until(lambda: second in fake.replies)
+    assert counts(fake, [first, second]) == [1, 2]
+    assert len(runners.started) == 1
