@@ -110,7 +110,7 @@ def test_documents_named_are_in_the_repository(document: Path) -> None:
     assert missing_documents(document) == []
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda path: str(path.relative_to(ROOT)))
+@pytest.mark.parametrize("page", DOCUMENTS, ids=lambda path: str(path.relative_to(ROOT)))
 def test_cited_modules_and_tests_exist(page: Path) -> None:
     assert missing_citations(page) == []
 
