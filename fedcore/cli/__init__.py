@@ -62,18 +62,10 @@ class _Commands(click.Group):
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The listing click would print, from :data:`COMMANDS` instead of the commands."""
-        limit = formatter.width - 6 - max(map(len, self.list_commands(ctx)))
         listed = {
             name: click.Command(name, help=summary) for name, (_, summary) in COMMANDS.items()
         }
-        listed.update(self.commands)
-        rows = [
-            (name, command.get_short_help_str(limit))
-            for name, command in sorted(listed.items())
-            if not command.hidden
-        ]
-        with formatter.section("Commands"):
-            formatter.write_dl(rows)
+        click.Group(commands={**listed, **self.commands}).format_commands(ctx, formatter)
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
