@@ -9,7 +9,8 @@ included), ``accuracy`` (W3 only) or ``race`` (async: FedBuff against FedAvg). T
 ``large-400``. W4 and W4-torch (benchmarks/w4.py) run ``floor``, ``capped`` and
 ``uncapped``, each with its own thread variables, set here before anything loads
 numpy: ``floor`` at one thread, ``capped`` with none (fedcore's cap applies),
-``uncapped`` at the machine's cores (a user's choice, which fedcore keeps). The
+``uncapped`` at the machine's cores (a user's choice, which fedcore keeps); each also
+as ``floor-cli``, ``capped-cli`` and ``uncapped-cli``, a whole process. The
 ``startup`` workload has one case, ``help`` (benchmarks/startup.py).
 """
 
@@ -56,7 +57,7 @@ def _set_threads(variant: str) -> None:
 
 def case(workload: str, variant: str) -> dict[str, Any]:
     if workload.startswith("W4"):
-        _set_threads(variant)
+        _set_threads(variant.removesuffix("-cli"))
     module = importlib.import_module(WORKLOADS[workload])
     row: dict[str, Any] = {"workload": workload, "variant": variant}
     if workload.startswith("W4"):
@@ -77,6 +78,8 @@ def case(workload: str, variant: str) -> dict[str, Any]:
         work = module.floor
     elif variant == "pool":
         work = module.pool_floor
+    elif workload.startswith("W4") and variant.endswith("-cli"):
+        work = lambda: module.cli(variant)  # noqa: E731
     elif workload.startswith("W4"):
         work = lambda: row.update(rounds_seconds=module.run(variant))  # noqa: E731
     elif variant == "cli":

@@ -11,15 +11,19 @@ The variants differ only in the thread variables the simulation is started with
 fedcore caps each worker at its share (1 thread); ``uncapped`` sets them to the
 machine's cores, as a user who chose so would, and fedcore keeps them. ``floor`` is
 the same training serially in one process at one thread, without orchestration; the
-ideal for the pool is that ÷ its workers. ``benchmarks.w4_torch`` is the same in
-torch.
+ideal for the pool is that ÷ its workers. Those run in the benchmark's process; the
+``-cli`` variants run each as a whole process, as a user does (:func:`cli`).
+``benchmarks.w4_torch`` is the same in torch.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 from sklearn.datasets import load_digits
@@ -28,7 +32,9 @@ import fedcore as fc
 from fedcore.simulation.backends.sizing import plan_pool
 from fedcore.simulation.resources import Resources
 from fedcore.strategy import FedAvg
+from fedcore.testing.deployment import FEDCORE
 
+ROOT = Path(__file__).resolve().parent.parent
 NODES, PER_ROUND, ROUNDS, EPOCHS = 100, 20, 10, 2
 SAMPLES, HIDDEN, BATCH, LR = 256, 1024, 32, 0.05
 Arrays = dict[str, np.ndarray]
@@ -134,6 +140,20 @@ def run(variant: str, target: str = "benchmarks.w4:app") -> float:
     a user names one; ``benchmarks.run`` set the threads); the seconds its rounds took."""
     seconds: float = fc.run_simulation(target, nodes=NODES, backend="process", seed=0).value
     return seconds
+
+
+def cli(variant: str, module: str = "benchmarks.w4") -> None:
+    """A ``-cli`` variant: the same as a user runs it, a whole process with its start-up.
+
+    ``capped-cli`` and ``uncapped-cli`` are ``fedcore simulate MODULE:app``;
+    ``floor-cli`` is a ``python -c`` of the serial training.
+    """
+    if variant == "floor-cli":
+        command = [sys.executable, "-c", f"from {module} import floor; floor()"]
+    else:
+        command = [str(FEDCORE), "simulate", f"{module}:app", "--nodes", str(NODES)]
+        command += ["--seed", "0", "-q"]
+    subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL, check=True)
 
 
 def serial(train: Callable[[Arrays, int, int], Arrays], model: Arrays) -> None:

@@ -53,5 +53,10 @@ def run(variant: str) -> float:
     return w4.run(variant, "benchmarks.w4_torch:app")
 
 
+def cli(variant: str) -> None:
+    """As :func:`benchmarks.w4.cli`, with the torch ClientApp."""
+    w4.cli(variant, "benchmarks.w4_torch")
+
+
 def floor() -> None:
     w4.serial(train, initial_model())
