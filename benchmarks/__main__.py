@@ -2,13 +2,22 @@
 
 Each case runs in its own subprocess so that its time includes start-up and its
 peak memory is its own. Ratios between rows of one invocation are comparable (same
-machine, same moment); absolute figures vary from run to run.
+machine, same moment); absolute figures vary from run to run. ``--repeat N`` runs
+the selected cases N times, round robin (so that a noisy moment hits every case
+alike), and reports each timed row's median: ``python -m benchmarks W2 --repeat 5``.
+
+Before anything is timed, fedcore's and the benchmarks' bytecode is compiled, as pip
+compiles an installed package's: with ``PYTHONDONTWRITEBYTECODE`` set (as in some
+containers), every process would otherwise compile every module it imports from
+source, and each case's start-up would time the compiler.
 """
 
 from __future__ import annotations
 
+import compileall
 import importlib.util
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -59,14 +68,47 @@ def _one(workload: str, variant: str) -> dict[str, Any]:
     return row
 
 
+def _arguments(argv: list[str]) -> tuple[set[str], int]:
+    """The workloads named (none: all) and ``--repeat``'s count."""
+    only, repeat = set(), 1
+    words = iter(argv)
+    for word in words:
+        if word == "--repeat":
+            count = next(words, "")
+            if not count.isdigit() or int(count) < 1:
+                raise SystemExit("--repeat takes a whole number of runs, at least 1")
+            repeat = int(count)
+        else:
+            only.add(word)
+    unknown = only - {workload for workload, _ in CASES}
+    if unknown:
+        raise SystemExit(f"no workload named {', '.join(sorted(unknown))}")
+    return only, repeat
+
+
+def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row for a case run several times: the run of median time, with every time."""
+    if len(runs) == 1 or "seconds" not in runs[0]:
+        return runs[0]
+    ordered = sorted(runs, key=lambda row: row["seconds"])
+    return ordered[len(ordered) // 2] | {
+        "seconds": statistics.median(row["seconds"] for row in runs),
+        "runs_seconds": [row["seconds"] for row in runs],
+    }
+
+
 def main() -> None:
-    only = set(sys.argv[1:])
-    rows = []
-    for workload, variant in CASES:
-        if only and workload not in only:
-            continue
-        print(f"running {workload} {variant} ...", file=sys.stderr, flush=True)
-        rows.append(_one(workload, variant))
+    only, repeat = _arguments(sys.argv[1:])
+    for tree in (HERE.parent / "fedcore", HERE):
+        compileall.compile_dir(tree, quiet=1)
+    cases = [case for case in CASES if not only or case[0] in only]
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {case: [] for case in cases}
+    for round_ in range(repeat):
+        for workload, variant in cases:
+            of = f" ({round_ + 1}/{repeat})" if repeat > 1 else ""
+            print(f"running {workload} {variant}{of} ...", file=sys.stderr, flush=True)
+            runs[workload, variant].append(_one(workload, variant))
+    rows = [_median(runs[case]) for case in cases]
     floors = {
         (row["workload"], row["variant"]): row["seconds"]
         for row in rows

@@ -16,7 +16,6 @@ import numpy as np
 import fedcore as fc
 from benchmarks.pool import spawn_pool
 from fedcore.strategy import FedAvg
-from fedcore.testing.deployment import FEDCORE
 
 NODES, ROUNDS, SIZE = 1_000, 5, 10
 
@@ -85,6 +84,8 @@ def pool_floor() -> None:
 def cli() -> None:
     """``fedcore simulate benchmarks.w2:app`` as a user runs it: the whole process, start-up
     and workers included, from the repository root."""
+    from fedcore.testing.deployment import FEDCORE  # not in the app's own imports
+
     subprocess.run(
         [str(FEDCORE), "simulate", "benchmarks.w2:app", "--nodes", str(NODES), "--seed", "0", "-q"],
         cwd=Path(__file__).resolve().parent.parent,

@@ -27,7 +27,8 @@ if _typing.TYPE_CHECKING:
         MetricRecord,
         RecordDict,
     )
-    from fedcore.simulation import Resources, SimulationResult, run_simulation, simulate
+    from fedcore.simulation import Resources, SimulationResult
+    from fedcore.simulation.simulate import run_simulation, simulate
 
 __version__ = "0.1.0"
 
@@ -68,7 +69,8 @@ _HOMES = {
         ),
         "domain",
     ),
-    **dict.fromkeys(("Resources", "SimulationResult", "run_simulation", "simulate"), "simulation"),
+    **dict.fromkeys(("Resources", "SimulationResult"), "simulation"),
+    **dict.fromkeys(("run_simulation", "simulate"), "simulation.simulate"),
 }
 
 

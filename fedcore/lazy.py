@@ -25,6 +25,9 @@ def lazy_attributes(
     (``"records"`` for ``fedcore.domain.records``).
     """
     package = namespace["__name__"]
+    shadowed = set(homes) & {home.split(".")[0] for home in homes.values()}
+    if shadowed:  # importing that submodule would bind its name to the module instead
+        raise ValueError(f"{package} names {sorted(shadowed)} after submodules of its own")
 
     def __getattr__(name: str) -> object:
         home = homes.get(name)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 from types import ModuleType
 
 import pytest
@@ -12,8 +14,10 @@ import fedcore.apps
 import fedcore.data
 import fedcore.domain
 import fedcore.mods
+import fedcore.simulation
 import fedcore.strategy
 import fedcore.transport.http
+from fedcore.lazy import lazy_attributes
 
 
 def test_all_is_sorted() -> None:
@@ -37,13 +41,37 @@ def test_all_is_complete() -> None:
 
 
 @pytest.mark.parametrize(
-    "package", [fedcore, fedcore.apps, fedcore.domain, fedcore.strategy, fedcore.transport.http]
+    "package",
+    [
+        fedcore,
+        fedcore.apps,
+        fedcore.domain,
+        fedcore.simulation,
+        fedcore.strategy,
+        fedcore.transport.http,
+    ],
 )
 def test_a_lazy_package_knows_a_home_for_exactly_its_public_names(package: ModuleType) -> None:
     # dir() lists __all__ whatever the homes hold: a name with a home but left out of
     # __all__ (or the reverse) is caught here, not there.
     homes = vars(package)["_HOMES"]
     assert set(homes) == set(package.__all__)
+
+
+def test_a_lazy_package_may_not_name_a_name_after_one_of_its_submodules() -> None:
+    # Importing the submodule binds its name in the package, so the name would be the
+    # module or the function depending on what was imported first.
+    with pytest.raises(ValueError, match=r"\['simulate'\] after submodules"):
+        lazy_attributes({"__name__": "pkg", "__all__": ["simulate"]}, {"simulate": "simulate"})
+
+
+def test_simulate_is_the_function_whatever_was_imported_first() -> None:
+    code = (
+        "import fedcore.simulation.simulate, fedcore as fc, inspect; "
+        "assert inspect.iscoroutinefunction(fc.simulate), fc.simulate; "
+        "assert callable(fc.run_simulation)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
 def test_every_name_imports_by_from_import() -> None:

@@ -157,6 +157,10 @@ def test_simulate_and_its_workers_import_no_deployment_code(tmp_path: Path) -> N
     assert len(workers) == 2, "expected the simulation's own process and its 2 workers"
     assert all("startup_tiny_app" in worker for worker in workers)
     assert offending(done.modules, (*DEPLOYMENT, *DEPLOYMENT_CODE)) == []
+    # A worker loads its ClientApp, not the engine that drives it.
+    engine = ("fedcore.simulation.engine", "fedcore.simulation.simulate", "fedcore.state")
+    engine += ("fedcore.simulation.backends.process_pool", "fedcore.simulation.progress")
+    assert [offending(worker, engine) for worker in workers] == [[], []]
 
 
 def test_the_listing_says_what_each_command_s_own_help_says() -> None:

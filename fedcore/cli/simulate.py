@@ -129,8 +129,9 @@ def simulate(
       fedcore simulate my_app:app -n 1000 --run-config "num-server-rounds=5 lr=0.05"
       fedcore simulate my_app:app -n 500 --num-gpus 0.25 --max-workers 8
     """
-    from fedcore.simulation import Resources, run_simulation
+    from fedcore.simulation import Resources
     from fedcore.simulation.progress import showing_progress, summary
+    from fedcore.simulation.simulate import run_simulation
 
     if nodes < 1:
         raise click.BadParameter(f"must be at least 1, got {nodes}", param_hint="--nodes")

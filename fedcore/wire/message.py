@@ -17,6 +17,7 @@ and raises ``TypeError``/``ValueError``, so a bad message fails at the sender.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from fedcore.domain.message import Error, Message, Metadata, assemble_message, check_message_type
@@ -71,6 +72,7 @@ def encode_message(msg: Message, blobs: list[memoryview]) -> list[Any]:
         return [encode_metadata(msg.metadata), encode_recorddict(msg.content, blobs), None]
     code, reason = msg.error.code, msg.error.reason
     error = [_encoded("error code", int, code), _encoded("error reason", str, reason)]
+    _fits_64_bits("error code", error[0])
     return [encode_metadata(msg.metadata), None, error]
 
 
@@ -87,23 +89,38 @@ def decode_message(header: object, reader: BlobReader, limits: DecodeLimits) -> 
     if not isinstance(error, list) or len(error) != 2:
         fail("a message error must be a list of 2 fields")
     code = _decoded("error code", int, error[0])
+    try:
+        _fits_64_bits("error code", code)
+    except ValueError as exc:
+        fail(str(exc), exc)
     return assemble_message(metadata, error=Error(code, _decoded("error reason", str, error[1])))
 
 
 def encode_metadata(meta: Metadata) -> list[Any]:
     """The metadata fields in the order of :data:`METADATA_FIELDS`, each checked."""
-    return [_encoded(name, kind, getattr(meta, name)) for name, kind in METADATA_FIELDS]
+    fields = []
+    for name, kind, rule in _RULES:
+        value = getattr(meta, name)
+        if type(value) is not kind:
+            value = _encoded(name, kind, value)
+        if rule is not None:
+            rule(name, value)
+        fields.append(value)
+    return fields
 
 
 def decode_metadata(fields: object) -> Metadata:
     if not isinstance(fields, list) or len(fields) != len(METADATA_FIELDS):
         fail(f"message metadata must be a list of {len(METADATA_FIELDS)} fields")
-    return Metadata(
-        **{
-            name: _decoded(name, kind, value)
-            for (name, kind), value in zip(METADATA_FIELDS, fields, strict=True)
-        }
-    )
+    for (name, kind, rule), value in zip(_RULES, fields, strict=True):
+        if type(value) is not kind:
+            fail(f"message {name} must be {kind.__name__}, got {type(value).__name__}")
+        if rule is not None:
+            try:
+                rule(name, value)
+            except ValueError as exc:
+                fail(str(exc), exc)
+    return Metadata(**dict(zip(_NAMES, fields, strict=True)))
 
 
 def _encoded(name: str, kind: type, value: Any) -> Any:
@@ -112,30 +129,42 @@ def _encoded(name: str, kind: type, value: Any) -> Any:
         value = float(value)
     if not isinstance(value, kind) or isinstance(value, bool):
         raise TypeError(f"message {name} must be {kind.__name__}, got {type(value).__name__}")
-    if kind is not str:
-        value = kind(value)
-    _check(name, value)
-    return value
+    return value if kind is str else kind(value)
 
 
 def _decoded(name: str, kind: type, value: object) -> Any:
     if type(value) is not kind:
         fail(f"message {name} must be {kind.__name__}, got {type(value).__name__}")
-    try:
-        _check(name, value)
-    except ValueError as exc:
-        fail(str(exc), exc)
     return value
 
 
-def _check(name: str, value: object) -> None:
-    """The rules beyond the type: 64-bit ids, sane times, a known message type."""
-    if isinstance(value, int) and not _INT_MIN <= value <= _INT_MAX:
+def _fits_64_bits(name: str, value: int) -> None:
+    if not _INT_MIN <= value <= _INT_MAX:
         raise ValueError(f"message {name} = {value} does not fit in 64 bits")
-    if isinstance(value, float):
-        if name == "created_at" and not math.isfinite(value):
-            raise ValueError(f"message created_at must be finite, got {value!r}")
-        if name == "ttl" and not 0 < value < math.inf:
-            raise ValueError(f"message ttl must be a positive finite number, got {value!r}")
-    if name == "message_type":
-        check_message_type(value)
+
+
+def _finite(name: str, value: float) -> None:
+    if not math.isfinite(value):
+        raise ValueError(f"message {name} must be finite, got {value!r}")
+
+
+def _positive_finite(name: str, value: float) -> None:
+    if not 0 < value < math.inf:
+        raise ValueError(f"message {name} must be a positive finite number, got {value!r}")
+
+
+def _known_type(name: str, value: str) -> None:
+    check_message_type(value)
+
+
+_FIELD_RULES: dict[str, Callable[[str, Any], None]] = {
+    "run_id": _fits_64_bits,
+    "src_node_id": _fits_64_bits,
+    "dst_node_id": _fits_64_bits,
+    "created_at": _finite,
+    "ttl": _positive_finite,
+    "message_type": _known_type,
+}
+"""The rules beyond the type: 64-bit ids, sane times, a known message type."""
+_RULES = tuple((name, kind, _FIELD_RULES.get(name)) for name, kind in METADATA_FIELDS)
+_NAMES = tuple(name for name, _ in METADATA_FIELDS)

@@ -1,17 +1,21 @@
-"""Simulation backends; ``create_backend`` picks one by name."""
+"""Simulation backends; ``create_backend`` picks one by name.
+
+A backend's module is imported when it is chosen, and the package imports none: the
+process pool's workers live here (:mod:`.worker`), and need neither backend.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from fedcore.apps.loading import LoadedApp
-from fedcore.clock import Clock
 from fedcore.errors import UsageError
-from fedcore.simulation.backends.base import Backend
-from fedcore.simulation.backends.inline import InlineBackend
-from fedcore.simulation.backends.process_pool import ProcessPoolBackend
-from fedcore.simulation.backends.sizing import plan_pool
-from fedcore.simulation.resources import Resources
+
+if TYPE_CHECKING:
+    from fedcore.apps.loading import LoadedApp
+    from fedcore.clock import Clock
+    from fedcore.simulation.backends.base import Backend
+    from fedcore.simulation.resources import Resources
 
 BACKENDS = ("process", "inline")
 DEFAULT_BACKEND = "process"
@@ -28,6 +32,8 @@ def create_backend(
 ) -> Backend:
     """The backend called ``name``, ready to enter, for ``app``'s ClientApp."""
     if name == "inline":
+        from fedcore.simulation.backends.inline import InlineBackend
+
         return InlineBackend(app.app.client, clock=clock)
     if name != "process":
         raise UsageError(f"unknown backend {name!r}; choose one of: {', '.join(BACKENDS)}")
@@ -37,8 +43,11 @@ def create_backend(
             "has no importable name (it was made inside a function, or in a notebook): "
             "define it at module level in a file, or use backend='inline'"
         )
+    from fedcore.simulation.backends.process_pool import ProcessPoolBackend
+    from fedcore.simulation.backends.sizing import plan_pool
+
     plan = plan_pool(resources, system, max_workers)
     return ProcessPoolBackend(app.client_ref, app.path or Path.cwd(), plan, clock)
 
 
-__all__ = ["BACKENDS", "DEFAULT_BACKEND", "Backend", "InlineBackend", "create_backend"]
+__all__ = ["BACKENDS", "DEFAULT_BACKEND", "create_backend"]
