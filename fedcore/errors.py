@@ -29,6 +29,7 @@ them, as Python code is expected to.
     ├── NotEnoughNodesError (TimeoutError)
     │                               waited for nodes past the timeout
     ├── ResourceError               the machine has no room for it (shared memory, disk)
+    ├── AuthenticationError         a request whose signature or key the receiver refuses
     └── LinkUnavailableError (ConnectionError)
                                     the link cannot be reached now; retry with backoff
 """
@@ -130,6 +131,15 @@ class ResourceError(FedcoreError):
 
     Not the peer's fault and not a bug: the message says which resource and how
     much was needed, so an operator can give the process more.
+    """
+
+
+class AuthenticationError(FedcoreError):
+    """A request the receiver does not accept as coming from who it claims.
+
+    A missing, malformed or wrong signature, a stale timestamp, a replayed nonce, a
+    key the link does not admit, or a request about a node other than the signer.
+    Final for that request; a node retrying with the same key gets the same answer.
     """
 
 

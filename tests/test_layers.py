@@ -50,6 +50,7 @@ ALLOWED: dict[str, set[str]] = {
 # Third-party modules that only some packages may import.
 GUARDED: dict[str, set[str]] = {
     "msgpack": {"wire"},
+    "cryptography": {"wire"},
     "betterproto": {"wire"},
     "grpclib": {"transport"},
     "aiohttp": {"transport"},

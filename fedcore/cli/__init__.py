@@ -22,6 +22,10 @@ from fedcore.cli.tracebacks import app_traceback
 from fedcore.errors import FedcoreError, UsageError
 
 COMMANDS: dict[str, tuple[str, str]] = {
+    "keygen": (
+        "fedcore.cli.keygen:keygen",
+        "Write a new node key pair: OUT.key (mode 0600) and OUT.pub.",
+    ),
     "log": ("fedcore.cli.runs:log", "Print a run's ServerApp log."),
     "ls": ("fedcore.cli.runs:ls", "List the link's runs (newest last), or its online nodes."),
     "run": (

@@ -181,6 +181,20 @@ ROLES = ("link", "node", "exec")
     "environment; one already set is kept (default: this machine's CPUs ÷ --max-concurrent).",
 )
 @click.option(
+    "--auth-key",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="[node] The node's signing key (PEM; Ed25519, ECDSA P-256 or P-384, as `fedcore "
+    "keygen` writes): the link knows the node by it, and every fleet request is signed with "
+    "it (default: node.key in --work-dir, made on first start, mode 0600).",
+)
+@click.option(
+    "--authorized-nodes",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="[link] Admit only the nodes whose public keys this file lists, one per line "
+    "(OpenSSH or PEM form; # comments). Without it any key may register: a node is "
+    "known by the first key it registers with (trust on first use).",
+)
+@click.option(
     "--ready-file",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the bound addresses and pid here (JSON) once serving (for scripts and tests).",
@@ -211,6 +225,8 @@ def serve(
     heartbeat_patience: float,
     max_concurrent: int,
     num_cpus: float | None,
+    auth_key: Path | None,
+    authorized_nodes: Path | None,
     ready_file: Path | None,
 ) -> None:
     """Serve a role until interrupted.
@@ -267,6 +283,7 @@ def serve(
             control_token_file=control_token_file,
             local_exec=not no_local_exec,
             heartbeat_patience=heartbeat_patience,
+            authorized_nodes=authorized_nodes,
         )
         options.check()
         _spool_in(options.work_dir / "spool")
@@ -312,6 +329,7 @@ def serve(
         ready_file=ready_file,
         exec_socket=exec_socket,
         exec_secret_file=exec_secret_file,
+        auth_key=auth_key,
     )
     if exec_socket is not None and exec_secret_file is None:
         raise click.UsageError("--exec-socket needs --exec-secret-file (the exec's secret)")

@@ -31,11 +31,13 @@ from fedcore.roles.link.exec import LinkExec
 from fedcore.roles.link.fleet import LinkFleet
 from fedcore.roles.link.runtime import LinkRuntime
 from fedcore.runtime.addresses import Address, check_exposure
+from fedcore.runtime.authorized_nodes import read_authorized_nodes, reload_on_hangup
 from fedcore.runtime.ready import write_ready_file
 from fedcore.runtime.secret_files import read_secret
 from fedcore.state.base import DEFAULT_HEARTBEAT_PATIENCE, LinkState
 from fedcore.state.memory import InMemoryLinkState
 from fedcore.state.stalls import StallWatch
+from fedcore.transport.fleet_gate import NodeGate
 from fedcore.transport.grpc.server import serve_fleet
 from fedcore.transport.http.control import control_app
 from fedcore.transport.http.exec import exec_app
@@ -70,6 +72,8 @@ class LinkOptions:
     control_token_file: Path | None = None
     insecure: bool = False
     heartbeat_patience: float = DEFAULT_HEARTBEAT_PATIENCE
+    authorized_nodes: Path | None = None
+    """A file of the public keys of the nodes admitted; None: any key (trust on first use)."""
     launch: LaunchSettings = field(default_factory=LaunchSettings)
     exec_address: Address | None = None
     exec_secret_file: Path | None = None
@@ -145,8 +149,24 @@ async def serve_link(
             open_state(options.database, clock, options.heartbeat_patience)
         )
         fleet = options.fleet_address
+        gate = NodeGate(state, clock)
+        if options.authorized_nodes is None:
+            log.warning(
+                "any node key may register (trust on first use): --authorized-nodes FILE "
+                "admits only the keys it lists"
+            )
+        else:
+            gate.authorize(read_authorized_nodes(options.authorized_nodes))
+            hangups = await stack.enter_async_context(anyio.create_task_group())
+            hangups.start_soon(reload_on_hangup, options.authorized_nodes, gate)
         listener = await stack.enter_async_context(
-            serve_fleet(LinkFleet(state, clock), fleet.host, fleet.port, ssl=options.fleet_ssl)
+            serve_fleet(
+                LinkFleet(state, clock),
+                fleet.host,
+                fleet.port,
+                gate=gate,
+                ssl=options.fleet_ssl,
+            )
         )
         control = options.control_address
         control_token = None

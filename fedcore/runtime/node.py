@@ -40,7 +40,7 @@ from fedcore.errors import UsageError
 from fedcore.roles.node import ClientAppRunner, Node, RunnerFactory
 from fedcore.runtime.addresses import Address
 from fedcore.runtime.ready import write_ready_file
-from fedcore.runtime.secret_files import read_secret
+from fedcore.runtime.secret_files import read_node_key, read_secret
 from fedcore.simulation.backends.process_pool import ProcessPoolBackend, Spawn, spawn_local
 from fedcore.simulation.backends.shared_memory import SegmentSpace
 from fedcore.simulation.backends.sizing import PoolPlan, detect_cpus
@@ -50,6 +50,10 @@ from fedcore.transport.spawn import spawn_remote
 from fedcore.wire.fleet import ConfigValue
 
 log = logging.getLogger(__name__)
+
+
+NODE_KEY_FILE = "node.key"
+"""The node key's file in the node's work directory, unless ``--auth-key`` names one."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,11 @@ class NodeOptions:
     exec_secret_file: Path | None = None
     num_cpus: float | None = None
     """CPUs each ClientApp process may use; None: this node's CPUs ÷ ``max_concurrent``."""
+    auth_key: Path | None = None
+    """The node's signing key; None: ``work_dir/node.key``, made on first start."""
+
+    def key_file(self) -> Path:
+        return self.auth_key if self.auth_key is not None else self.work_dir / NODE_KEY_FILE
 
     def cpu_share(self) -> float:
         """The CPUs of each of this node's ClientApp processes."""
@@ -112,10 +121,14 @@ async def serve_node(
     clock = clock or SystemClock()
     link = options.link
     space = SegmentSpace()
+    key = read_node_key(options.key_file())
+    log.info("node key %s (%s)", key.public.fingerprint, options.key_file())
     try:
         async with (
-            GrpcFleetClient(link.host, link.port, ssl=options.ssl) as fleet,
-            GrpcFleetClient(link.host, link.port, ssl=options.ssl) as heartbeats,
+            GrpcFleetClient(link.host, link.port, ssl=options.ssl, key=key, clock=clock) as fleet,
+            GrpcFleetClient(
+                link.host, link.port, ssl=options.ssl, key=key, clock=clock
+            ) as heartbeats,
         ):
             node = Node(
                 fleet,

@@ -131,6 +131,20 @@ class LinkState(ABC):
         return node_id
 
     @abstractmethod
+    async def register_node(self, public_key: bytes, *, heartbeat_interval: float) -> int:
+        """The node of ``public_key``, online from now: the id of the node registered with
+        that key, or of a new one bound to it.
+
+        A node's key is bound for its life; deleting the node frees the key. Registering
+        again with a key is a heartbeat with the new interval, so a node whose first
+        registration answer was lost gets the same id back, not a second node.
+        """
+
+    @abstractmethod
+    async def node_with_key(self, public_key: bytes) -> int:
+        """The id of the node registered with ``public_key``; ``NodeNotFoundError`` if none."""
+
+    @abstractmethod
     async def delete_node(self, node_id: int) -> None:
         """Remove a node; its unanswered messages get ``NODE_UNAVAILABLE`` replies."""
 

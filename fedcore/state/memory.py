@@ -72,6 +72,7 @@ class _Node:
     online_until: float
     heartbeat_interval: float
     online: bool = True  # false once the reaper has declared it offline
+    public_key: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -100,6 +101,7 @@ class InMemoryLinkState(LinkState):
         self._ids = random.Random(seed)
         self._patience = heartbeat_patience
         self._nodes: dict[int, _Node] = {}
+        self._keys: dict[bytes, int] = {}
         self._messages: dict[str, _Entry] = {}
         self._open: dict[int, dict[str, None]] = {}
         self._run_messages: dict[int, set[str]] = {}
@@ -235,10 +237,29 @@ class InMemoryLinkState(LinkState):
             self._node_topic.publish(node_id, node_id)
         return created
 
+    async def register_node(self, public_key: bytes, *, heartbeat_interval: float) -> int:
+        node_id = self._keys.get(public_key)
+        if node_id is not None:
+            await self.heartbeat(node_id, heartbeat_interval=heartbeat_interval)
+            return node_id
+        (node_id,) = await self.create_nodes(1, heartbeat_interval=heartbeat_interval)
+        self._nodes[node_id].public_key = public_key
+        self._keys[public_key] = node_id
+        return node_id
+
+    async def node_with_key(self, public_key: bytes) -> int:
+        node_id = self._keys.get(public_key)
+        if node_id is None:
+            raise NodeNotFoundError("no node has registered with this key")
+        return node_id
+
     async def delete_node(self, node_id: int) -> None:
         self._fire_due()
-        if self._nodes.pop(node_id, None) is None:
+        node = self._nodes.pop(node_id, None)
+        if node is None:
             raise NodeNotFoundError(f"no node {node_id}")
+        if node.public_key is not None:
+            del self._keys[node.public_key]
         self._fail_open_messages(node_id, "node was deleted")
         self._open.pop(node_id, None)
         self._node_topic.publish(node_id, node_id)

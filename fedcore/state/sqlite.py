@@ -202,6 +202,28 @@ class SqliteLinkState(LinkState):
         self._db.watch(online_until)
         return created
 
+    async def register_node(self, public_key: bytes, *, heartbeat_interval: float) -> int:
+        check_heartbeat_interval(heartbeat_interval)
+        return await self._db.transact(partial(self._register_node, public_key, heartbeat_interval))
+
+    def _register_node(self, public_key: bytes, heartbeat_interval: float, now: float) -> int:
+        row = self._db.row("node_with_key", public_key=public_key)
+        if row is not None:
+            (node_id,) = row
+            self._heartbeat(node_id, heartbeat_interval, now)
+            return int(node_id)
+        (node_id,) = self._create_nodes(1, heartbeat_interval, now)
+        self._db.execute("bind_node_key", node_id=node_id, public_key=public_key)
+        return node_id
+
+    async def node_with_key(self, public_key: bytes) -> int:
+        row = await self._db.transact(
+            lambda now: self._db.row("node_with_key", public_key=public_key), durable=False
+        )
+        if row is None:
+            raise NodeNotFoundError("no node has registered with this key")
+        return int(row[0])
+
     async def delete_node(self, node_id: int) -> None:
         await self._db.transact(partial(self._delete_node, node_id))
 

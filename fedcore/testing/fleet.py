@@ -95,6 +95,8 @@ class FakeFleet(FleetService):
         self.chunk_size = chunk_size
         self.max_payload = max_payload
         self.nodes: dict[int, FakeNode] = {}
+        self.keys: dict[bytes, int] = {}
+        """The node each registered public key belongs to."""
         self.runs: dict[int, tuple[Run, bytes]] = {}
         self.replies: dict[str, StoredReply] = {}
         """Stored replies by the id of the message they answer."""
@@ -141,10 +143,26 @@ class FakeFleet(FleetService):
     # FleetService -------------------------------------------------------------------
 
     async def register_node(
-        self, node_config: Mapping[str, ConfigValue], heartbeat_interval: float
+        self,
+        node_config: Mapping[str, ConfigValue],
+        heartbeat_interval: float,
+        public_key: bytes | None = None,
     ) -> int:
+        known = self.keys.get(public_key) if public_key is not None else None
+        if known is not None and known in self.nodes:
+            self.nodes[known].heartbeat_interval = heartbeat_interval
+            return known
         node_id = next(self._node_ids)
         self.nodes[node_id] = FakeNode(dict(node_config), heartbeat_interval, self.clock.now())
+        if public_key is not None:
+            self.keys[public_key] = node_id
+        return node_id
+
+    async def node_with_key(self, public_key: bytes) -> int:
+        """The node registered with ``public_key`` (a gate's :class:`KeyBindings`)."""
+        node_id = self.keys.get(public_key)
+        if node_id is None or node_id not in self.nodes:
+            raise NodeNotFoundError("no node has registered with this key")
         return node_id
 
     async def unregister_node(self, node_id: int) -> None:

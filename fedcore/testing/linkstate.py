@@ -94,6 +94,10 @@ T = TypeVar("T")
 # ---------------------------------------------------------------------- helpers
 
 
+KEY_A, KEY_B = b"\x30\x2a public key of node A", b"\x30\x2a public key of node B"
+"""Two public keys as the state sees them: opaque bytes (DER in a deployment)."""
+
+
 def records(**config: int | str) -> RecordDict:
     return RecordDict({"config": ConfigRecord(dict(config))})
 
@@ -362,6 +366,45 @@ class LinkStateConformance:
         with pytest.raises(NodeNotFoundError):
             await state.delete_node(node_id)
         assert await state.get_node_ids() == []
+
+    # Node keys --------------------------------------------------------------------
+
+    async def test_a_key_registers_one_node_and_again_the_same(
+        self, state: LinkState, fake_clock: FakeClock
+    ) -> None:
+        first = await state.register_node(KEY_A, heartbeat_interval=INTERVAL)
+        other = await state.register_node(KEY_B, heartbeat_interval=INTERVAL)
+        assert first != other
+        await advance(fake_clock, OFFLINE_AFTER + EPSILON)
+        assert await state.get_node_ids() == []
+        # The registration answer was lost, or the node went offline: same node, online.
+        assert await state.register_node(KEY_A, heartbeat_interval=10.0) == first
+        assert await state.get_node_ids() == [first]
+        await advance(fake_clock, PATIENCE * 10.0 - EPSILON)
+        assert await state.get_node_ids() == [first], "registering again set the interval"
+        assert await state.node_with_key(KEY_A) == first
+        assert await state.node_with_key(KEY_B) == other
+
+    async def test_a_key_no_node_registered_with_is_not_found(self, state: LinkState) -> None:
+        await state.create_node(heartbeat_interval=INTERVAL)  # a node without a key
+        with pytest.raises(NodeNotFoundError):
+            await state.node_with_key(KEY_A)
+
+    async def test_deleting_a_node_frees_its_key(self, state: LinkState) -> None:
+        first = await state.register_node(KEY_A, heartbeat_interval=INTERVAL)
+        await state.delete_node(first)
+        with pytest.raises(NodeNotFoundError):
+            await state.node_with_key(KEY_A)
+        again = await state.register_node(KEY_A, heartbeat_interval=INTERVAL)
+        assert again != first
+        assert await state.node_with_key(KEY_A) == again
+        assert await state.get_node_ids() == [again]
+
+    async def test_register_node_refuses_a_bad_interval(self, state: LinkState) -> None:
+        with pytest.raises(ValueError):  # noqa: PT011 - the message is the implementation's
+            await state.register_node(KEY_A, heartbeat_interval=0.0)
+        with pytest.raises(NodeNotFoundError):
+            await state.node_with_key(KEY_A)
 
     async def test_heartbeat_from_an_unknown_node_is_refused(self, state: LinkState) -> None:
         with pytest.raises(NodeNotFoundError):

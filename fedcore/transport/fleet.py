@@ -12,6 +12,12 @@ a remote implementation raises the same errors, plus
 Large data (app bundles, payloads) moves as a :class:`Transfer`: a digest known up
 front and chunks that arrive one at a time, so no side holds more than a chunk
 unless it wants the whole.
+
+On the network every request is signed with the node's key
+(:mod:`fedcore.wire.signatures`), and a :class:`FleetGate` decides, before anything
+of the request is decoded, whether the signature admits it, and then whether the
+signer may speak for the node the request names. The service itself trusts the
+``node_id`` it is given: the transport has checked it.
 """
 
 from __future__ import annotations
@@ -26,9 +32,11 @@ from fedcore.wire.chunks import Digest
 from fedcore.wire.fleet import ConfigValue, PayloadRef, PushedReply
 from fedcore.wire.frame import Buffer, slices
 from fedcore.wire.rpc import LeasedMessage, PulledMessages
+from fedcore.wire.signatures import SignedRequest
 
 __all__ = [
     "Buffer",
+    "FleetGate",
     "FleetService",
     "LeasedMessage",
     "PayloadRef",
@@ -76,6 +84,32 @@ async def sliced(parts: Sequence[Buffer], chunk_size: int) -> AsyncIterator[Buff
         yield memoryview(b"")
 
 
+class FleetGate(ABC):
+    """Who may call the fleet API, and for which node: the link decides, the transport asks."""
+
+    @abstractmethod
+    async def admit(self, method: str, frame: Buffer, signed: SignedRequest) -> None:
+        """Return if ``signed`` admits ``frame`` as the first request of a call to ``method``.
+
+        Called before the frame is decoded. Raises
+        :class:`~fedcore.errors.AuthenticationError` for a bad signature, a stale
+        timestamp, a replayed nonce or a key the link does not admit.
+        """
+
+    @abstractmethod
+    async def check_speaks_for(self, signed: SignedRequest, node_id: int) -> None:
+        """Return if the signer of an admitted request is node ``node_id``.
+
+        Raises ``NodeNotFoundError`` when the signer's key belongs to no node (it must
+        register), and :class:`~fedcore.errors.AuthenticationError` when it belongs to
+        another node than ``node_id``.
+        """
+
+    @abstractmethod
+    def registered(self, signed: SignedRequest, node_id: int) -> None:
+        """Note that the signer of an admitted registration is node ``node_id``."""
+
+
 class FleetService(ABC):
     """The link's side of the fleet API. ``node_id`` is the node a request speaks for.
 
@@ -87,12 +121,18 @@ class FleetService(ABC):
 
     @abstractmethod
     async def register_node(
-        self, node_config: Mapping[str, ConfigValue], heartbeat_interval: float
+        self,
+        node_config: Mapping[str, ConfigValue],
+        heartbeat_interval: float,
+        public_key: bytes | None = None,
     ) -> int:
         """Create a node, online from now on, and return its id (positive, 63-bit).
 
         ``heartbeat_interval`` is positive and finite: the node is offline once
-        patience × interval passes without a heartbeat.
+        patience × interval passes without a heartbeat. ``public_key`` is the
+        registering node's (DER), as the transport authenticated it: a node that
+        registers again with its key gets its id back. A remote client signs with the
+        key it was made with, and takes none here.
         """
 
     @abstractmethod

@@ -18,9 +18,11 @@ from grpclib.client import Channel
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 
+from fedcore.clock import SystemClock
 from fedcore.domain import Error, ErrorCode, Message, Run, RunStatus
 from fedcore.domain.records import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from fedcore.errors import (
+    AuthenticationError,
     ConflictError,
     DecodeError,
     FedcoreError,
@@ -36,12 +38,16 @@ from fedcore.testing import FakeClock
 from fedcore.testing.fleet import FakeFleet
 from fedcore.testing.network import closed_port
 from fedcore.transport.fleet import PayloadRef, Transfer
+from fedcore.transport.fleet_gate import NodeGate
 from fedcore.transport.grpc import GrpcFleetClient, serve_fleet
 from fedcore.transport.grpc.frames import RawCodec
+from fedcore.wire import rpc as wire
 from fedcore.wire import unpack_recorddict
 from fedcore.wire.chunks import CHUNK_SIZE, Digest
+from fedcore.wire.keys import NodeKey
 from fedcore.wire.protobuf import FRAME_CAP
 from fedcore.wire.rpc import FleetMethod
+from fedcore.wire.signatures import sign
 
 pytestmark = pytest.mark.anyio
 
@@ -53,7 +59,7 @@ MiB = 1 << 20
 async def connected(fleet: FakeFleet) -> AsyncIterator[tuple[GrpcFleetClient, int]]:
     """A client talking to ``fleet`` through a gRPC server on 127.0.0.1, and the server's port."""
     async with (
-        serve_fleet(fleet, "127.0.0.1", 0) as listener,
+        serve_fleet(fleet, "127.0.0.1", 0, gate=NodeGate(fleet, SystemClock())) as listener,
         GrpcFleetClient(listener.host, listener.port) as client,
     ):
         assert listener.port > 0
@@ -276,7 +282,7 @@ async def test_long_poll_returns_as_soon_as_a_message_arrives() -> None:
 async def test_lookup_errors_come_back_as_the_same_class() -> None:
     fleet = fake_with_run()
     async with connected(fleet) as (client, _):
-        with pytest.raises(NodeNotFoundError, match="no node 5"):
+        with pytest.raises(NodeNotFoundError, match="no node has registered"):
             await client.pull_messages(5)
         node_id = await client.register_node({}, 1.0)
         with pytest.raises(RunNotFoundError, match="no run 99"):
@@ -297,17 +303,23 @@ async def test_lookup_errors_come_back_as_the_same_class() -> None:
 async def test_rejected_replies_raise_their_reasons() -> None:
     clock = FakeClock()
     fleet = fake_with_run(clock)
-    async with connected(fleet) as (client, _):
+    async with (
+        connected(fleet) as (client, port),
+        GrpcFleetClient("127.0.0.1", port) as second,  # another node: a key of its own
+    ):
         node_id = await client.register_node({}, 1.0)
-        other = await client.register_node({}, 1.0)
+        other = await second.register_node({}, 1.0)
+        assert await client.register_node({}, 1.0) == node_id, "one key, one node"
         fleet.send(RUN_ID, message_for(node_id))
         (leased,) = (await client.pull_messages(node_id)).messages
         reply = Message(RecordDict(), reply_to=leased.message)
 
-        with pytest.raises(NodeNotFoundError, match="rejected"):
+        with pytest.raises(AuthenticationError, match="not node 4242's"):
             await client.push_reply(4242, reply)
-        with pytest.raises(MessageNotFoundError, match="rejected"):
+        with pytest.raises(AuthenticationError, match=f"not node {other}'s"):
             await client.push_reply(other, reply)
+        with pytest.raises(MessageNotFoundError, match="rejected"):
+            await second.push_reply(other, reply)
         bogus = PayloadRef("nope", Digest(1, sha256(b"x")))
         with pytest.raises(DecodeError, match="not this reply's"):
             await client.push_reply(node_id, reply, bogus)
@@ -361,11 +373,21 @@ CARDINALITY = {
 }
 
 
-async def raw_status(port: int, method: FleetMethod, data: bytes, *, end: bool = True) -> GRPCError:
-    """Send ``data`` as is on a call of ``method``; return the error status it ends with."""
+async def raw_status(
+    port: int, method: FleetMethod, data: bytes, *, end: bool = True, signed: bool = True
+) -> GRPCError:
+    """Send ``data`` as is on a call of ``method``; return the error status it ends with.
+
+    ``signed``: with a node key's signature over the bytes after the 5-byte prefix, so
+    that the link gets as far as reading the frame."""
+    metadata = sign(NodeKey.generate(), method.value, data[5:], time.time()) if signed else ()
     async with Channel("127.0.0.1", port, codec=RawCodec()) as channel:
         stream = channel.request(
-            method.value, CARDINALITY.get(method, Cardinality.UNARY_UNARY), bytes, bytes
+            method.value,
+            CARDINALITY.get(method, Cardinality.UNARY_UNARY),
+            bytes,
+            bytes,
+            metadata=metadata,
         )
         try:
             async with stream:
@@ -377,6 +399,25 @@ async def raw_status(port: int, method: FleetMethod, data: bytes, *, end: bool =
         except GRPCError as exc:
             return exc
     raise AssertionError(f"{method.name} answered OK to {data[:20]!r}")
+
+
+@pytest.mark.parametrize("method", list(FleetMethod), ids=lambda m: m.name)
+async def test_an_unsigned_call_to_each_method_is_unauthenticated_unread(
+    method: FleetMethod,
+) -> None:
+    async with connected(fake_with_run()) as (client, port):
+        node_id = await client.register_node({}, 1.0)
+        # A well-formed request about a real node, from someone without its key.
+        frame = wire.encode_get_run_request(node_id, RUN_ID)
+        error = await raw_status(port, method, struct.pack(">?I", False, len(frame)) + frame,
+                                 signed=False)  # fmt: skip
+        assert error.status is Status.UNAUTHENTICATED, error
+        assert "not signed" in (error.message or "")
+        # Declares 1 GiB and sends a little: refused on the headers, before any of it is read.
+        with anyio.fail_after(5):
+            error = await raw_status(port, method, struct.pack(">?I", False, 1 << 30),
+                                     end=False, signed=False)  # fmt: skip
+        assert error.status is Status.UNAUTHENTICATED
 
 
 @pytest.mark.parametrize("method", list(FleetMethod), ids=lambda m: m.name)
@@ -418,7 +459,7 @@ async def test_nothing_listening_is_link_unavailable() -> None:
 
 async def test_a_link_that_goes_away_mid_call_is_link_unavailable() -> None:
     fleet = fake_with_run()
-    server = serve_fleet(fleet, "127.0.0.1", 0)
+    server = serve_fleet(fleet, "127.0.0.1", 0, gate=NodeGate(fleet, SystemClock()))
     listener = await server.__aenter__()
     async with GrpcFleetClient(listener.host, listener.port) as client:
         node_id = await client.register_node({}, 1.0)

@@ -24,7 +24,9 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 LINK = """
 import sys, anyio
+from fedcore.clock import SystemClock
 from fedcore.testing.fleet import FakeFleet
+from fedcore.transport.fleet_gate import NodeGate
 from fedcore.transport.grpc.server import serve_fleet
 
 class Announcing(FakeFleet):
@@ -33,7 +35,8 @@ class Announcing(FakeFleet):
         return await super().pull_messages(*args, **kwargs)
 
 async def main():
-    async with serve_fleet(Announcing(), "127.0.0.1", 0) as listener:
+    fleet = Announcing()
+    async with serve_fleet(fleet, "127.0.0.1", 0, gate=NodeGate(fleet, SystemClock())) as listener:
         print(listener.port, flush=True)
         await anyio.sleep_forever()
 

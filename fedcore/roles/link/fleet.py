@@ -64,10 +64,18 @@ class LinkFleet(FleetService):
     # Nodes -------------------------------------------------------------------------
 
     async def register_node(
-        self, node_config: Mapping[str, ConfigValue], heartbeat_interval: float
+        self,
+        node_config: Mapping[str, ConfigValue],
+        heartbeat_interval: float,
+        public_key: bytes | None = None,
     ) -> int:
         _check_interval(heartbeat_interval)
-        node_id = await self._state.create_node(heartbeat_interval=heartbeat_interval)
+        if public_key is None:
+            node_id = await self._state.create_node(heartbeat_interval=heartbeat_interval)
+        else:
+            node_id = await self._state.register_node(
+                public_key, heartbeat_interval=heartbeat_interval
+            )
         log.info("node %d registered (%s)", node_id, _describe(node_config))
         return node_id
 

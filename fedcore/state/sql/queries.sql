@@ -89,6 +89,12 @@ SELECT 1 FROM nodes WHERE node_id = :id;
 INSERT INTO nodes (node_id, heartbeat_interval, online_until)
 VALUES (:node_id, :heartbeat_interval, :online_until);
 
+-- name: node_with_key
+SELECT node_id FROM nodes WHERE public_key = :public_key;
+
+-- name: bind_node_key
+UPDATE nodes SET public_key = :public_key WHERE node_id = :node_id;
+
 -- name: node_online_flag
 SELECT online FROM nodes WHERE node_id = :node_id;
 

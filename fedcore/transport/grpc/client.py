@@ -1,11 +1,13 @@
 """The fleet API's client: a :class:`~fedcore.transport.fleet.FleetService` that is a link far away.
 
 Each method encodes its request with :mod:`fedcore.wire.fleet`, makes the call on
-grpclib's Channel, and decodes the answer, so a node calls the link exactly as it
-would call a service in its own process. Failures come back as fedcore's errors:
-INVALID_ARGUMENT as DecodeError, NOT_FOUND as the NotFoundError subclass the link
-named, and everything that means "the link is not there now" (nothing listens, the
-connection broke, UNAVAILABLE) as :class:`~fedcore.errors.LinkUnavailableError`.
+grpclib's Channel — signed with the node's key over its first frame
+(:mod:`fedcore.wire.signatures`) — and decodes the answer, so a node calls the link
+exactly as it would call a service in its own process. Failures come back as
+fedcore's errors: UNAUTHENTICATED as AuthenticationError, INVALID_ARGUMENT as
+DecodeError, NOT_FOUND as the NotFoundError subclass the link named, and everything
+that means "the link is not there now" (nothing listens, the connection broke,
+UNAVAILABLE) as :class:`~fedcore.errors.LinkUnavailableError`.
 Deciding whether and when to try again is the node's business, not this module's.
 """
 
@@ -18,6 +20,7 @@ from collections.abc import (
     AsyncIterable,
     AsyncIterator,
     Iterable,
+    Iterator,
     Mapping,
     Sequence,
 )
@@ -29,8 +32,10 @@ import grpclib.client
 import grpclib.const
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
+from fedcore.clock import Clock, SystemClock
 from fedcore.domain import Message, Run
 from fedcore.errors import (
+    AuthenticationError,
     DecodeError,
     FedcoreError,
     LinkUnavailableError,
@@ -44,7 +49,9 @@ from fedcore.transport.grpc.frames import ERROR_TRAILER, RawCodec
 from fedcore.wire import rpc as wire
 from fedcore.wire.chunks import Digest
 from fedcore.wire.fleet import ConfigValue, PayloadRef, PushedReply
+from fedcore.wire.keys import NodeKey
 from fedcore.wire.rpc import ChunkReader, ChunkWriter, FleetMethod, PulledMessages
+from fedcore.wire.signatures import sign
 
 _Stream = grpclib.client.Stream[bytes, bytes]
 _LINK_ERRORS = (GRPCError, StreamTerminatedError, OSError)
@@ -67,10 +74,25 @@ class _Call:
 
 
 class GrpcFleetClient(FleetService):
-    """The fleet API of the link at ``host:port``; use it as an async context manager."""
+    """The fleet API of the link at ``host:port``; use it as an async context manager.
 
-    def __init__(self, host: str, port: int, *, ssl: _ssl.SSLContext | None = None) -> None:
+    Every call is signed with ``key`` (a node passes its own, kept across restarts:
+    the link knows the node by it; without one the client makes a key for its own
+    life) and stamped with ``clock``'s time.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        ssl: _ssl.SSLContext | None = None,
+        key: NodeKey | None = None,
+        clock: Clock | None = None,
+    ) -> None:
         self._host, self._port, self._ssl = host, port, ssl
+        self.key = key or NodeKey.generate()
+        self._clock = clock or SystemClock()
         self._channel: grpclib.client.Channel | None = None
 
     async def __aenter__(self) -> Self:
@@ -90,8 +112,13 @@ class GrpcFleetClient(FleetService):
             self._channel = None
 
     async def register_node(
-        self, node_config: Mapping[str, ConfigValue], heartbeat_interval: float
+        self,
+        node_config: Mapping[str, ConfigValue],
+        heartbeat_interval: float,
+        public_key: bytes | None = None,
     ) -> int:
+        if public_key not in (None, self.key.public.der):
+            raise ValueError("a client registers with the key it signs with")
         request = wire.encode_register_node_request(node_config, heartbeat_interval)
         response = await self._unary(FleetMethod.REGISTER_NODE, request)
         return wire.decode_register_node_response(response)
@@ -153,8 +180,22 @@ class GrpcFleetClient(FleetService):
         chunks: AsyncIterable[Buffer] | Iterable[Buffer],
     ) -> str:
         writer = ChunkWriter(digest, upload=(node_id, message_id))
-        async with self._call(FleetMethod.PUSH_PAYLOAD) as call:
-            source = each_chunk(chunks)
+        source = each_chunk(chunks)
+        # The call is signed over its first frame, so that frame is made before the call;
+        # the frames after it are made one at a time, as they are sent.
+        frames: Iterator[bytes] = iter(())
+        head = None
+        while head is None:
+            data = await anext(source, None)
+            frames = iter(writer.finish()) if data is None else writer.frames(data)
+            head = next(frames, None)
+            if data is None:
+                break
+        assert head is not None, "a transfer has at least one frame"
+        async with self._call(FleetMethod.PUSH_PAYLOAD, head) as call:
+            await call.stream.send_message(head)
+            for frame in frames:
+                await call.stream.send_message(frame)
             while True:
                 try:
                     data = await anext(source)
@@ -174,14 +215,14 @@ class GrpcFleetClient(FleetService):
     # The calls ------------------------------------------------------------------------
 
     async def _unary(self, method: FleetMethod, request: bytes) -> bytes:
-        async with self._call(method) as call:
+        async with self._call(method, request) as call:
             await call.stream.send_message(request, end=True)
             response = await call.stream.recv_message()
         return _present(response)
 
     @asynccontextmanager
     async def _download(self, method: FleetMethod, request: bytes) -> AsyncIterator[Transfer]:
-        async with self._call(method) as call:
+        async with self._call(method, request) as call:
             stream = call.stream
             await stream.send_message(request, end=True)
             reader = ChunkReader()
@@ -213,11 +254,13 @@ class GrpcFleetClient(FleetService):
                 await stream.cancel()
 
     @asynccontextmanager
-    async def _call(self, method: FleetMethod) -> AsyncIterator[_Call]:
+    async def _call(self, method: FleetMethod, first_frame: bytes) -> AsyncIterator[_Call]:
+        """A call to ``method`` whose first request frame will be ``first_frame``."""
         if self._channel is None:
             raise RuntimeError("GrpcFleetClient is used outside its `async with` block")
         cardinality = _CARDINALITIES.get(method, grpclib.const.Cardinality.UNARY_UNARY)
-        stream = self._channel.request(method.value, cardinality, bytes, bytes)
+        metadata = sign(self.key, method.value, first_frame, self._clock.now())
+        stream = self._channel.request(method.value, cardinality, bytes, bytes, metadata=metadata)
         call = _Call(stream)
         try:
             async with stream:
@@ -236,6 +279,8 @@ class GrpcFleetClient(FleetService):
         status, message = exc.status, exc.message or ""
         if status is grpclib.const.Status.UNAVAILABLE:
             return LinkUnavailableError(f"{where} is unavailable: {message}")
+        if status is grpclib.const.Status.UNAUTHENTICATED:
+            return AuthenticationError(f"{where} refused this node: {message}")
         if status is grpclib.const.Status.INVALID_ARGUMENT:
             return DecodeError(f"{where} refused the request: {message}")
         if status is grpclib.const.Status.NOT_FOUND:

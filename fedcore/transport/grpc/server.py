@@ -1,9 +1,13 @@
 """The fleet API on gRPC: any :class:`~fedcore.transport.fleet.FleetService`, served by grpclib.
 
 Each RPC handler is an adapter: it reads request frames (capped before they are
-buffered, :func:`~fedcore.transport.grpc.frames.receive`), decodes them with
-:mod:`fedcore.wire.fleet`, calls the service, and encodes its answer. Errors end
-the call with a status, as ``fleet.proto`` says: DecodeError is INVALID_ARGUMENT;
+buffered, :func:`~fedcore.transport.grpc.frames.receive`), has the
+:class:`~fedcore.transport.fleet.FleetGate` admit the call's signature over its
+first frame before decoding anything (:mod:`fedcore.wire.signatures`), decodes the
+frame with :mod:`fedcore.wire.fleet`, has the gate check that the signer is the node
+the request names, calls the service, and encodes its answer. Errors end the call
+with a status, as ``fleet.proto`` says: AuthenticationError is UNAUTHENTICATED
+(with its reason: nothing in it is secret); DecodeError is INVALID_ARGUMENT;
 a NotFoundError is NOT_FOUND, with the error's class in the ``fedcore-error``
 trailer so that the client raises the same one; anything else is logged here and
 answered INTERNAL with no detail. Heartbeat and PushReply answer their expected
@@ -24,6 +28,7 @@ import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 import anyio
 import grpclib.const
@@ -32,6 +37,7 @@ import h2.exceptions
 from grpclib.protocol import Connection
 
 from fedcore.errors import (
+    AuthenticationError,
     ConflictError,
     DecodeError,
     FedcoreError,
@@ -41,7 +47,7 @@ from fedcore.errors import (
     ReplyRejectedError,
     RunFinishedError,
 )
-from fedcore.transport.fleet import FleetService, Transfer
+from fedcore.transport.fleet import FleetGate, FleetService, Transfer
 from fedcore.transport.grpc.frames import ERROR_TRAILER, RawCodec, receive
 from fedcore.wire import DEFAULT_LIMITS
 from fedcore.wire import rpc as wire
@@ -49,10 +55,12 @@ from fedcore.wire.fleet import PushedReply
 from fedcore.wire.frame import MAX_DETAIL
 from fedcore.wire.protobuf import FRAME_CAP
 from fedcore.wire.rpc import ChunkReader, ChunkWriter, FleetMethod
+from fedcore.wire.signatures import SignedRequest, signed_request
 
 log = logging.getLogger(__name__)
 
 _Stream = grpclib.server.Stream[bytes, bytes]
+_T = TypeVar("_T")
 _SHUTTING_DOWN = "the link is shutting down"
 _GOODBYE_SECONDS = 1.0
 """How long a call cancelled by shutdown may take to tell its client so."""
@@ -80,19 +88,21 @@ async def serve_fleet(
     host: str = "127.0.0.1",
     port: int = 0,
     *,
+    gate: FleetGate,
     ssl: _ssl.SSLContext | None = None,
     frame_cap: int = FRAME_CAP,
     max_payload: int = DEFAULT_LIMITS.max_bytes,
 ) -> AsyncIterator[FleetListener]:
     """Serve ``service`` on ``host:port`` until the block ends; yield the bound address.
 
+    ``gate`` admits each call (a node's signature) and checks whom it speaks for.
     ``frame_cap`` bounds every request frame, ``max_payload`` a pushed payload's
     declared size (checked on its first chunk). Leaving the block stops accepting
     connections and ends the calls in progress with UNAVAILABLE.
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.create_server((host, port), family=family)
-    handlers = _FleetHandlers(service, frame_cap, max_payload)
+    handlers = _FleetHandlers(service, gate, frame_cap, max_payload)
     server = grpclib.server.Server([handlers], codec=RawCodec())
     try:
         await server.start(sock=sock, ssl=ssl)
@@ -113,8 +123,11 @@ async def serve_fleet(
 class _FleetHandlers:
     """grpclib's view of a FleetService: one handler per fleet method, all guarded."""
 
-    def __init__(self, service: FleetService, frame_cap: int, max_payload: int) -> None:
+    def __init__(
+        self, service: FleetService, gate: FleetGate, frame_cap: int, max_payload: int
+    ) -> None:
         self._service = service
+        self._gate = gate
         self._cap = frame_cap
         self._max_payload = max_payload
         self.closing = False
@@ -163,6 +176,9 @@ class _FleetHandlers:
                 return
             try:
                 await handler(stream)
+            except AuthenticationError as exc:
+                log.warning("fleet call %s refused: %s", method.name, exc)
+                await _end(stream, grpclib.const.Status.UNAUTHENTICATED, str(exc))
             except DecodeError as exc:
                 await _end(stream, grpclib.const.Status.INVALID_ARGUMENT, str(exc))
             except NotFoundError as exc:
@@ -178,24 +194,48 @@ class _FleetHandlers:
 
         return guarded
 
-    async def _request(self, stream: _Stream) -> bytes:
+    async def _request(self, stream: _Stream, method: FleetMethod) -> tuple[bytes, SignedRequest]:
+        """The call's first frame, once the gate admitted the signature over it."""
+        signed = signed_request(stream.metadata.items() if stream.metadata else ())
         frame = await receive(stream, self._cap)
         if frame is None:
             raise DecodeError("the call carried no request")
-        return frame
+        await self._gate.admit(method.value, frame, signed)
+        return frame, signed
+
+    async def _node_request(
+        self, stream: _Stream, method: FleetMethod, decode: Callable[[bytes], _T]
+    ) -> _T:
+        """The decoded request of a call about a node, once the gate let its signer speak for it.
+
+        ``decode`` returns the node id, or a tuple of the node id and the rest.
+        """
+        frame, signed = await self._request(stream, method)
+        decoded = decode(frame)
+        node_id = decoded[0] if isinstance(decoded, tuple) else decoded
+        assert isinstance(node_id, int), "a node request decodes to its node id first"
+        await self._gate.check_speaks_for(signed, node_id)
+        return decoded
 
     async def _register_node(self, stream: _Stream) -> None:
-        node_config, interval = wire.decode_register_node_request(await self._request(stream))
-        node_id = await self._service.register_node(node_config, interval)
+        frame, signed = await self._request(stream, FleetMethod.REGISTER_NODE)
+        node_config, interval = wire.decode_register_node_request(frame)
+        public_key = signed.public_key.der
+        node_id = await self._service.register_node(node_config, interval, public_key)
+        self._gate.registered(signed, node_id)
         await stream.send_message(wire.encode_register_node_response(node_id))
 
     async def _unregister_node(self, stream: _Stream) -> None:
-        node_id = wire.decode_unregister_node_request(await self._request(stream))
+        node_id = await self._node_request(
+            stream, FleetMethod.UNREGISTER_NODE, wire.decode_unregister_node_request
+        )
         await self._service.unregister_node(node_id)
         await stream.send_message(wire.encode_unregister_node_response())
 
     async def _heartbeat(self, stream: _Stream) -> None:
-        node_id, interval, ids, lease = wire.decode_heartbeat_request(await self._request(stream))
+        node_id, interval, ids, lease = await self._node_request(
+            stream, FleetMethod.HEARTBEAT, wire.decode_heartbeat_request
+        )
         try:
             released = await self._service.heartbeat(node_id, interval, ids, lease)
         except NodeNotFoundError:
@@ -205,7 +245,9 @@ class _FleetHandlers:
         await stream.send_message(response)
 
     async def _pull_messages(self, stream: _Stream) -> None:
-        node_id, limit, lease, wait = wire.decode_pull_messages_request(await self._request(stream))
+        node_id, limit, lease, wait = await self._node_request(
+            stream, FleetMethod.PULL_MESSAGES, wire.decode_pull_messages_request
+        )
         pulled = await self._service.pull_messages(node_id, limit, lease, wait)
         frame, sent = wire.encode_pull_messages_response(pulled)
         if sent < len(pulled.messages):
@@ -219,7 +261,9 @@ class _FleetHandlers:
         await stream.send_message(frame)
 
     async def _push_reply(self, stream: _Stream) -> None:
-        node_id, reply, payload = wire.decode_push_reply_request(await self._request(stream))
+        node_id, reply, payload = await self._node_request(
+            stream, FleetMethod.PUSH_REPLY, wire.decode_push_reply_request
+        )
         outcome: PushedReply | FedcoreError
         try:
             outcome = await self._service.push_reply(node_id, reply, payload)
@@ -228,23 +272,30 @@ class _FleetHandlers:
         await stream.send_message(wire.encode_push_reply_response(outcome))
 
     async def _get_run(self, stream: _Stream) -> None:
-        node_id, run_id = wire.decode_get_run_request(await self._request(stream))
+        node_id, run_id = await self._node_request(
+            stream, FleetMethod.GET_RUN, wire.decode_get_run_request
+        )
         run, bundle = await self._service.get_run(node_id, run_id)
         await stream.send_message(wire.encode_get_run_response(run, bundle))
 
     async def _get_bundle(self, stream: _Stream) -> None:
-        node_id, run_id = wire.decode_get_bundle_request(await self._request(stream))
+        node_id, run_id = await self._node_request(
+            stream, FleetMethod.GET_BUNDLE, wire.decode_get_bundle_request
+        )
         async with self._service.get_bundle(node_id, run_id) as transfer:
             await _send_transfer(stream, transfer)
 
     async def _pull_payload(self, stream: _Stream) -> None:
-        node_id, payload_id = wire.decode_pull_payload_request(await self._request(stream))
+        node_id, payload_id = await self._node_request(
+            stream, FleetMethod.PULL_PAYLOAD, wire.decode_pull_payload_request
+        )
         async with self._service.pull_payload(node_id, payload_id) as transfer:
             await _send_transfer(stream, transfer)
 
     async def _push_payload(self, stream: _Stream) -> None:
         reader = ChunkReader(max_size=self._max_payload)
-        first = reader.upload(await self._request(stream))
+        frame, signed = await self._request(stream, FleetMethod.PUSH_PAYLOAD)
+        first = reader.upload(frame)
         done = False
 
         async def chunks() -> AsyncGenerator[bytes, None]:
@@ -256,6 +307,7 @@ class _FleetHandlers:
             done = True
 
         node_id, message_id = reader.upload_ids
+        await self._gate.check_speaks_for(signed, node_id)
         async with aclosing(chunks()) as data:
             payload_id = await self._service.push_payload(node_id, message_id, reader.digest, data)
         if not done:

@@ -39,7 +39,7 @@ from aiohttp import web
 from fedcore.apps.bundle import MAX_BUNDLE_BYTES
 from fedcore.clock import Clock, SystemClock
 from fedcore.domain import Run
-from fedcore.errors import DecodeError, UsageError
+from fedcore.errors import AuthenticationError, DecodeError
 from fedcore.state.base import RunClaim
 from fedcore.transport.exec import ExecService
 from fedcore.transport.http import bodies
@@ -105,12 +105,12 @@ class _ExecHandlers:
         """
         try:
             signed = self._verifier.parse(request.headers)
-        except UsageError as exc:
+        except AuthenticationError as exc:
             raise _refused(request, exc) from None
         body = await request_body(request, MAX_REQUEST_BYTES, DecodeError)
         try:
             self._verifier.verify(signed, request.method, request.raw_path, body)
-        except UsageError as exc:
+        except AuthenticationError as exc:
             raise _refused(request, exc) from None
         return body
 
@@ -162,7 +162,7 @@ class _ExecHandlers:
         return web.Response(body=bundle, content_type=ZIP)
 
 
-def _refused(request: web.Request, why: UsageError) -> web.HTTPUnauthorized:
+def _refused(request: web.Request, why: AuthenticationError) -> web.HTTPUnauthorized:
     """The one answer to a request that is not correctly signed; why goes to the log only."""
     log.warning("exec API: refused %s %s: %s", request.method, request.path, why)
     document = error_document(None, "a valid exec signature is required")

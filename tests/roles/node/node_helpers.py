@@ -66,10 +66,13 @@ class FlakyFleet(FleetService):
             raise LinkUnavailableError(f"the answer to {method} was lost")
 
     async def register_node(
-        self, node_config: Mapping[str, ConfigValue], heartbeat_interval: float
+        self,
+        node_config: Mapping[str, ConfigValue],
+        heartbeat_interval: float,
+        public_key: bytes | None = None,
     ) -> int:
         self._call("register_node")
-        node_id = await self.fake.register_node(node_config, heartbeat_interval)
+        node_id = await self.fake.register_node(node_config, heartbeat_interval, public_key)
         self._answer("register_node")
         return node_id
 

@@ -17,6 +17,7 @@ from fedcore.domain import ArrayRecord, Context, Message, RecordDict
 from fedcore.roles.node import BackoffPolicy
 from fedcore.testing import FakeClock
 from fedcore.testing.fleet import FakeFleet
+from fedcore.transport.fleet_gate import NodeGate
 from fedcore.transport.grpc import GrpcFleetClient, serve_fleet
 from fedcore.wire.fleet import MAX_INLINE_CONTENT
 
@@ -57,9 +58,13 @@ async def test_a_node_serves_over_grpc_and_comes_back_after_the_link_restarts(
         add_run(fleet, 1, bundle)
     runners = Runners({"app:client": doubling()})
     async with AsyncExitStack() as first_link:
-        port = (await first_link.enter_async_context(serve_fleet(before, "127.0.0.1", 0))).port
+        port = (
+            await first_link.enter_async_context(
+                serve_fleet(before, "127.0.0.1", 0, gate=NodeGate(before, fake_clock))
+            )
+        ).port
         async with (
-            GrpcFleetClient("127.0.0.1", port) as client,
+            GrpcFleetClient("127.0.0.1", port, clock=fake_clock) as client,
             node(client, fake_clock, tmp_path / "cache", runners, backoff=QUICK) as serving,
         ):
             first_id = await serving.wait_registered()
@@ -70,7 +75,7 @@ async def test_a_node_serves_over_grpc_and_comes_back_after_the_link_restarts(
             # The link goes away, and comes back on the same port without its memory.
             await first_link.aclose()
             await until(fake_clock, lambda: "unavailable" in caplog.text)
-            async with serve_fleet(after, "127.0.0.1", port):
+            async with serve_fleet(after, "127.0.0.1", port, gate=NodeGate(after, fake_clock)):
                 await until(fake_clock, lambda: len(after.nodes) == 1)
                 (second_id,) = after.nodes
                 assert second_id == await serving.wait_registered()

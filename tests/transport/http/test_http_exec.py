@@ -14,6 +14,7 @@ import pytest
 
 from fedcore.domain import Run, RunStatus
 from fedcore.errors import (
+    AuthenticationError,
     ClaimLostError,
     DecodeError,
     LinkUnavailableError,
@@ -359,7 +360,7 @@ def test_nonces_are_remembered_for_their_window_only() -> None:
     for _ in range(3):
         accept()
     assert verifier.remembered == 3
-    with pytest.raises(UsageError, match="over 3 requests"):
+    with pytest.raises(AuthenticationError, match="over 3 requests"):
         accept()
     clock.advance(31)  # every nonce so far is too old to be replayed: forgotten
     accept()

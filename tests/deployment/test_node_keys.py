@@ -1,0 +1,177 @@
+"""Node identity by key, probed on real processes: a link, two nodes, and strangers on loopback.
+
+Each probe is what someone who can reach the link's fleet port would try: knowing
+node B's id (printed in logs, listed by ``fedcore ls --nodes``) but not B's key, or
+holding node A's key, or a captured request of B's. None may act as B; B and a run
+beside them carry on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from grpclib.client import Channel
+from grpclib.const import Cardinality, Status
+from grpclib.exceptions import GRPCError
+
+from fedcore.domain import Message, Metadata, RecordDict
+from fedcore.domain.message import assemble_message
+from fedcore.errors import AuthenticationError, NodeNotFoundError
+from fedcore.runtime.addresses import parse_address
+from fedcore.runtime.secret_files import read_node_key
+from fedcore.testing.deployment import Deployment, Server
+from fedcore.transport.grpc import GrpcFleetClient
+from fedcore.transport.grpc.frames import RawCodec
+from fedcore.wire import rpc as wire
+from fedcore.wire.chunks import Digest
+from fedcore.wire.keys import NodeKey
+from fedcore.wire.rpc import FleetMethod
+from fedcore.wire.signatures import sign
+
+REPO = Path(__file__).resolve().parents[2]
+QUICKSTART = REPO / "examples" / "quickstart-numpy"
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
+
+
+def node_id_of(server: Server) -> int:
+    found = re.search(r"registered with the link as node (\d+)", server.tail(200))
+    assert found, server.tail()
+    return int(found.group(1))
+
+
+async def refused_as_b(client: GrpcFleetClient, b: int) -> None:
+    """Every fleet call about node ``b`` that ``client`` (not B) may try; each must be refused."""
+    sent = Metadata(run_id=1, message_id="f" * 32, dst_node_id=b, created_at=time.time(),
+                    message_type="train")  # fmt: skip
+    reply = Message(RecordDict(), reply_to=assemble_message(sent, content=RecordDict()))
+    probes = {
+        "heartbeat": lambda: client.heartbeat(b, 1.0),
+        "pull": lambda: client.pull_messages(b, limit=10),
+        "push": lambda: client.push_reply(b, reply),
+        "run": lambda: client.get_run(b, 1),
+        "unregister": lambda: client.unregister_node(b),
+        "payload up": lambda: client.push_payload(b, "m", Digest.of([b"x"]), [b"x"]),
+    }
+    for name, probe in probes.items():
+        with pytest.raises((AuthenticationError, NodeNotFoundError)):
+            await probe()
+        assert name
+    for download in (client.get_bundle(b, 1), client.pull_payload(b, "p")):
+        with pytest.raises((AuthenticationError, NodeNotFoundError)):
+            async with download:
+                pass
+
+
+async def raw_call(port: int, method: FleetMethod, frame: bytes, metadata: object) -> bytes:
+    async with Channel("127.0.0.1", port, codec=RawCodec()) as channel:
+        stream = channel.request(
+            method.value, Cardinality.UNARY_UNARY, bytes, bytes, metadata=metadata
+        )
+        async with stream:
+            await stream.send_message(frame, end=True)
+            answer = await stream.recv_message()
+    assert answer is not None
+    return answer
+
+
+async def test_nobody_but_node_b_speaks_for_node_b(tmp_path: Path) -> None:
+    with Deployment(tmp_path, heartbeat_interval=1.0) as federation:
+        link = federation.start_link()
+        assert federation.fedcore("keygen", str(tmp_path / "b")).returncode == 0
+        b_key_file = tmp_path / "b.key"
+        node_b = federation.start_node(
+            "partition-id=0 num-partitions=2", "--auth-key", str(b_key_file)
+        )
+        node_a = federation.start_node("partition-id=1 num-partitions=2")
+        b, a = node_id_of(node_b), node_id_of(node_a)
+        listed = json.loads(federation.fedcore("ls", "--nodes", "--json").stdout)
+        assert {int(node["node_id"]) for node in listed} == {a, b}  # B's id is no secret
+        fleet = parse_address(link.address("fleet"), what="fleet")
+        port = fleet.port
+
+        # A stranger with a key of its own, before and after it registers itself.
+        async with GrpcFleetClient(fleet.host, port) as stranger:
+            await refused_as_b(stranger, b)
+            own = await stranger.register_node({}, 1.0)
+            assert own not in (a, b)
+            await refused_as_b(stranger, b)
+            await stranger.unregister_node(own)
+
+        # Node A's own key (from its work directory) cannot speak for B either.
+        a_key = read_node_key(tmp_path / "node1" / "node.key")
+        async with GrpcFleetClient(fleet.host, port, key=a_key) as as_a:
+            assert await as_a.register_node({}, 1.0) == a, "A's key is A"
+            await refused_as_b(as_a, b)
+
+        # B's key registering again (a lost answer) is B, not a second node.
+        b_key = NodeKey.from_pem(b_key_file.read_bytes())
+        async with GrpcFleetClient(fleet.host, port, key=b_key) as again:
+            assert await again.register_node({}, 1.0) == b
+
+        # A request of B's, captured and sent again, or late, is refused.
+        frame = wire.encode_heartbeat_request(b, 1.0, (), None)
+        captured = sign(b_key, FleetMethod.HEARTBEAT.value, frame, time.time())
+        await raw_call(port, FleetMethod.HEARTBEAT, frame, captured)
+        for metadata, why in (
+            (captured, "replayed"),
+            (sign(b_key, FleetMethod.HEARTBEAT.value, frame, time.time() - 60), "clock"),
+            (sign(b_key, FleetMethod.UNREGISTER_NODE.value, frame, time.time()), "does not match"),
+        ):
+            with pytest.raises(GRPCError) as refused:
+                await raw_call(port, FleetMethod.HEARTBEAT, frame, metadata)
+            assert refused.value.status is Status.UNAUTHENTICATED
+            assert why in (refused.value.message or "")
+
+        # B is still there, and a run over both nodes completes.
+        listed = json.loads(federation.fedcore("ls", "--nodes", "--json").stdout)
+        assert {int(node["node_id"]) for node in listed} == {a, b}
+        config = "num-server-rounds=2 fraction-train=1.0 fraction-evaluate=1.0"
+        done = federation.fedcore("run", str(QUICKSTART), "--stream", "--run-config", config)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert re.search(r"run \d+ finished:completed", done.stderr)
+        assert "refused a request about node" in link.tail(400)
+
+
+def test_with_an_authorized_list_only_its_nodes_join_and_sighup_rereads_it(
+    tmp_path: Path,
+) -> None:
+    with Deployment(tmp_path, heartbeat_interval=1.0) as federation:
+        for name in ("listed", "later"):
+            assert federation.fedcore("keygen", str(tmp_path / name)).returncode == 0
+        authorized = tmp_path / "authorized_nodes"
+        authorized.write_text(
+            "# the nodes of this federation\n" + (tmp_path / "listed.pub").read_text()
+        )
+        link = federation.start_link("--authorized-nodes", str(authorized))
+        federation.start_node("partition-id=0", "--auth-key", str(tmp_path / "listed.key"))
+        with pytest.raises(RuntimeError, match="not among the link's authorized nodes") as refused:
+            federation.start_node("partition-id=1", "--auth-key", str(tmp_path / "later.key"))
+        assert "Traceback" not in str(refused.value)
+
+        with authorized.open("a") as listing:
+            listing.write((tmp_path / "later.pub").read_text())
+        link.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 30
+        while "re-read from" not in link.tail(200):
+            assert time.monotonic() < deadline, link.tail()
+            time.sleep(0.05)
+        later = federation.start_node("partition-id=1", "--auth-key", str(tmp_path / "later.key"))
+        assert node_id_of(later) > 0
+        listed = json.loads(federation.fedcore("ls", "--nodes", "--json").stdout)
+        assert len(listed) == 2
+
+
+def test_a_bad_authorized_nodes_file_stops_the_link_naming_the_line(tmp_path: Path) -> None:
+    authorized = tmp_path / "authorized_nodes"
+    authorized.write_text("# fine\n\nssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQ not-a-key\n")
+    with (
+        Deployment(tmp_path) as federation,
+        pytest.raises(RuntimeError, match=r"authorized_nodes:3: not a public key"),
+    ):
+        federation.start_link("--authorized-nodes", str(authorized))

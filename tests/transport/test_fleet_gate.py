@@ -1,0 +1,120 @@
+"""The link's gate on the fleet API: signatures, freshness, replays, keys and their nodes."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedcore.errors import AuthenticationError, NodeNotFoundError
+from fedcore.state.memory import InMemoryLinkState
+from fedcore.testing import FakeClock
+from fedcore.transport.fleet_gate import NodeGate
+from fedcore.wire.keys import NodeKey
+from fedcore.wire.rpc import FleetMethod
+from fedcore.wire.signatures import sign, signed_request
+
+pytestmark = pytest.mark.anyio
+
+HEARTBEAT = FleetMethod.HEARTBEAT.value
+FRAME = b"\x08\x01 a heartbeat"
+
+
+@pytest.fixture
+async def state(fake_clock: FakeClock) -> InMemoryLinkState:
+    async with InMemoryLinkState(fake_clock) as entered:
+        return entered
+
+
+def signed(key: NodeKey, clock: FakeClock, method: str = HEARTBEAT, frame: bytes = FRAME):
+    return signed_request(sign(key, method, frame, clock.now()))
+
+
+async def test_a_signed_request_is_admitted_once(
+    state: InMemoryLinkState, fake_clock: FakeClock
+) -> None:
+    gate, key = NodeGate(state, fake_clock), NodeKey.generate()
+    request = signed(key, fake_clock)
+    await gate.admit(HEARTBEAT, FRAME, request)
+    with pytest.raises(AuthenticationError, match="replayed"):
+        await gate.admit(HEARTBEAT, FRAME, request)
+    await gate.admit(HEARTBEAT, FRAME, signed(key, fake_clock))  # a fresh nonce is fine
+
+
+async def test_a_stale_or_future_timestamp_is_refused(
+    state: InMemoryLinkState, fake_clock: FakeClock
+) -> None:
+    gate, key = NodeGate(state, fake_clock), NodeKey.generate()
+    stale = signed_request(sign(key, HEARTBEAT, FRAME, fake_clock.now() - 31))
+    future = signed_request(sign(key, HEARTBEAT, FRAME, fake_clock.now() + 31))
+    edge = signed_request(sign(key, HEARTBEAT, FRAME, fake_clock.now() - 29))
+    for request in (stale, future):
+        with pytest.raises(AuthenticationError, match="off the receiver's clock"):
+            await gate.admit(HEARTBEAT, FRAME, request)
+    await gate.admit(HEARTBEAT, FRAME, edge)
+    fake_clock.advance(31)  # the future one's time has come
+    await gate.admit(HEARTBEAT, FRAME, future)
+
+
+async def test_a_signature_holds_for_its_own_method_and_body_only(
+    state: InMemoryLinkState, fake_clock: FakeClock
+) -> None:
+    gate, key = NodeGate(state, fake_clock), NodeKey.generate()
+    with pytest.raises(AuthenticationError, match="does not match"):
+        await gate.admit(HEARTBEAT, FRAME + b"!", signed(key, fake_clock))
+    with pytest.raises(AuthenticationError, match="does not match"):
+        await gate.admit(FleetMethod.UNREGISTER_NODE.value, FRAME, signed(key, fake_clock))
+    large = bytes(200_000)  # hashed and checked off the event loop
+    with pytest.raises(AuthenticationError, match="does not match"):
+        await gate.admit(HEARTBEAT, large + b"!", signed(key, fake_clock, frame=large))
+    await gate.admit(HEARTBEAT, large, signed(key, fake_clock, frame=large))
+
+
+async def test_a_key_speaks_for_its_own_node_only(
+    state: InMemoryLinkState, fake_clock: FakeClock
+) -> None:
+    gate = NodeGate(state, fake_clock)
+    a, b, stranger = NodeKey.generate(), NodeKey.generate("p256"), NodeKey.generate("p384")
+    node_a = await state.register_node(a.public.der, heartbeat_interval=1.0)
+    node_b = await state.register_node(b.public.der, heartbeat_interval=1.0)
+    await gate.check_speaks_for(signed(a, fake_clock), node_a)  # read from the state
+    await gate.check_speaks_for(signed(b, fake_clock), node_b)
+    with pytest.raises(AuthenticationError, match=f"not node {node_b}'s"):
+        await gate.check_speaks_for(signed(a, fake_clock), node_b)
+    with pytest.raises(NodeNotFoundError):  # a key that registered nothing: it must register
+        await gate.check_speaks_for(signed(stranger, fake_clock), node_b)
+
+
+async def test_with_an_authorized_list_only_its_keys_are_admitted(
+    state: InMemoryLinkState, fake_clock: FakeClock
+) -> None:
+    listed, other = NodeKey.generate(), NodeKey.generate()
+    gate = NodeGate(state, fake_clock, authorized=[listed.public])
+    await gate.admit(HEARTBEAT, FRAME, signed(listed, fake_clock))
+    with pytest.raises(AuthenticationError, match=other.public.fingerprint.replace("+", r"\+")):
+        await gate.admit(HEARTBEAT, FRAME, signed(other, fake_clock))
+    gate.authorize([other.public])  # SIGHUP re-read the list
+    await gate.admit(HEARTBEAT, FRAME, signed(other, fake_clock))
+    with pytest.raises(AuthenticationError, match="not among"):
+        await gate.admit(HEARTBEAT, FRAME, signed(listed, fake_clock))
+    gate.authorize(None)
+    await gate.admit(HEARTBEAT, FRAME, signed(listed, fake_clock))
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        (),
+        (("fedcore-node-key", "AAAA"),),
+        (("fedcore-node-key", "AAAA"), ("fedcore-timestamp", "1"), ("fedcore-nonce", "0" * 32),
+         ("fedcore-signature", "not base64!")),
+    ],
+    ids=["none", "a key alone", "malformed"],
+)  # fmt: skip
+def test_missing_or_malformed_signatures_are_refused(metadata: tuple[tuple[str, str], ...]) -> None:
+    with pytest.raises(AuthenticationError):
+        signed_request(metadata)
+
+
+def test_a_repeated_signature_header_is_refused() -> None:
+    headers = sign(NodeKey.generate(), HEARTBEAT, FRAME, 1_700_000_000.0)
+    with pytest.raises(AuthenticationError, match="not signed"):
+        signed_request((*headers, headers[0]))
