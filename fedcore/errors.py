@@ -14,7 +14,8 @@ them, as Python code is expected to.
     │   ├── RunConfigError          a run-config key or value the app does not accept
     │   ├── BundleError             an app directory that cannot be packed, or a bundle
     │   │                           refused on unpacking (wrong hash, unsafe, over a limit)
-    │   └── WrongServiceError       an address that answers, but not as the API asked for
+    │   ├── WrongServiceError       an address that answers, but not as the API asked for
+    │   └── UnauthorizedError       a credential the API wants is missing or refused
     ├── DecodeError (ValueError)    bytes that are not a valid payload
     ├── StateError                  a LinkState refused an operation
     │   ├── NotFoundError (LookupError)
@@ -71,6 +72,15 @@ class WrongServiceError(UsageError):
     Another port of the link (the fleet API's gRPC where the control API was
     meant), or a server that is not fedcore's: the address given is the mistake,
     so retrying it cannot help.
+    """
+
+
+class UnauthorizedError(UsageError):
+    """The API refused the request's credential (the control API's bearer token): none
+    was sent, or not the one it wants.
+
+    A person's to fix (which token to present), so a UsageError; the client adds where
+    the token it sent came from, and where the right one is.
     """
 
 
