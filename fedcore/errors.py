@@ -14,7 +14,9 @@ them, as Python code is expected to.
     │   ├── RunConfigError          a run-config key or value the app does not accept
     │   ├── BundleError             an app directory that cannot be packed, or a bundle
     │   │                           refused on unpacking (wrong hash, unsafe, over a limit)
-    │   └── WrongServiceError       an address that answers, but not as the API asked for
+    │   ├── WrongServiceError       an address that answers, but not as the API asked for
+    │   └── AuthenticationError     a credential the receiver refuses: a bearer token, a
+    │                               request signature, a node key
     ├── DecodeError (ValueError)    bytes that are not a valid payload
     ├── StateError                  a LinkState refused an operation
     │   ├── NotFoundError (LookupError)
@@ -29,7 +31,6 @@ them, as Python code is expected to.
     ├── NotEnoughNodesError (TimeoutError)
     │                               waited for nodes past the timeout
     ├── ResourceError               the machine has no room for it (shared memory, disk)
-    ├── AuthenticationError         a request whose signature or key the receiver refuses
     └── LinkUnavailableError (ConnectionError)
                                     the link cannot be reached now; retry with backoff
 """
@@ -72,6 +73,18 @@ class WrongServiceError(UsageError):
     Another port of the link (the fleet API's gRPC where the control API was
     meant), or a server that is not fedcore's: the address given is the mistake,
     so retrying it cannot help.
+    """
+
+
+class AuthenticationError(UsageError):
+    """A request the receiver does not accept as coming from who it claims.
+
+    The control API's bearer token missing or not the one it wants; a fleet request's
+    signature missing, malformed or wrong, its timestamp stale, its nonce replayed, its
+    key not admitted, or the node it names not the signer. A person's to fix (which
+    token or key to present, the clocks), so a UsageError: final for that request, and
+    a node retrying with the same key gets the same answer. A client adds where the
+    credential it sent came from, and where the right one is.
     """
 
 
@@ -131,15 +144,6 @@ class ResourceError(FedcoreError):
 
     Not the peer's fault and not a bug: the message says which resource and how
     much was needed, so an operator can give the process more.
-    """
-
-
-class AuthenticationError(FedcoreError):
-    """A request the receiver does not accept as coming from who it claims.
-
-    A missing, malformed or wrong signature, a stale timestamp, a replayed nonce, a
-    key the link does not admit, or a request about a node other than the signer.
-    Final for that request; a node retrying with the same key gets the same answer.
     """
 
 

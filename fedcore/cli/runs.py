@@ -2,16 +2,21 @@
 
 Each command talks to the link at ``--link HOST:PORT`` (the control address,
 default 127.0.0.1:9093, or ``$FEDCORE_LINK``) and prints for a person, or with
-``--json`` one JSON document (``log``: one JSON object per line) for a program.
+``--json`` one JSON document (``log``: one JSON object per line) for a program. It
+presents the link's bearer token (found as :mod:`fedcore.runtime.control_token`
+says), over HTTPS when given ``--root-certificates``; plaintext to a link on another
+machine takes ``--insecure``, as it does for ``fedcore serve``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -19,17 +24,19 @@ import anyio
 import click
 
 from fedcore.domain.lifecycle import RunStatus
-from fedcore.errors import AppLoadError, RunConfigError, WrongServiceError
-from fedcore.runtime.addresses import parse_address
+from fedcore.errors import AppLoadError, AuthenticationError, RunConfigError, WrongServiceError
+from fedcore.runtime.addresses import Address, parse_address
+from fedcore.runtime.control_token import TOKEN_ENV, ClientToken, client_token
 
 if TYPE_CHECKING:
+    import ssl
+
     from fedcore.domain.run import LogLine, Run
     from fedcore.transport.control import ControlService
 
 T = TypeVar("T")
 
 LINK_ENV = "FEDCORE_LINK"
-TOKEN_ENV = "FEDCORE_CONTROL_TOKEN"
 EXIT_CODES = {RunStatus.COMPLETED: 0, RunStatus.FAILED: 1, RunStatus.STOPPED: 3}
 """``fedcore run --stream``'s exit status for each way a run ends."""
 
@@ -41,23 +48,95 @@ link_option = click.option(
     help="The link's control API address, HOST:PORT.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
+_CONNECTION_OPTIONS = (
+    link_option,
+    click.option(
+        "--token-file",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help=f"The file holding the link's control token (the link's <work dir>/control.token "
+        f"or its --control-token-file). Default: ${TOKEN_ENV}, else, for a link on loopback, "
+        ".fedcore-link/control.token here (a link started here with the default work dir).",
+    ),
+    click.option(
+        "--root-certificates",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="CA certificates to verify the link's control API with: talk HTTPS (the link's "
+        "--control-ssl-certfile).",
+    ),
+    click.option(
+        "--insecure",
+        is_flag=True,
+        help="Talk plaintext to a link on another machine (its token crosses the network "
+        "in the clear).",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Where a command finds the link's control API, and how it talks to it."""
+
+    link: str
+    token_file: Path | None
+    root_certificates: Path | None
+    insecure: bool
+
+
+def connection_options(command: Callable[..., None]) -> Callable[..., None]:
+    """Give ``command`` the options of :data:`_CONNECTION_OPTIONS`, as one ``connection``."""
+
+    @functools.wraps(command)
+    def with_connection(
+        *args: Any,
+        link: str,
+        token_file: Path | None,
+        root_certificates: Path | None,
+        insecure: bool,
+        **kwargs: Any,
+    ) -> None:
+        command(
+            *args, connection=Connection(link, token_file, root_certificates, insecure), **kwargs
+        )
+
+    decorated = with_connection
+    for option in reversed(_CONNECTION_OPTIONS):
+        decorated = option(decorated)
+    return decorated
+
+
+def _tls(address: Address, connection: Connection) -> ssl.SSLContext | None:
+    """HTTPS trusting ``--root-certificates``; plaintext only on loopback or ``--insecure``."""
+    if connection.root_certificates is not None:
+        from fedcore.runtime.tls import client_context
+
+        return client_context(connection.root_certificates)
+    if not connection.insecure and not address.is_loopback:
+        raise click.UsageError(
+            f"the link at {address} is on another machine: give --root-certificates (the "
+            "control API over TLS), or --insecure to send its token in plaintext"
+        )
+    return None
 
 
 @asynccontextmanager
-async def _control(link: str) -> AsyncIterator[ControlService]:
+async def _control(
+    address: Address, tls: ssl.SSLContext | None, token: ClientToken
+) -> AsyncIterator[ControlService]:
     # Imported here, not at the top: aiohttp is most of this module's import time, and
     # `--help` has no use for it.
     from fedcore.transport.http.control import HttpControlClient
 
-    address = parse_address(link, what="--link")
-    token = os.environ.get(TOKEN_ENV)
-    async with HttpControlClient(address.host, address.port, token=token) as client:
+    async with HttpControlClient(address.host, address.port, ssl=tls, token=token.token) as client:
         yield client
 
 
-def _call(link: str, work: Callable[[ControlService], Awaitable[T]]) -> T:
+def _call(connection: Connection, work: Callable[[ControlService], Awaitable[T]]) -> T:
+    address = parse_address(connection.link, what="--link")
+    tls = _tls(address, connection)
+    token = client_token(connection.token_file, link=address)
+
     async def main() -> T:
-        async with _control(link) as control:
+        async with _control(address, tls, token) as control:
             return await work(control)
 
     try:
@@ -66,6 +145,8 @@ def _call(link: str, work: Callable[[ControlService], Awaitable[T]]) -> T:
         raise WrongServiceError(
             f"{exc}; the link's control API is on --control-address, default 127.0.0.1:9093"
         ) from None
+    except AuthenticationError as exc:
+        raise AuthenticationError(f"{exc}; {token.hint}") from None
 
 
 def run_json(run: Run) -> dict[str, Any]:
@@ -84,7 +165,7 @@ def run_json(run: Run) -> dict[str, Any]:
 @click.argument(
     "app_dir", default=".", type=click.Path(exists=True, file_okay=False, path_type=Path)
 )
-@link_option
+@connection_options
 @click.option("--run-config", default="", help='Overrides of declared keys: "k=v k2=v2".')
 @click.option(
     "--stream",
@@ -95,7 +176,9 @@ def run_json(run: Run) -> dict[str, Any]:
     ),
 )
 @json_option
-def run(app_dir: Path, link: str, run_config: str, stream: bool, as_json: bool) -> None:
+def run(
+    app_dir: Path, connection: Connection, run_config: str, stream: bool, as_json: bool
+) -> None:
     """Pack APP_DIR (default: here), submit it to the link as a new run, print its id."""
     # Imported here: packing and config resolution load the app machinery (and numpy).
     from fedcore.apps.bundle import pack_bundle
@@ -132,14 +215,14 @@ def run(app_dir: Path, link: str, run_config: str, stream: bool, as_json: bool) 
         return EXIT_CODES.get(final.status, 1)
 
     try:
-        code = _call(link, submit)
+        code = _call(connection, submit)
     except KeyboardInterrupt:
         if submitted_id is None:
             raise
         # Only this command stops: the run lives on the link, whoever follows it.
         click.echo(
             f"\ninterrupted: run {submitted_id} goes on on the link; "
-            f"stop it with: fedcore stop {submitted_id} --link {link}",
+            f"stop it with: fedcore stop {submitted_id} --link {connection.link}",
             err=True,
         )
         sys.exit(130)
@@ -147,20 +230,20 @@ def run(app_dir: Path, link: str, run_config: str, stream: bool, as_json: bool) 
 
 
 @click.command("ls")
-@link_option
+@connection_options
 @click.option("--nodes", is_flag=True, help="List the online nodes instead of the runs.")
 @json_option
-def ls(link: str, nodes: bool, as_json: bool) -> None:
+def ls(connection: Connection, nodes: bool, as_json: bool) -> None:
     """List the link's runs (newest last), or its online nodes."""
     if nodes:
-        found = _call(link, lambda control: control.list_nodes())
+        found = _call(connection, lambda control: control.list_nodes())
         if as_json:
             click.echo(json.dumps([{"node_id": str(n.node_id), "online": n.online} for n in found]))
         else:
             for node in found:
                 click.echo(node.node_id)
         return
-    runs = _call(link, lambda control: control.list_runs())
+    runs = _call(connection, lambda control: control.list_runs())
     if as_json:
         click.echo(json.dumps([run_json(r) for r in runs]))
         return
@@ -171,10 +254,10 @@ def ls(link: str, nodes: bool, as_json: bool) -> None:
 
 @click.command("log")
 @click.argument("run_id", type=int)
-@link_option
+@connection_options
 @click.option("--follow", "-f", is_flag=True, help="Wait for new lines until the run finishes.")
 @json_option
-def log(run_id: int, link: str, follow: bool, as_json: bool) -> None:
+def log(run_id: int, connection: Connection, follow: bool, as_json: bool) -> None:
     """Print a run's ServerApp log."""
 
     async def show(control: ControlService) -> None:
@@ -183,16 +266,16 @@ def log(run_id: int, link: str, follow: bool, as_json: bool) -> None:
         if follow:
             _echo_end(await control.get_run(run_id), as_json)
 
-    _call(link, show)
+    _call(connection, show)
 
 
 @click.command("stop")
 @click.argument("run_id", type=int)
-@link_option
+@connection_options
 @json_option
-def stop(run_id: int, link: str, as_json: bool) -> None:
+def stop(run_id: int, connection: Connection, as_json: bool) -> None:
     """Stop a run: its ServerApp is ended and its messages are no longer delivered."""
-    stopped = _call(link, lambda control: control.stop_run(run_id))
+    stopped = _call(connection, lambda control: control.stop_run(run_id))
     click.echo(json.dumps(run_json(stopped)) if as_json else f"run {run_id}: {stopped.status}")
 
 

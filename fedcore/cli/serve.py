@@ -48,7 +48,9 @@ ROLES = ("link", "node", "exec")
     "--control-address",
     default="127.0.0.1:9093",
     show_default=True,
-    help="[link] Where `fedcore run/ls/log/stop` connect (HTTP).",
+    help="[link] Where `fedcore run/ls/log/stop` connect (HTTP; HTTPS with "
+    "--control-ssl-certfile). Every request but GET /v1/health needs the control token. "
+    "Off loopback it needs TLS, or --insecure.",
 )
 @click.option(
     "--runtime-address",
@@ -112,13 +114,29 @@ ROLES = ("link", "node", "exec")
     ".fedcore-node or .fedcore-exec here).",
 )
 @click.option(
-    "--insecure", is_flag=True, help="Accept plaintext on listeners other machines can reach."
+    "--insecure",
+    is_flag=True,
+    help="Accept plaintext on listeners other machines can reach (the control API's token "
+    "then crosses the network in the clear).",
 )
 @click.option(
     "--control-token-file",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="[link] The control API then needs this bearer token (created, mode 0600, if "
-    "missing); `fedcore run/ls/log/stop` send $FEDCORE_CONTROL_TOKEN.",
+    help="[link] Where the control API's bearer token is kept (created, random, mode 0600, "
+    "if missing; default: control.token in the work directory). The control API always "
+    "wants it; `fedcore run/ls/log/stop` send --token-file, $FEDCORE_CONTROL_TOKEN, or "
+    ".fedcore-link/control.token when run where a link with the default work directory runs.",
+)
+@click.option(
+    "--control-ssl-certfile",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="[link] TLS certificate for the control API (HTTPS); `fedcore run/ls/log/stop` "
+    "verify it with --root-certificates.",
+)
+@click.option(
+    "--control-ssl-keyfile",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="[link] The key of --control-ssl-certfile.",
 )
 @click.option(
     "--ssl-certfile",
@@ -215,6 +233,8 @@ def serve(
     work_dir: Path | None,
     insecure: bool,
     control_token_file: Path | None,
+    control_ssl_certfile: Path | None,
+    control_ssl_keyfile: Path | None,
     ssl_certfile: Path | None,
     ssl_keyfile: Path | None,
     ssl_ca_certfile: Path | None,
@@ -263,6 +283,13 @@ def serve(
         if ssl_certfile is not None and ssl_keyfile is not None:
             tls = server_context(ssl_certfile, ssl_keyfile, ssl_ca_certfile, alpn=["h2"])
             exec_tls = server_context(ssl_certfile, ssl_keyfile, alpn=["http/1.1"])
+        if (control_ssl_certfile is None) != (control_ssl_keyfile is None):
+            raise click.UsageError("--control-ssl-certfile and --control-ssl-keyfile go together")
+        control_tls = None
+        if control_ssl_certfile is not None and control_ssl_keyfile is not None:
+            control_tls = server_context(
+                control_ssl_certfile, control_ssl_keyfile, alpn=["http/1.1"]
+            )
         options = LinkOptions(
             fleet_address=parse_address(fleet_address, what="--fleet-address"),
             control_address=parse_address(control_address, what="--control-address"),
@@ -280,6 +307,7 @@ def serve(
             else None,
             exec_secret_file=exec_secret_file,
             exec_ssl=exec_tls,
+            control_ssl=control_tls,
             control_token_file=control_token_file,
             local_exec=not no_local_exec,
             heartbeat_patience=heartbeat_patience,

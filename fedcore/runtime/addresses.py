@@ -64,13 +64,18 @@ def parse_address(text: str, *, what: str = "address") -> Address:
     return Address(host, int(port_text))
 
 
-def check_exposure(address: Address, *, tls: bool, insecure: bool, what: str) -> None:
-    """Refuse a listener other machines can reach without TLS, unless ``insecure``."""
+def check_exposure(
+    address: Address, *, tls: bool, insecure: bool, what: str, certificates: str = "certificates"
+) -> None:
+    """Refuse a listener other machines can reach without TLS, unless ``insecure``.
+
+    ``certificates`` names the flags that would give it TLS, for the message.
+    """
     if tls or insecure or address.is_loopback:
         return
     raise UsageError(
         f"{what} {address} is reachable from other machines but has no TLS: give "
-        "certificates, listen on 127.0.0.1, or pass --insecure to accept plaintext"
+        f"{certificates}, listen on 127.0.0.1, or pass --insecure to accept plaintext"
     )
 
 

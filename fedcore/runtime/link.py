@@ -32,6 +32,7 @@ from fedcore.roles.link.fleet import LinkFleet
 from fedcore.roles.link.runtime import LinkRuntime
 from fedcore.runtime.addresses import Address, check_exposure
 from fedcore.runtime.authorized_nodes import read_authorized_nodes, reload_on_hangup
+from fedcore.runtime.control_token import LINK_WORK_DIR, link_token_file
 from fedcore.runtime.ready import write_ready_file
 from fedcore.runtime.secret_files import read_secret
 from fedcore.state.base import DEFAULT_HEARTBEAT_PATIENCE, LinkState
@@ -58,14 +59,16 @@ class LinkOptions:
 
     ``exec_address``: where to serve the exec API (None: not at all), to holders of
     the secret in ``exec_secret_file`` (default: ``exec.secret`` in the work
-    directory). ``local_exec``: whether the link launches ServerApps itself.
+    directory). ``local_exec``: whether the link launches ServerApps itself. The
+    control API always wants a bearer token: the one in ``control_token_file``
+    (default: ``control.token`` in the work directory, made on first start).
     """
 
     fleet_address: Address = FLEET_ADDRESS
     control_address: Address = CONTROL_ADDRESS
     runtime_address: Address = RUNTIME_ADDRESS
     database: str = "fedcore-link.db"
-    work_dir: Path = Path(".fedcore-link")
+    work_dir: Path = LINK_WORK_DIR
     ready_file: Path | None = None
     fleet_ssl: _ssl.SSLContext | None = None
     control_ssl: _ssl.SSLContext | None = None
@@ -108,6 +111,7 @@ class LinkOptions:
             tls=self.control_ssl is not None,
             insecure=self.insecure,
             what="the control address",
+            certificates="--control-ssl-certfile/--control-ssl-keyfile",
         )
         check_exposure(
             self.runtime_address, tls=False, insecure=self.insecure, what="the runtime address"
@@ -169,9 +173,9 @@ async def serve_link(
             )
         )
         control = options.control_address
-        control_token = None
-        if options.control_token_file is not None:
-            control_token = read_secret(options.control_token_file, what="control token")
+        control_token = read_secret(
+            link_token_file(options.work_dir, options.control_token_file), what="control token"
+        )
         control_service = LinkControl(
             state, options.work_dir / "bundles", version=version("fedcore")
         )

@@ -37,6 +37,15 @@ def read_secret(path: Path, *, what: str) -> str:
     """
     if not path.exists():
         _create_secret(path, what)
+    return read_existing_secret(path, what=what)
+
+
+def read_existing_secret(path: Path, *, what: str) -> str:
+    """The secret in ``path``, which must exist: a client's copy of a server's secret.
+
+    A missing, unreadable or short file is a ``UsageError`` naming it; one that others
+    can read is taken, with a warning.
+    """
     try:
         text = path.read_text(encoding="utf-8").strip()
         mode = path.stat().st_mode

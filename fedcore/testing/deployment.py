@@ -5,7 +5,8 @@ for each file (a condition with a deadline, never a fixed sleep), reads the boun
 ports from it, and on leaving kills every process it started — by pid, never by
 name — and waits for them. Output of each process goes to a file under the
 deployment's directory, and a process that dies before it is ready raises with the
-end of that file.
+end of that file. The ``fedcore`` commands it runs present the link's control token
+(made by the link in its work directory), as its operator's would.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from fedcore.runtime.addresses import Address
+from fedcore.runtime.control_token import TOKEN_ENV, link_token_file
 from fedcore.runtime.ready import read_ready_file
 
 FEDCORE = Path(sys.executable).parent / "fedcore"
@@ -59,6 +61,7 @@ class Deployment:
         self.heartbeat_patience = heartbeat_patience
         self.servers: list[Server] = []
         self.link: Server | None = None
+        self.link_work_dir = root / "link"
         self._link_flags: list[str] = []
 
     def __enter__(self) -> Self:
@@ -97,11 +100,20 @@ class Deployment:
                 alive.append(pid)
         return alive
 
-    def start_link(self, *extra: str, database: str | None = None) -> Server:
-        """Start a link on free loopback ports, its state in ``database`` (default: a file)."""
+    @property
+    def control_token_file(self) -> Path:
+        """The file where the link keeps its control token (unless started with another)."""
+        return link_token_file(self.link_work_dir)
+
+    def start_link(
+        self, *extra: str, database: str | None = None, work_dir: Path | None = None
+    ) -> Server:
+        """Start a link on free loopback ports, its state in ``database`` (default: a file),
+        its work directory ``work_dir`` (default: ``link`` under the root)."""
+        self.link_work_dir = work_dir or self.root / "link"
         self._link_flags = [
             "--database", database or str(self.root / "link.db"),
-            "--work-dir", str(self.root / "link"),
+            "--work-dir", str(self.link_work_dir),
             *extra,
         ]  # fmt: skip
         return self._serve_link("127.0.0.1:0", "127.0.0.1:0")
@@ -228,23 +240,36 @@ class Deployment:
             except subprocess.TimeoutExpired:
                 self.kill(server)
 
-    def fedcore(
-        self, *args: str, timeout: float = 120.0, env: dict[str, str] | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        """Run a ``fedcore`` command (against the link's control API, once there is a link).
-
-        ``env`` adds to (or overrides) this process's environment.
-        """
+    def cli_environment(self, *, token: bool = True) -> dict[str, str]:
+        """The environment of a ``fedcore`` command against the link: its control address
+        in ``$FEDCORE_LINK`` and (unless ``token`` is false) its token in
+        ``$FEDCORE_CONTROL_TOKEN``; without, no ``$FEDCORE_CONTROL_TOKEN`` at all."""
         environment = dict(os.environ)
+        environment.pop(TOKEN_ENV, None)
         if self.link is not None:
             environment["FEDCORE_LINK"] = self.link.address("control")
-        environment.update(env or {})
+            if token and self.control_token_file.exists():
+                environment[TOKEN_ENV] = self.control_token_file.read_text().strip()
+        return environment
+
+    def fedcore(
+        self,
+        *args: str,
+        timeout: float = 120.0,
+        env: dict[str, str] | None = None,
+        token: bool = True,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a ``fedcore`` command (against the link's control API, once there is a link),
+        in the deployment's root, with :meth:`cli_environment`.
+
+        ``env`` adds to (or overrides) that environment.
+        """
         return subprocess.run(
             [str(FEDCORE), *args],
             capture_output=True,
             text=True,
             timeout=timeout,
-            env=environment,
+            env={**self.cli_environment(token=token), **(env or {})},
             cwd=self.root,
             check=False,
         )

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import os
 import signal
 import subprocess
 import threading
@@ -104,7 +103,7 @@ def test_ctrl_c_on_a_streamed_run_says_it_goes_on_and_how_to_stop_it(link: Deplo
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ},
+        env=link.cli_environment(),
         cwd=link.root,
     )
     try:

@@ -111,7 +111,7 @@ def test_a_stopped_run_ends_its_serverapp_and_its_stream_with_status_3(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "FEDCORE_LINK": federation.link.address("control")},
+        env=federation.cli_environment(),
         cwd=federation.root,
     )
     try:

@@ -131,3 +131,60 @@ def test_a_link_asking_for_client_certificates_takes_nodes_that_present_one(
         assert deployment.link is not None
         without = _register(deployment.link.address("fleet"), cert)
         assert "LinkUnavailableError" in without.stderr, "no client certificate: refused"
+
+
+def test_the_control_api_over_tls_takes_commands_that_trust_it(tmp_path: Path) -> None:
+    cert, key = _certificate(tmp_path, "control")
+    stranger, _ = _certificate(tmp_path, "stranger")
+    with Deployment(tmp_path / "deployment") as deployment:
+        deployment.start_link(
+            "--control-ssl-certfile", str(cert), "--control-ssl-keyfile", str(key)
+        )
+        deployment.start_node("partition-id=0")
+        trusted = deployment.fedcore("ls", "--nodes", "--json", "--root-certificates", str(cert))
+        assert trusted.returncode == 0, trusted.stderr
+        assert len(json.loads(trusted.stdout)) == 1
+        untrusted = deployment.fedcore("ls", "--root-certificates", str(stranger))
+        assert untrusted.returncode != 0
+        assert "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr
+        assert "Traceback" not in untrusted.stderr
+        plaintext = deployment.fedcore("ls")  # http:// to an https:// listener
+        assert plaintext.returncode != 0
+        assert "Traceback" not in plaintext.stderr
+        anonymous = deployment.fedcore("ls", "--root-certificates", str(cert), token=False)
+        assert anonymous.returncode == 2
+        assert "no token was sent" in anonymous.stderr
+
+
+def test_a_control_address_other_machines_can_reach_needs_tls_or_insecure(
+    tmp_path: Path,
+) -> None:
+    ready = tmp_path / "link.ready"
+    refused = subprocess.run(
+        [str(FEDCORE), "serve", "--role", "link", "--fleet-address", "127.0.0.1:0",
+         "--control-address", "0.0.0.0:0", "--database", ":memory:",
+         "--ready-file", str(ready)],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert refused.returncode == 2
+    (line,) = refused.stderr.splitlines()
+    assert line == (
+        "error: the control address 0.0.0.0:0 is reachable from other machines but has no "
+        "TLS: give --control-ssl-certfile/--control-ssl-keyfile, listen on 127.0.0.1, or pass "
+        "--insecure to accept plaintext"
+    )
+    assert not ready.exists(), "it never listened"
+    assert not (tmp_path / ".fedcore-link").exists(), "it stopped before making anything"
+
+
+def test_a_command_sends_no_token_in_plaintext_to_another_machine(tmp_path: Path) -> None:
+    # Refused before any connection: 192.0.2.1 (TEST-NET-1) is never dialled.
+    for command in (["ls"], ["log", "1"], ["stop", "1"]):
+        refused = subprocess.run(
+            [str(FEDCORE), *command, "--link", "192.0.2.1:9093"],
+            capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False,
+        )  # fmt: skip
+        assert refused.returncode == 2
+        (line,) = refused.stderr.splitlines()
+        assert "is on another machine: give --root-certificates" in line
+        assert "--insecure" in line

@@ -16,13 +16,18 @@
                                         as they come; a last {"status", "error", "message"}
                                         line if the stream failed on the way
     GET  /v1/nodes                   -> {"nodes": [{"node_id": "7", "online": true}, ...]}
-    GET  /v1/health                  -> {"version", "runs_active", "nodes_online"}
+    GET  /v1/health                  -> {"version", "runs_active", "nodes_online"}; asked
+                                        with no Authorization: {"status": "ok"}
 
-With a token, every route but health requires ``Authorization: Bearer <token>``
-(401 otherwise). A submission must declare its length, which may not exceed what
-the bundle cap allows; with ``Expect: 100-continue`` (as the client sends) a refusal
-(401, 413) comes before any of the bundle is sent. Past the declared length, the
-bundle part is still counted as it arrives and refused once over the cap.
+With a token (the link always has one: :mod:`fedcore.runtime.control_token`), every
+route requires ``Authorization: Bearer <token>`` (401 otherwise, with a one-line
+reason), health included, save that health asked with no credential at all answers
+that the link is up and nothing else — what a load balancer's probe needs, and no
+stranger's business beyond it (no version, no counts). A submission must declare its
+length, which may not exceed what the bundle cap allows; with ``Expect: 100-continue``
+(as the client sends) a refusal (401, 413) comes before any of the bundle is sent.
+Past the declared length, the bundle part is still counted as it arrives and refused
+once over the cap.
 """
 
 from __future__ import annotations
@@ -64,6 +69,8 @@ log = logging.getLogger(__name__)
 MAX_CONFIG_BYTES = 1 << 20
 """The largest run config part a submission may carry."""
 NDJSON = "application/x-ndjson"
+PUBLIC_HEALTH = {"status": "ok"}
+"""All that health tells a client that presents no credential."""
 _MULTIPART_SLACK = 64 * 1024
 """Room in a submission for the multipart framing around its two parts."""
 _CHUNK = 1 << 16
@@ -81,7 +88,8 @@ def control_app(
 ) -> web.Application:
     """An aiohttp application serving ``service`` as the control API.
 
-    With ``token``, requests other than health must carry it as a bearer token.
+    With ``token``, requests must carry it as a bearer token (see the module's notes on
+    health).
     ``max_bundle_bytes`` caps a submitted bundle.
     """
     handlers = _ControlHandlers(service, token, max_bundle_bytes)
@@ -206,6 +214,9 @@ class _ControlHandlers:
         return _json({"nodes": [bodies.node_to_json(node) for node in nodes]})
 
     async def health(self, request: web.Request) -> web.StreamResponse:
+        if self._token is not None and hdrs.AUTHORIZATION not in request.headers:
+            return _json(PUBLIC_HEALTH)
+        self._authorize(request)
         return _json(bodies.health_to_json(await self._service.health()))
 
 

@@ -19,7 +19,8 @@ A 500 says "internal error" and nothing else (no class, no traceback, no path):
 the server logs what happened. The client accepts a name only if it belongs under
 the status (a 404 raises a NotFoundError, never a ConflictError), turns 502, 503 and
 504 (the link shutting down, or a proxy in front of it without a link behind) into
-:class:`~fedcore.errors.LinkUnavailableError`, and anything else it does not
+:class:`~fedcore.errors.LinkUnavailableError`, a 401 into
+:class:`~fedcore.errors.AuthenticationError`, and anything else it does not
 expect into a plain :class:`~fedcore.errors.FedcoreError`.
 """
 
@@ -31,6 +32,7 @@ from aiohttp import hdrs, web
 
 from fedcore.errors import (
     AppLoadError,
+    AuthenticationError,
     BundleError,
     ClaimLostError,
     ConflictError,
@@ -167,7 +169,7 @@ def error_from(status: int, document: object, where: str) -> FedcoreError:
     if status in _UNAVAILABLE:
         return LinkUnavailableError(f"{where} is unavailable (HTTP {status}): {message}")
     if status == 401:
-        return UsageError(f"{where} refused the request: {message}")
+        return AuthenticationError(f"{where} refused the request: {message}")
     expected = _EXPECTED.get(status)
     if expected is None:
         return FedcoreError(f"{where} failed the request with HTTP {status}: {message}")

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from fedcore.domain import LogLine, Run, RunStatus
 from fedcore.errors import (
+    AuthenticationError,
     BundleError,
     ClaimLostError,
     ConflictError,
@@ -427,7 +428,7 @@ async def test_a_client_outside_its_block_says_so() -> None:
 # ------------------------------------------------------------------- the token
 
 
-async def test_with_a_token_every_route_but_health_requires_it() -> None:
+async def test_with_a_token_every_route_requires_it_and_health_tells_a_stranger_only_ok() -> None:
     fake = FakeControl()
     run = fake.add_run()
     fake.append(run.run_id, "one")
@@ -448,9 +449,15 @@ async def test_with_a_token_every_route_but_health_requires_it() -> None:
                     assert TOKEN not in await response.text()
         async with session.get(f"{url}/v1/health") as response:
             assert response.status == 200
+            assert await response.json() == {"status": "ok"}
+        for headers in ({"Authorization": "Bearer wrong"}, {"Authorization": ""}):
+            async with session.get(f"{url}/v1/health", headers=headers) as response:
+                assert response.status == 401, headers
         good = {"Authorization": f"Bearer {TOKEN}"}
         async with session.get(f"{url}/v1/runs", headers=good) as response:
             assert response.status == 200
+        async with session.get(f"{url}/v1/health", headers=good) as response:
+            assert (await response.json())["version"] == "9.9.9"
     assert fake.runs[run.run_id].status is RunStatus.RUNNING  # the refused stop did nothing
 
 
@@ -460,11 +467,14 @@ async def test_the_client_presents_its_token() -> None:
         run = await client.submit_run(ZIP, {"a": 1})
         assert await client.get_run(run.run_id) == run
     async with served(fake, token=TOKEN, client_token="nope") as (client, _):
-        with pytest.raises(UsageError, match="bearer token"):
+        with pytest.raises(AuthenticationError, match="bearer token"):
             await client.list_runs()
-        with pytest.raises(UsageError, match="bearer token"):
+        with pytest.raises(AuthenticationError, match="bearer token"):
             await client.submit_run(ZIP, {})
-        assert await client.health()
+        with pytest.raises(AuthenticationError, match="bearer token"):
+            await client.health()
+    async with served(fake, token=TOKEN, client_token=TOKEN) as (client, _):
+        assert await client.health() == Health("9.9.9", 2, 2)
     assert len(fake.bundles) == 1
 
 
