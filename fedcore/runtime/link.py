@@ -18,6 +18,7 @@ import ssl as _ssl
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from importlib.metadata import version
 from pathlib import Path
 
@@ -35,7 +36,8 @@ from fedcore.runtime.ready import write_ready_file
 from fedcore.runtime.secret_files import read_secret
 from fedcore.state.base import DEFAULT_HEARTBEAT_PATIENCE, LinkState
 from fedcore.state.memory import InMemoryLinkState
-from fedcore.state.stalls import StallWatch
+from fedcore.state.stalls import LAG_BUCKETS_MS, LAG_PERIOD, StallWatch
+from fedcore.transport.grpc.guard import DEFAULT_FLEET_LIMITS, FleetLimits
 from fedcore.transport.grpc.server import serve_fleet
 from fedcore.transport.http.control import control_app
 from fedcore.transport.http.exec import exec_app
@@ -75,6 +77,7 @@ class LinkOptions:
     exec_secret_file: Path | None = None
     exec_ssl: _ssl.SSLContext | None = None
     local_exec: bool = True
+    fleet_limits: FleetLimits = DEFAULT_FLEET_LIMITS
 
     def check(self) -> None:
         """Refuse plaintext listeners that other machines can reach, unless insecure.
@@ -111,13 +114,15 @@ class LinkOptions:
 
 
 @asynccontextmanager
-async def open_state(database: str, clock: Clock, patience: float) -> AsyncIterator[LinkState]:
+async def open_state(
+    database: str, clock: Clock, patience: float, stalls: StallWatch
+) -> AsyncIterator[LinkState]:
     """The link's LinkState: SQLite in ``database``, or in memory for ``:memory:``.
 
-    Either way it watches for stalls of the link's own event loop, so that nobody is
-    failed for heartbeats the link did not read (:mod:`fedcore.state.stalls`).
+    Either way it runs ``stalls``, which watches for stalls of the link's own event
+    loop, so that nobody is failed for heartbeats the link did not read
+    (:mod:`fedcore.state.stalls`), and measures the loop's lag for the metrics.
     """
-    stalls = StallWatch(clock)
     if database == MEMORY:
         async with InMemoryLinkState(clock, heartbeat_patience=patience, stalls=stalls) as state:
             yield state
@@ -140,13 +145,20 @@ async def serve_link(
     """Serve the link until cancelled; ``task_status`` gets the bound listener addresses."""
     options.check()
     clock = clock or SystemClock()
+    stalls = StallWatch(clock, period=LAG_PERIOD)
     async with AsyncExitStack() as stack:
         state = await stack.enter_async_context(
-            open_state(options.database, clock, options.heartbeat_patience)
+            open_state(options.database, clock, options.heartbeat_patience, stalls)
         )
         fleet = options.fleet_address
         listener = await stack.enter_async_context(
-            serve_fleet(LinkFleet(state, clock), fleet.host, fleet.port, ssl=options.fleet_ssl)
+            serve_fleet(
+                LinkFleet(state, clock),
+                fleet.host,
+                fleet.port,
+                ssl=options.fleet_ssl,
+                limits=options.fleet_limits,
+            )
         )
         control = options.control_address
         control_token = None
@@ -157,7 +169,9 @@ async def serve_link(
         )
         control_port = await stack.enter_async_context(
             serve_http(
-                control_app(control_service, token=control_token),
+                control_app(
+                    control_service, token=control_token, metrics=partial(_metrics, stalls, clock)
+                ),
                 control.host,
                 control.port,
                 name="control",
@@ -207,6 +221,24 @@ async def serve_link(
         _settle_garbage_collector()
         task_status.started(bound)
         await anyio.sleep_forever()
+
+
+def _metrics(stalls: StallWatch, clock: Clock) -> dict[str, object]:
+    """What ``GET /v1/metrics`` answers: how long the link's event loop was held at most."""
+    lag = stalls.lag
+    return {
+        "loop_lag_max_ms": {
+            "last_minute": round(lag.recent_max(clock.now()) * 1000, 3),
+            "since_start": round(lag.max_since_start * 1000, 3),
+        },
+        "loop_lag_histogram_ms": {
+            **{
+                f"le_{bound:g}": count
+                for bound, count in zip(LAG_BUCKETS_MS, lag.counts[:-1], strict=True)
+            },
+            "more": lag.counts[-1],
+        },
+    }
 
 
 GC_THRESHOLDS = (50_000, 20, 20)

@@ -13,10 +13,18 @@ Shutting down ends the calls in progress (a waiting pull among them) with
 UNAVAILABLE, which a node retries, and closes the connections that made calls:
 grpclib cancels handlers but leaves connections open, so the handlers note each
 call's connection (grpclib's private ``Stream._stream``, as in ``frames``).
+
+What a stranger may cost is bounded (docs/security.md, "Bounded cost"): each
+method's request frames are capped by :data:`~fedcore.wire.rpc.REQUEST_CAPS`
+before they are read, and must arrive within the body timeout; large ones are
+decoded off the event loop (:func:`~fedcore.transport.grpc.frames.decoded`);
+connections and call rates per peer are kept within :class:`FleetLimits`
+(:mod:`fedcore.transport.grpc.guard`), and refusals are logged once a minute.
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import socket
 import ssl as _ssl
@@ -42,13 +50,20 @@ from fedcore.errors import (
     RunFinishedError,
 )
 from fedcore.transport.fleet import FleetService, Transfer
-from fedcore.transport.grpc.frames import ERROR_TRAILER, RawCodec, receive
+from fedcore.transport.grpc.frames import ERROR_TRAILER, RawCodec, decoded, receive
+from fedcore.transport.grpc.guard import (
+    DEFAULT_FLEET_LIMITS,
+    FleetLimits,
+    FloodLog,
+    GuardedServer,
+    PeerRates,
+)
 from fedcore.wire import DEFAULT_LIMITS
 from fedcore.wire import rpc as wire
 from fedcore.wire.fleet import PushedReply
 from fedcore.wire.frame import MAX_DETAIL
 from fedcore.wire.protobuf import FRAME_CAP
-from fedcore.wire.rpc import ChunkReader, ChunkWriter, FleetMethod
+from fedcore.wire.rpc import REQUEST_CAPS, ChunkReader, ChunkWriter, FleetMethod
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +79,8 @@ _REJECTIONS = (
     ReplyRejectedError,
     RunFinishedError,
 )
+_METHOD: contextvars.ContextVar[FleetMethod] = contextvars.ContextVar("fleet_method")
+"""The method of the call a handler task serves (each call runs in a task of its own)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,19 +100,22 @@ async def serve_fleet(
     ssl: _ssl.SSLContext | None = None,
     frame_cap: int = FRAME_CAP,
     max_payload: int = DEFAULT_LIMITS.max_bytes,
+    limits: FleetLimits = DEFAULT_FLEET_LIMITS,
 ) -> AsyncIterator[FleetListener]:
     """Serve ``service`` on ``host:port`` until the block ends; yield the bound address.
 
-    ``frame_cap`` bounds every request frame, ``max_payload`` a pushed payload's
-    declared size (checked on its first chunk). Leaving the block stops accepting
-    connections and ends the calls in progress with UNAVAILABLE.
+    ``frame_cap`` bounds every request frame (each method's own cap, lower, too),
+    ``max_payload`` a pushed payload's declared size (checked on its first chunk),
+    ``limits`` the connections, idleness, call rates and frame timeouts of peers.
+    Leaving the block stops accepting connections and ends the calls in progress
+    with UNAVAILABLE.
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.create_server((host, port), family=family)
-    handlers = _FleetHandlers(service, frame_cap, max_payload)
-    server = grpclib.server.Server([handlers], codec=RawCodec())
+    sock = socket.create_server((host, port), family=family, backlog=1024)
+    handlers = _FleetHandlers(service, frame_cap, max_payload, limits)
+    server = GuardedServer([handlers], codec=RawCodec(), limits=limits, flood=handlers.flood)
     try:
-        await server.start(sock=sock, ssl=ssl)
+        await server.start(sock=sock, ssl=ssl, backlog=1024)
     except BaseException:
         sock.close()
         raise
@@ -113,10 +133,15 @@ async def serve_fleet(
 class _FleetHandlers:
     """grpclib's view of a FleetService: one handler per fleet method, all guarded."""
 
-    def __init__(self, service: FleetService, frame_cap: int, max_payload: int) -> None:
+    def __init__(
+        self, service: FleetService, frame_cap: int, max_payload: int, limits: FleetLimits
+    ) -> None:
         self._service = service
         self._cap = frame_cap
         self._max_payload = max_payload
+        self._timeout = limits.body_timeout
+        self._rates = PeerRates(limits.requests_per_second, limits.request_burst)
+        self.flood = FloodLog()
         self.closing = False
         """Set when the server shuts down: calls end UNAVAILABLE and reach no service."""
         self._connections: weakref.WeakSet[Connection] = weakref.WeakSet()
@@ -161,9 +186,13 @@ class _FleetHandlers:
             if self.closing:
                 await _end(stream, grpclib.const.Status.UNAVAILABLE, _SHUTTING_DOWN)
                 return
+            if not await self._admit(stream):
+                return
+            _METHOD.set(method)
             try:
                 await handler(stream)
             except DecodeError as exc:
+                self.flood.warn("invalid", "refused an invalid %s call: %s", method.name, exc)
                 await _end(stream, grpclib.const.Status.INVALID_ARGUMENT, str(exc))
             except NotFoundError as exc:
                 await _end(stream, grpclib.const.Status.NOT_FOUND, str(exc), type(exc).__name__)
@@ -178,24 +207,41 @@ class _FleetHandlers:
 
         return guarded
 
+    async def _admit(self, stream: _Stream) -> bool:
+        """Whether the call's peer is within its request rate; refuse the call if not."""
+        peer = stream.peer.addr()
+        address = str(peer[0]) if peer else "?"
+        if self._rates.admit(address):
+            return True
+        self.flood.warn("rate", "refused fleet calls from %s: over its request rate", address)
+        await _end(stream, grpclib.const.Status.RESOURCE_EXHAUSTED, "too many requests")
+        return False
+
+    def _frame_cap(self) -> int:
+        return min(self._cap, REQUEST_CAPS[_METHOD.get()])
+
     async def _request(self, stream: _Stream) -> bytes:
-        frame = await receive(stream, self._cap)
+        frame = await receive(stream, self._frame_cap(), self._timeout)
         if frame is None:
             raise DecodeError("the call carried no request")
         return frame
 
     async def _register_node(self, stream: _Stream) -> None:
-        node_config, interval = wire.decode_register_node_request(await self._request(stream))
+        node_config, interval = await decoded(
+            wire.decode_register_node_request, await self._request(stream)
+        )
         node_id = await self._service.register_node(node_config, interval)
         await stream.send_message(wire.encode_register_node_response(node_id))
 
     async def _unregister_node(self, stream: _Stream) -> None:
-        node_id = wire.decode_unregister_node_request(await self._request(stream))
+        node_id = await decoded(wire.decode_unregister_node_request, await self._request(stream))
         await self._service.unregister_node(node_id)
         await stream.send_message(wire.encode_unregister_node_response())
 
     async def _heartbeat(self, stream: _Stream) -> None:
-        node_id, interval, ids, lease = wire.decode_heartbeat_request(await self._request(stream))
+        node_id, interval, ids, lease = await decoded(
+            wire.decode_heartbeat_request, await self._request(stream)
+        )
         try:
             released = await self._service.heartbeat(node_id, interval, ids, lease)
         except NodeNotFoundError:
@@ -205,7 +251,9 @@ class _FleetHandlers:
         await stream.send_message(response)
 
     async def _pull_messages(self, stream: _Stream) -> None:
-        node_id, limit, lease, wait = wire.decode_pull_messages_request(await self._request(stream))
+        node_id, limit, lease, wait = await decoded(
+            wire.decode_pull_messages_request, await self._request(stream)
+        )
         pulled = await self._service.pull_messages(node_id, limit, lease, wait)
         frame, sent = wire.encode_pull_messages_response(pulled)
         if sent < len(pulled.messages):
@@ -219,7 +267,9 @@ class _FleetHandlers:
         await stream.send_message(frame)
 
     async def _push_reply(self, stream: _Stream) -> None:
-        node_id, reply, payload = wire.decode_push_reply_request(await self._request(stream))
+        node_id, reply, payload = await decoded(
+            wire.decode_push_reply_request, await self._request(stream)
+        )
         outcome: PushedReply | FedcoreError
         try:
             outcome = await self._service.push_reply(node_id, reply, payload)
@@ -228,30 +278,32 @@ class _FleetHandlers:
         await stream.send_message(wire.encode_push_reply_response(outcome))
 
     async def _get_run(self, stream: _Stream) -> None:
-        node_id, run_id = wire.decode_get_run_request(await self._request(stream))
+        node_id, run_id = await decoded(wire.decode_get_run_request, await self._request(stream))
         run, bundle = await self._service.get_run(node_id, run_id)
         await stream.send_message(wire.encode_get_run_response(run, bundle))
 
     async def _get_bundle(self, stream: _Stream) -> None:
-        node_id, run_id = wire.decode_get_bundle_request(await self._request(stream))
+        node_id, run_id = await decoded(wire.decode_get_bundle_request, await self._request(stream))
         async with self._service.get_bundle(node_id, run_id) as transfer:
             await _send_transfer(stream, transfer)
 
     async def _pull_payload(self, stream: _Stream) -> None:
-        node_id, payload_id = wire.decode_pull_payload_request(await self._request(stream))
+        node_id, payload_id = await decoded(
+            wire.decode_pull_payload_request, await self._request(stream)
+        )
         async with self._service.pull_payload(node_id, payload_id) as transfer:
             await _send_transfer(stream, transfer)
 
     async def _push_payload(self, stream: _Stream) -> None:
         reader = ChunkReader(max_size=self._max_payload)
-        first = reader.upload(await self._request(stream))
+        first = await decoded(reader.upload, await self._request(stream))
         done = False
 
         async def chunks() -> AsyncGenerator[bytes, None]:
             nonlocal done
             yield first
-            while (frame := await receive(stream, self._cap)) is not None:
-                yield reader.upload(frame)
+            while (frame := await receive(stream, self._frame_cap(), self._timeout)) is not None:
+                yield await decoded(reader.upload, frame)
             reader.finish()
             done = True
 

@@ -17,6 +17,8 @@
                                         line if the stream failed on the way
     GET  /v1/nodes                   -> {"nodes": [{"node_id": "7", "online": true}, ...]}
     GET  /v1/health                  -> {"version", "runs_active", "nodes_online"}
+    GET  /v1/metrics                 -> {"loop_lag_max_ms": {"last_minute", "since_start"},
+                                         "loop_lag_histogram_ms": {...}}, from ``metrics``
 
 With a token, every route but health requires ``Authorization: Bearer <token>``
 (401 otherwise). A submission must declare its length, which may not exceed what
@@ -30,7 +32,7 @@ from __future__ import annotations
 import hmac
 import logging
 import ssl as _ssl
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -78,11 +80,13 @@ def control_app(
     *,
     token: str | None = None,
     max_bundle_bytes: int = MAX_BUNDLE_BYTES,
+    metrics: Callable[[], Mapping[str, object]] | None = None,
 ) -> web.Application:
     """An aiohttp application serving ``service`` as the control API.
 
     With ``token``, requests other than health must carry it as a bearer token.
-    ``max_bundle_bytes`` caps a submitted bundle.
+    ``max_bundle_bytes`` caps a submitted bundle. ``metrics`` (a JSON object's
+    content, made on each request) is served at ``/v1/metrics`` when given.
     """
     handlers = _ControlHandlers(service, token, max_bundle_bytes)
     app = web.Application(client_max_size=MAX_JSON_BYTES)
@@ -98,7 +102,16 @@ def control_app(
     routes.add_get("/v1/runs/{run_id}/logs", handlers.route(handlers.logs), allow_head=False)
     routes.add_get("/v1/nodes", handlers.route(handlers.list_nodes), allow_head=False)
     routes.add_get("/v1/health", handlers.route(handlers.health, public=True), allow_head=False)
+    if metrics is not None:
+        routes.add_get("/v1/metrics", handlers.route(_metrics_handler(metrics)), allow_head=False)
     return app
+
+
+def _metrics_handler(metrics: Callable[[], Mapping[str, object]]) -> Handler:
+    async def serve_metrics(request: web.Request) -> web.StreamResponse:
+        return _json(dict(metrics()))
+
+    return serve_metrics
 
 
 class _ControlHandlers:
