@@ -36,7 +36,7 @@ from fedcore.runtime.ready import write_ready_file
 from fedcore.runtime.secret_files import read_secret
 from fedcore.state.base import DEFAULT_HEARTBEAT_PATIENCE, LinkState
 from fedcore.state.memory import InMemoryLinkState
-from fedcore.state.stalls import LAG_BUCKETS_MS, LAG_PERIOD, StallWatch
+from fedcore.state.stalls import LAG_BUCKETS_MS, LAG_PERIOD, LoopLag, StallWatch
 from fedcore.transport.grpc.guard import DEFAULT_FLEET_LIMITS, FleetLimits
 from fedcore.transport.grpc.server import serve_fleet
 from fedcore.transport.http.control import control_app
@@ -219,6 +219,8 @@ async def serve_link(
             options.database,
         )
         _settle_garbage_collector()
+        # The metrics count from here: start-up (imports, the collection above) blocks.
+        stalls.lag = LoopLag(since=clock.now())
         task_status.started(bound)
         await anyio.sleep_forever()
 

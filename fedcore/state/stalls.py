@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import math
 from collections import deque
 from collections.abc import Callable
 
@@ -57,14 +58,18 @@ class LoopLag:
     order), so each note costs O(1) amortized, whatever the window.
     """
 
-    def __init__(self, window: float = LAG_WINDOW) -> None:
+    def __init__(self, window: float = LAG_WINDOW, *, since: float = -math.inf) -> None:
         self.window = window
+        self._since = since
         self.max_since_start = 0.0
         self.counts = [0] * (len(LAG_BUCKETS_MS) + 1)
         self._recent: deque[tuple[float, float]] = deque()
 
     def note(self, now: float, lag: float) -> None:
-        """The loop woke a wake due at ``now - lag`` only at ``now``."""
+        """The loop woke a wake due at ``now - lag`` only at ``now``; one due before
+        ``since`` (the start of the count) is left out."""
+        if now - lag < self._since:
+            return
         self.max_since_start = max(self.max_since_start, lag)
         self.counts[bisect.bisect_left(LAG_BUCKETS_MS, lag * 1000)] += 1
         while self._recent and self._recent[-1][1] <= lag:
