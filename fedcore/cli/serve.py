@@ -28,6 +28,12 @@ RUNTIME_ADDRESS = "127.0.0.1:0"
 """``fedcore.runtime.link.RUNTIME_ADDRESS``."""
 HEARTBEAT_PATIENCE = 3.0
 """``fedcore.state.base.DEFAULT_HEARTBEAT_PATIENCE``."""
+FLEET_IDLE_TIMEOUT = 300.0
+"""``fedcore.transport.grpc.guard.FleetLimits.idle_timeout``, and so on below."""
+FLEET_BODY_TIMEOUT = 60.0
+FLEET_CONNECTIONS_PER_PEER = 2048
+FLEET_MAX_CONNECTIONS = 8192
+FLEET_REQUESTS_PER_SECOND = 2000.0
 HEARTBEAT_INTERVAL = 5.0
 """Seconds between heartbeats, of nodes and of ServerApps (``LaunchSettings.app_heartbeat``):
 with the default patience a dead node is found within 16 s, and one late beat on a
@@ -213,6 +219,46 @@ ROLES = ("link", "node", "exec")
     "known by the first key it registers with (trust on first use).",
 )
 @click.option(
+    "--fleet-idle-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=FLEET_IDLE_TIMEOUT,
+    show_default=True,
+    help="[link] Seconds a fleet connection with no call in progress may stay silent before "
+    "the link closes it (idle and half-open sockets; TCP keepalive finds dead peers mid-call).",
+)
+@click.option(
+    "--fleet-body-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=FLEET_BODY_TIMEOUT,
+    show_default=True,
+    help="[link] Seconds one request frame may take to arrive once its call began; a stalled "
+    "call ends INVALID_ARGUMENT.",
+)
+@click.option(
+    "--fleet-connections-per-peer",
+    type=click.IntRange(min=1),
+    default=FLEET_CONNECTIONS_PER_PEER,
+    show_default=True,
+    help="[link] Fleet connections one IP address may hold open (nodes behind one NAT share "
+    "an address); more are closed on arrival.",
+)
+@click.option(
+    "--fleet-max-connections",
+    type=click.IntRange(min=1),
+    default=FLEET_MAX_CONNECTIONS,
+    show_default=True,
+    help="[link] Fleet connections at once, kept 64 under the open-file limit too. At the cap "
+    "a new connection closes the one idle the longest (or is refused if none is idle).",
+)
+@click.option(
+    "--fleet-requests-per-second",
+    type=click.FloatRange(min=0, min_open=True),
+    default=FLEET_REQUESTS_PER_SECOND,
+    show_default=True,
+    help="[link] Fleet calls one IP address may start per second on average (bursts of twice "
+    "that); more end RESOURCE_EXHAUSTED, and the link logs the flood once a minute.",
+)
+@click.option(
     "--ready-file",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the bound addresses and pid here (JSON) once serving (for scripts and tests).",
@@ -247,6 +293,11 @@ def serve(
     num_cpus: float | None,
     auth_key: Path | None,
     authorized_nodes: Path | None,
+    fleet_idle_timeout: float,
+    fleet_body_timeout: float,
+    fleet_connections_per_peer: int,
+    fleet_max_connections: int,
+    fleet_requests_per_second: float,
     ready_file: Path | None,
 ) -> None:
     """Serve a role until interrupted.
@@ -269,6 +320,7 @@ def serve(
     from fedcore.runtime.link import LinkOptions, serve_link
     from fedcore.runtime.node import NodeOptions, serve_node
     from fedcore.runtime.tls import server_context
+    from fedcore.transport.grpc.guard import FleetLimits
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -312,6 +364,14 @@ def serve(
             local_exec=not no_local_exec,
             heartbeat_patience=heartbeat_patience,
             authorized_nodes=authorized_nodes,
+            fleet_limits=FleetLimits(
+                idle_timeout=fleet_idle_timeout,
+                body_timeout=fleet_body_timeout,
+                connections_per_peer=fleet_connections_per_peer,
+                max_connections=fleet_max_connections,
+                requests_per_second=fleet_requests_per_second,
+                request_burst=max(1, round(2 * fleet_requests_per_second)),
+            ),
         )
         options.check()
         _spool_in(options.work_dir / "spool")

@@ -18,6 +18,7 @@ import ssl as _ssl
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from importlib.metadata import version
 from pathlib import Path
 
@@ -37,8 +38,9 @@ from fedcore.runtime.ready import write_ready_file
 from fedcore.runtime.secret_files import read_secret
 from fedcore.state.base import DEFAULT_HEARTBEAT_PATIENCE, LinkState
 from fedcore.state.memory import InMemoryLinkState
-from fedcore.state.stalls import StallWatch
+from fedcore.state.stalls import LAG_BUCKETS_MS, LAG_PERIOD, LoopLag, StallWatch
 from fedcore.transport.fleet_gate import NodeGate
+from fedcore.transport.grpc.guard import DEFAULT_FLEET_LIMITS, FleetLimits
 from fedcore.transport.grpc.server import serve_fleet
 from fedcore.transport.http.control import control_app
 from fedcore.transport.http.exec import exec_app
@@ -82,6 +84,7 @@ class LinkOptions:
     exec_secret_file: Path | None = None
     exec_ssl: _ssl.SSLContext | None = None
     local_exec: bool = True
+    fleet_limits: FleetLimits = DEFAULT_FLEET_LIMITS
 
     def check(self) -> None:
         """Refuse plaintext listeners that other machines can reach, unless insecure.
@@ -119,13 +122,15 @@ class LinkOptions:
 
 
 @asynccontextmanager
-async def open_state(database: str, clock: Clock, patience: float) -> AsyncIterator[LinkState]:
+async def open_state(
+    database: str, clock: Clock, patience: float, stalls: StallWatch
+) -> AsyncIterator[LinkState]:
     """The link's LinkState: SQLite in ``database``, or in memory for ``:memory:``.
 
-    Either way it watches for stalls of the link's own event loop, so that nobody is
-    failed for heartbeats the link did not read (:mod:`fedcore.state.stalls`).
+    Either way it runs ``stalls``, which watches for stalls of the link's own event
+    loop, so that nobody is failed for heartbeats the link did not read
+    (:mod:`fedcore.state.stalls`), and measures the loop's lag for the metrics.
     """
-    stalls = StallWatch(clock)
     if database == MEMORY:
         async with InMemoryLinkState(clock, heartbeat_patience=patience, stalls=stalls) as state:
             yield state
@@ -148,9 +153,10 @@ async def serve_link(
     """Serve the link until cancelled; ``task_status`` gets the bound listener addresses."""
     options.check()
     clock = clock or SystemClock()
+    stalls = StallWatch(clock, period=LAG_PERIOD)
     async with AsyncExitStack() as stack:
         state = await stack.enter_async_context(
-            open_state(options.database, clock, options.heartbeat_patience)
+            open_state(options.database, clock, options.heartbeat_patience, stalls)
         )
         fleet = options.fleet_address
         gate = NodeGate(state, clock)
@@ -170,6 +176,7 @@ async def serve_link(
                 fleet.port,
                 gate=gate,
                 ssl=options.fleet_ssl,
+                limits=options.fleet_limits,
             )
         )
         control = options.control_address
@@ -181,7 +188,9 @@ async def serve_link(
         )
         control_port = await stack.enter_async_context(
             serve_http(
-                control_app(control_service, token=control_token),
+                control_app(
+                    control_service, token=control_token, metrics=partial(_metrics, stalls, clock)
+                ),
                 control.host,
                 control.port,
                 name="control",
@@ -229,8 +238,28 @@ async def serve_link(
             options.database,
         )
         _settle_garbage_collector()
+        # The metrics count from here: start-up (imports, the collection above) blocks.
+        stalls.lag = LoopLag(since=clock.now())
         task_status.started(bound)
         await anyio.sleep_forever()
+
+
+def _metrics(stalls: StallWatch, clock: Clock) -> dict[str, object]:
+    """What ``GET /v1/metrics`` answers: how long the link's event loop was held at most."""
+    lag = stalls.lag
+    return {
+        "loop_lag_max_ms": {
+            "last_minute": round(lag.recent_max(clock.now()) * 1000, 3),
+            "since_start": round(lag.max_since_start * 1000, 3),
+        },
+        "loop_lag_histogram_ms": {
+            **{
+                f"le_{bound:g}": count
+                for bound, count in zip(LAG_BUCKETS_MS, lag.counts[:-1], strict=True)
+            },
+            "more": lag.counts[-1],
+        },
+    }
 
 
 GC_THRESHOLDS = (50_000, 20, 20)

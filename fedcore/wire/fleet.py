@@ -143,6 +143,8 @@ def message_from_pb(
         code = decoded_int("error code", error.code, INT64_MIN, INT64_MAX)
         return assemble_message(metadata, error=Error(code, error.reason))
     if kind == "content":
+        if len(message.content) > MAX_INLINE_CONTENT:
+            invalid(f"inline content of {len(message.content)} bytes is over {MAX_INLINE_CONTENT}")
         return assemble_message(metadata, content=unpack_recorddict(message.content, limits))
     if ref is None:
         invalid("a message needs content, a payload or an error")

@@ -66,21 +66,33 @@ class DecodeLimits:
     ``max_bytes`` is checked before anything is parsed. The others bound the msgpack
     header: ``max_str_len`` the length of any str or bytes value (keys included),
     ``max_items`` the length of any list, ``max_ndim`` the dimensions of an array.
+
+    ``max_expansion`` bounds the memory the header's lists take once decoded, as a
+    multiple of the header's bytes (plus :data:`EXPANSION_SLACK`), checked as each
+    list is built. msgpack spends one byte on an empty list, which costs Python 56
+    bytes and a pointer: a header of a million empty lists is 60 MB from 1 MB. What
+    fedcore itself writes stays under about 20 (a metric of a one-letter key and a
+    small int is the worst: 4 bytes, one two-item list).
     """
 
     max_bytes: int = 2**31 - 1
     max_str_len: int = 1 << 20
     max_items: int = 1_000_000
     max_ndim: int = 32
+    max_expansion: int = 24
 
     def __post_init__(self) -> None:
-        for name in ("max_bytes", "max_str_len", "max_items", "max_ndim"):
+        for name in ("max_bytes", "max_str_len", "max_items", "max_ndim", "max_expansion"):
             value = getattr(self, name)
             if type(value) is not int or value < 0:
                 raise ValueError(f"DecodeLimits.{name} must be a non-negative int, got {value!r}")
 
 
 DEFAULT_LIMITS = DecodeLimits()
+EXPANSION_SLACK = 64 * 1024
+"""Bytes of decoded lists any header may take, whatever its size (small headers vary most)."""
+_LIST_COST = 56
+_POINTER = 8
 
 
 def fail(problem: str, cause: BaseException | None = None) -> NoReturn:
@@ -199,9 +211,21 @@ def decode(
     end = _PREFIX_LEN + int.from_bytes(view[4:8], "big")
     if end > size:
         fail(f"header runs to byte {end}, but the payload has {size}")
+    budget = limits.max_expansion * (end - _PREFIX_LEN) + EXPANSION_SLACK
+
+    def count_list(items: list[Any]) -> list[Any]:
+        nonlocal budget
+        budget -= _LIST_COST + _POINTER * len(items)
+        if budget < 0:
+            raise ValueError(
+                f"its lists take more than {limits.max_expansion} times the header's bytes"
+            )
+        return items
+
     try:
         header = msgpack.unpackb(
             view[_PREFIX_LEN:end],
+            list_hook=count_list,
             raw=False,
             use_list=True,
             strict_map_key=True,

@@ -32,8 +32,20 @@ def invalid(problem: str, cause: BaseException | None = None) -> NoReturn:
     raise DecodeError(f"invalid fleet message: {problem}") from cause
 
 
-def parse(message_type: type[_PB], data: Buffer, *, max_bytes: int = FRAME_CAP) -> _PB:
+def parse(
+    message_type: type[_PB],
+    data: Buffer,
+    *,
+    max_bytes: int = FRAME_CAP,
+    max_fields: int | None = None,
+) -> _PB:
     """Parse one protobuf message of ``message_type``, refusing more than ``max_bytes``.
+
+    With ``max_fields``, the bytes are first scanned (:func:`count_fields`) and a
+    message, or any message nested in it, with more fields than that is refused
+    before betterproto builds anything: its parser costs tens of microseconds per
+    field, so a few hundred KiB of empty repeated entries would hold the caller for
+    seconds.
 
     This is where untrusted bytes enter, and betterproto's parser is lenient in two
     ways handled here. It promises no particular exceptions: on malformed input it
@@ -45,12 +57,68 @@ def parse(message_type: type[_PB], data: Buffer, *, max_bytes: int = FRAME_CAP) 
     """
     if len(data) > max_bytes:
         invalid(f"{len(data)} bytes is more than the frame cap of {max_bytes}")
+    if max_fields is not None:
+        count_fields(message_type, memoryview(data).cast("B"), max_fields)
     try:
         message = message_type().parse(bytes(data))
     except Exception as exc:
         invalid(f"not a valid {message_type.__name__}: {type(exc).__name__}", exc)
     _check_fields(message)
     return message
+
+
+_VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
+
+
+def count_fields(
+    message_type: type[betterproto.Message], data: memoryview, max_fields: int
+) -> None:
+    """Refuse ``data`` if it, or a message nested in it, holds more than ``max_fields`` fields.
+
+    A walk of the wire format that builds nothing: it reads each tag, skips each
+    value, and descends only into fields the schema declares as messages. It stops
+    at the first message over the cap, so its cost is bounded by the cap, not by
+    the size of the frame. Malformed bytes are left for the parser to refuse.
+    """
+    proto = cast(Any, message_type)._betterproto
+    nested: dict[int, type[betterproto.Message]] = {
+        meta.number: proto.cls_by_field[name]
+        for name, meta in proto.meta_by_field_name.items()
+        if meta.proto_type == betterproto.TYPE_MESSAGE
+    }
+    position, end, fields = 0, len(data), 0
+    while position < end:
+        fields += 1
+        if fields > max_fields:
+            invalid(f"a {message_type.__name__} of more than {max_fields} fields")
+        tag, position = _varint(data, position)
+        wire_type = tag & 7
+        if wire_type == _VARINT:
+            _, position = _varint(data, position)
+        elif wire_type == _FIXED64:
+            position += 8
+        elif wire_type == _FIXED32:
+            position += 4
+        elif wire_type == _LENGTH_DELIMITED:
+            length, position = _varint(data, position)
+            inner = nested.get(tag >> 3)
+            if inner is not None and position + length <= end:
+                count_fields(inner, data[position : position + length], max_fields)
+            position += length
+        else:
+            return  # not a wire type fedcore's messages use: the parser refuses it
+
+
+def _varint(data: memoryview, position: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while position < len(data) and shift < 70:
+        byte = data[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, position
+        shift += 7
+    return value, len(data)  # truncated: the parser refuses it
 
 
 _SCALAR_TYPES: dict[str, type] = {

@@ -24,6 +24,7 @@ from fedcore.errors import FedcoreError
 from fedcore.wire._pb.fedcore import v1 as pb
 from fedcore.wire.chunks import CHUNK_SIZE, ChunkVerifier, Digest
 from fedcore.wire.fleet import (
+    MAX_INLINE_CONTENT,
     ConfigValue,
     PayloadRef,
     PushedReply,
@@ -65,6 +66,32 @@ class FleetMethod(Enum):
     GET_BUNDLE = "/fedcore.v1.Fleet/GetBundle"
     PUSH_PAYLOAD = "/fedcore.v1.Fleet/PushPayload"
     PULL_PAYLOAD = "/fedcore.v1.Fleet/PullPayload"
+
+
+MAX_CONFIG_ENTRIES = 1024
+"""The most entries a node config may have on the wire."""
+MAX_HEARTBEAT_IDS = 1024
+"""The most message ids one heartbeat may extend (a node handles that many at once at most)."""
+_MAX_FIELDS = 64
+"""The most fields any other request message (or one nested in it) may have: they have ten."""
+SMALL_REQUEST = 4 * 1024
+"""The frame cap of requests that carry a few ids and numbers."""
+
+REQUEST_CAPS: dict[FleetMethod, int] = {
+    FleetMethod.REGISTER_NODE: 64 * 1024,
+    FleetMethod.UNREGISTER_NODE: SMALL_REQUEST,
+    FleetMethod.HEARTBEAT: 64 * 1024,
+    FleetMethod.PULL_MESSAGES: SMALL_REQUEST,
+    FleetMethod.PUSH_REPLY: MAX_INLINE_CONTENT + 64 * 1024,
+    FleetMethod.GET_RUN: SMALL_REQUEST,
+    FleetMethod.GET_BUNDLE: SMALL_REQUEST,
+    FleetMethod.PUSH_PAYLOAD: FRAME_CAP,
+    FleetMethod.PULL_PAYLOAD: SMALL_REQUEST,
+}
+"""The largest request frame of each method, refused from its length prefix before any of
+it is read. A registration's node config is small; a reply's content over
+:data:`~fedcore.wire.fleet.MAX_INLINE_CONTENT` travels as a payload, whose chunks alone
+fill a whole frame. The 64 KiB over the inline limit hold a reply's metadata."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +150,7 @@ def encode_register_node_request(
 
 def decode_register_node_request(frame: Buffer) -> tuple[dict[str, ConfigValue], float]:
     """The node config and heartbeat interval of a request to join."""
-    return registration_from_pb(parse(pb.RegisterNodeRequest, frame))
+    return registration_from_pb(parse(pb.RegisterNodeRequest, frame, max_fields=MAX_CONFIG_ENTRIES))
 
 
 def encode_register_node_response(node_id: int) -> bytes:
@@ -141,7 +168,7 @@ def encode_unregister_node_request(node_id: int) -> bytes:
 
 def decode_unregister_node_request(frame: Buffer) -> int:
     """The id of the node leaving."""
-    return _decoded_node_id(parse(pb.UnregisterNodeRequest, frame).node_id)
+    return _decoded_node_id(parse(pb.UnregisterNodeRequest, frame, max_fields=_MAX_FIELDS).node_id)
 
 
 def encode_unregister_node_response() -> bytes:
@@ -175,7 +202,7 @@ def encode_heartbeat_request(
 
 def decode_heartbeat_request(frame: Buffer) -> tuple[int, float, list[str], float | None]:
     """Node id, heartbeat interval, the ids worked on, and their new lease (None if no ids)."""
-    request = parse(pb.HeartbeatRequest, frame)
+    request = parse(pb.HeartbeatRequest, frame, max_fields=MAX_HEARTBEAT_IDS + 3)
     interval = _decoded_seconds("heartbeat_interval", request.heartbeat_interval, zero=False)
     lease = None
     if request.message_ids:
@@ -211,7 +238,7 @@ def encode_pull_messages_request(
 
 def decode_pull_messages_request(frame: Buffer) -> tuple[int, int, float | None, float]:
     """Node id, limit, lease seconds (None: the link's default) and seconds to wait."""
-    request = parse(pb.PullMessagesRequest, frame)
+    request = parse(pb.PullMessagesRequest, frame, max_fields=_MAX_FIELDS)
     limit = decoded_int("max_messages", request.max_messages, 1, 2**32 - 1)
     lease = _decoded_seconds("lease_seconds", request.lease_seconds, zero=True) or None
     wait = _decoded_seconds("wait_seconds", request.wait_seconds, zero=True)
@@ -291,7 +318,7 @@ def encode_push_reply_request(
 
 def decode_push_reply_request(frame: Buffer) -> tuple[int, Message, PayloadRef | None]:
     """Node id, the reply, and the payload its content is (its content is then empty)."""
-    request = parse(pb.PushReplyRequest, frame)
+    request = parse(pb.PushReplyRequest, frame, max_fields=_MAX_FIELDS)
     if not betterproto.serialized_on_wire(request.reply):
         invalid("a push needs its reply")
     reply, ref = _message_and_payload(request.reply)
@@ -320,7 +347,7 @@ def encode_get_run_request(node_id: int, run_id: int) -> bytes:
 
 def decode_get_run_request(frame: Buffer) -> tuple[int, int]:
     """Node id and run id."""
-    request = parse(pb.GetRunRequest, frame)
+    request = parse(pb.GetRunRequest, frame, max_fields=_MAX_FIELDS)
     run_id = decoded_int("run_id", request.run_id, 1, INT64_MAX)
     return _decoded_node_id(request.node_id), run_id
 
@@ -347,7 +374,7 @@ def encode_get_bundle_request(node_id: int, run_id: int) -> bytes:
 
 def decode_get_bundle_request(frame: Buffer) -> tuple[int, int]:
     """Node id and run id."""
-    request = parse(pb.GetBundleRequest, frame)
+    request = parse(pb.GetBundleRequest, frame, max_fields=_MAX_FIELDS)
     run_id = decoded_int("run_id", request.run_id, 1, INT64_MAX)
     return _decoded_node_id(request.node_id), run_id
 
@@ -360,7 +387,7 @@ def encode_pull_payload_request(node_id: int, payload_id: str) -> bytes:
 
 def decode_pull_payload_request(frame: Buffer) -> tuple[int, str]:
     """Node id and payload id."""
-    request = parse(pb.PullPayloadRequest, frame)
+    request = parse(pb.PullPayloadRequest, frame, max_fields=_MAX_FIELDS)
     if not request.payload_id:
         invalid("PullPayload needs a payload id")
     return _decoded_node_id(request.node_id), request.payload_id
@@ -482,7 +509,7 @@ class ChunkReader:
 
     def upload(self, frame: Buffer) -> bytes:
         """The data of the next PushPayload request frame."""
-        request = parse(pb.PushPayloadRequest, frame)
+        request = parse(pb.PushPayloadRequest, frame, max_fields=_MAX_FIELDS)
         ids = (_decoded_node_id(request.node_id), request.message_id)
         if not request.message_id:
             invalid("PushPayload needs a message id")

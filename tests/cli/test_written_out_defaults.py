@@ -12,6 +12,7 @@ from fedcore.runtime.link import RUNTIME_ADDRESS
 from fedcore.simulation.backends import BACKENDS, DEFAULT_BACKEND
 from fedcore.state.base import DEFAULT_HEARTBEAT_PATIENCE
 from fedcore.strategy.rounds import DEFAULT_ROUND_TIMEOUT
+from fedcore.transport.grpc.guard import FleetLimits
 
 
 def _default(name: str) -> object:
@@ -29,6 +30,25 @@ def test_the_written_out_defaults_are_the_librarys() -> None:
     assert serve_cli.HEARTBEAT_PATIENCE == DEFAULT_HEARTBEAT_PATIENCE
     assert _default("heartbeat_patience") == DEFAULT_HEARTBEAT_PATIENCE
     assert str(RUNTIME_ADDRESS) == serve_cli.RUNTIME_ADDRESS
+    fleet = FleetLimits()
+    assert serve_cli.FLEET_IDLE_TIMEOUT == fleet.idle_timeout == _default("fleet_idle_timeout")
+    assert serve_cli.FLEET_BODY_TIMEOUT == fleet.body_timeout == _default("fleet_body_timeout")
+    peer, total, rate = (
+        fleet.connections_per_peer,
+        fleet.max_connections,
+        fleet.requests_per_second,
+    )
+    assert (peer, total, rate) == (
+        serve_cli.FLEET_CONNECTIONS_PER_PEER,
+        serve_cli.FLEET_MAX_CONNECTIONS,
+        serve_cli.FLEET_REQUESTS_PER_SECOND,
+    )
+    assert (peer, total, rate) == (
+        _default("fleet_connections_per_peer"),
+        _default("fleet_max_connections"),
+        _default("fleet_requests_per_second"),
+    )
+    assert fleet.request_burst == 2 * fleet.requests_per_second
 
 
 def test_simulate_writes_out_the_simulations_choices() -> None:

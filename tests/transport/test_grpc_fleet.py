@@ -46,7 +46,7 @@ from fedcore.wire import unpack_recorddict
 from fedcore.wire.chunks import CHUNK_SIZE, Digest
 from fedcore.wire.keys import NodeKey
 from fedcore.wire.protobuf import FRAME_CAP
-from fedcore.wire.rpc import FleetMethod
+from fedcore.wire.rpc import REQUEST_CAPS, FleetMethod
 from fedcore.wire.signatures import sign
 
 pytestmark = pytest.mark.anyio
@@ -444,8 +444,20 @@ async def test_an_oversized_frame_is_refused_unread_and_others_are_served(
         with anyio.fail_after(5):
             error = await raw_status(port, method, declared, end=False)
         assert error.status is Status.INVALID_ARGUMENT
-        assert f"over the frame cap of {FRAME_CAP}" in (error.message or "")
+        assert f"over the frame cap of {REQUEST_CAPS[method]}" in (error.message or "")
         assert await client.register_node({}, 1.0)
+
+
+@pytest.mark.parametrize("method", list(FleetMethod), ids=lambda m: m.name)
+async def test_each_method_refuses_a_frame_over_its_own_cap_unread(method: FleetMethod) -> None:
+    cap = REQUEST_CAPS[method]
+    assert cap <= FRAME_CAP
+    async with connected(fake_with_run()) as (_, port):
+        declared = struct.pack(">?I", False, cap + 1) + b"\0" * 1024
+        with anyio.fail_after(5):
+            error = await raw_status(port, method, declared, end=False)
+        assert error.status is Status.INVALID_ARGUMENT
+        assert f"a frame of {cap + 1} bytes is over the frame cap of {cap}" in (error.message or "")
 
 
 async def test_nothing_listening_is_link_unavailable() -> None:

@@ -13,19 +13,33 @@ resets the stream and releases the little that flow control let in. It reads
 grpclib's ``server.Stream._stream``, a private attribute, because grpclib 0.4
 exposes no hook between the prefix and the body; the pinned range (<0.5) and
 the tests that send oversized frames guard it.
+
+A frame must also arrive in time: :func:`receive` gives up on one that has not
+come whole within its ``timeout`` (a peer that starts a call and stalls would
+otherwise hold the call, and its buffers, for ever). And :func:`decoded` runs
+the decoding of a frame over :data:`OFF_LOOP_BYTES` in a worker thread, so that
+no request holds the event loop while it is parsed.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+import anyio
+import anyio.to_thread
 import grpclib.server
 from grpclib.encoding.base import CodecBase
 
 from fedcore.errors import DecodeError
 
 _PREFIX = struct.Struct(">?I")
+
+_T = TypeVar("_T")
+
+OFF_LOOP_BYTES = 64 * 1024
+"""Frames larger than this are decoded in a worker thread, not on the event loop."""
 
 ERROR_TRAILER = "fedcore-error"
 """Trailing metadata naming the NotFoundError class of a NOT_FOUND status."""
@@ -49,12 +63,28 @@ class RawCodec(CodecBase):
         return data
 
 
-async def receive(stream: grpclib.server.Stream[bytes, bytes], cap: int) -> bytes | None:
+async def decoded(decode: Callable[[bytes], _T], frame: bytes) -> _T:
+    """``decode(frame)``: in a worker thread if ``frame`` is over :data:`OFF_LOOP_BYTES`."""
+    if len(frame) <= OFF_LOOP_BYTES:
+        return decode(frame)
+    return await anyio.to_thread.run_sync(decode, frame)
+
+
+async def receive(
+    stream: grpclib.server.Stream[bytes, bytes], cap: int, timeout: float | None = None
+) -> bytes | None:
     """The next request frame, or None at the end of the stream; raise DecodeError if bad.
 
     A length over ``cap`` is refused before its body is read; so are compressed
-    frames (fedcore never sends them) and a stream that ends inside a frame.
+    frames (fedcore never sends them), a stream that ends inside a frame, and a
+    frame not whole within ``timeout`` seconds.
     """
+    with anyio.move_on_after(timeout):
+        return await _receive(stream, cap)
+    raise DecodeError(f"the request frame did not arrive within {timeout} s")
+
+
+async def _receive(stream: grpclib.server.Stream[bytes, bytes], cap: int) -> bytes | None:
     h2_stream = stream._stream
     try:
         prefix = await h2_stream.recv_data(_PREFIX.size)

@@ -17,6 +17,13 @@ Shutting down ends the calls in progress (a waiting pull among them) with
 UNAVAILABLE, which a node retries, and closes the connections that made calls:
 grpclib cancels handlers but leaves connections open, so the handlers note each
 call's connection (grpclib's private ``Stream._stream``, as in ``frames``).
+
+What a stranger may cost is bounded (docs/security.md, "Bounded cost"): each
+method's request frames are capped by :data:`~fedcore.wire.rpc.REQUEST_CAPS`
+before they are read, and must arrive within the body timeout; large ones are
+decoded off the event loop (:func:`~fedcore.transport.grpc.frames.decoded`);
+connections and call rates per peer are kept within :class:`FleetLimits`
+(:mod:`fedcore.transport.grpc.guard`), and refusals are logged once a minute.
 """
 
 from __future__ import annotations
@@ -48,13 +55,20 @@ from fedcore.errors import (
     RunFinishedError,
 )
 from fedcore.transport.fleet import FleetGate, FleetService, Transfer
-from fedcore.transport.grpc.frames import ERROR_TRAILER, RawCodec, receive
+from fedcore.transport.grpc.frames import ERROR_TRAILER, RawCodec, decoded, receive
+from fedcore.transport.grpc.guard import (
+    DEFAULT_FLEET_LIMITS,
+    FleetLimits,
+    FloodLog,
+    GuardedServer,
+    PeerRates,
+)
 from fedcore.wire import DEFAULT_LIMITS
 from fedcore.wire import rpc as wire
 from fedcore.wire.fleet import PushedReply
 from fedcore.wire.frame import MAX_DETAIL
 from fedcore.wire.protobuf import FRAME_CAP
-from fedcore.wire.rpc import ChunkReader, ChunkWriter, FleetMethod
+from fedcore.wire.rpc import REQUEST_CAPS, ChunkReader, ChunkWriter, FleetMethod
 from fedcore.wire.signatures import SignedRequest, signed_request
 
 log = logging.getLogger(__name__)
@@ -92,20 +106,23 @@ async def serve_fleet(
     ssl: _ssl.SSLContext | None = None,
     frame_cap: int = FRAME_CAP,
     max_payload: int = DEFAULT_LIMITS.max_bytes,
+    limits: FleetLimits = DEFAULT_FLEET_LIMITS,
 ) -> AsyncIterator[FleetListener]:
     """Serve ``service`` on ``host:port`` until the block ends; yield the bound address.
 
     ``gate`` admits each call (a node's signature) and checks whom it speaks for.
-    ``frame_cap`` bounds every request frame, ``max_payload`` a pushed payload's
-    declared size (checked on its first chunk). Leaving the block stops accepting
-    connections and ends the calls in progress with UNAVAILABLE.
+    ``frame_cap`` bounds every request frame (each method's own cap, lower, too),
+    ``max_payload`` a pushed payload's declared size (checked on its first chunk),
+    ``limits`` the connections, idleness, call rates and frame timeouts of peers.
+    Leaving the block stops accepting connections and ends the calls in progress
+    with UNAVAILABLE.
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.create_server((host, port), family=family)
-    handlers = _FleetHandlers(service, gate, frame_cap, max_payload)
-    server = grpclib.server.Server([handlers], codec=RawCodec())
+    sock = socket.create_server((host, port), family=family, backlog=1024)
+    handlers = _FleetHandlers(service, gate, frame_cap, max_payload, limits)
+    server = GuardedServer([handlers], codec=RawCodec(), limits=limits, flood=handlers.flood)
     try:
-        await server.start(sock=sock, ssl=ssl)
+        await server.start(sock=sock, ssl=ssl, backlog=1024)
     except BaseException:
         sock.close()
         raise
@@ -124,12 +141,20 @@ class _FleetHandlers:
     """grpclib's view of a FleetService: one handler per fleet method, all guarded."""
 
     def __init__(
-        self, service: FleetService, gate: FleetGate, frame_cap: int, max_payload: int
+        self,
+        service: FleetService,
+        gate: FleetGate,
+        frame_cap: int,
+        max_payload: int,
+        limits: FleetLimits,
     ) -> None:
         self._service = service
         self._gate = gate
         self._cap = frame_cap
         self._max_payload = max_payload
+        self._timeout = limits.body_timeout
+        self._rates = PeerRates(limits.requests_per_second, limits.request_burst)
+        self.flood = FloodLog()
         self.closing = False
         """Set when the server shuts down: calls end UNAVAILABLE and reach no service."""
         self._connections: weakref.WeakSet[Connection] = weakref.WeakSet()
@@ -174,12 +199,15 @@ class _FleetHandlers:
             if self.closing:
                 await _end(stream, grpclib.const.Status.UNAVAILABLE, _SHUTTING_DOWN)
                 return
+            if not await self._admit(stream):
+                return
             try:
                 await handler(stream)
             except AuthenticationError as exc:
-                log.warning("fleet call %s refused: %s", method.name, exc)
+                self.flood.warn("unauthenticated", "refused a %s call: %s", method.name, exc)
                 await _end(stream, grpclib.const.Status.UNAUTHENTICATED, str(exc))
             except DecodeError as exc:
+                self.flood.warn("invalid", "refused an invalid %s call: %s", method.name, exc)
                 await _end(stream, grpclib.const.Status.INVALID_ARGUMENT, str(exc))
             except NotFoundError as exc:
                 await _end(stream, grpclib.const.Status.NOT_FOUND, str(exc), type(exc).__name__)
@@ -194,10 +222,24 @@ class _FleetHandlers:
 
         return guarded
 
+    async def _admit(self, stream: _Stream) -> bool:
+        """Whether the call's peer is within its request rate; refuse the call if not."""
+        peer = stream.peer.addr()
+        address = str(peer[0]) if peer else "?"
+        if self._rates.admit(address):
+            return True
+        self.flood.warn("rate", "refused fleet calls from %s: over its request rate", address)
+        await _end(stream, grpclib.const.Status.RESOURCE_EXHAUSTED, "too many requests")
+        return False
+
     async def _request(self, stream: _Stream, method: FleetMethod) -> tuple[bytes, SignedRequest]:
-        """The call's first frame, once the gate admitted the signature over it."""
+        """The call's first frame, once the gate admitted the signature over it.
+
+        The signature is read from the headers before any of the frame; the frame is
+        read under the method's own cap and within the body timeout.
+        """
         signed = signed_request(stream.metadata.items() if stream.metadata else ())
-        frame = await receive(stream, self._cap)
+        frame = await receive(stream, min(self._cap, REQUEST_CAPS[method]), self._timeout)
         if frame is None:
             raise DecodeError("the call carried no request")
         await self._gate.admit(method.value, frame, signed)
@@ -211,15 +253,15 @@ class _FleetHandlers:
         ``decode`` returns the node id, or a tuple of the node id and the rest.
         """
         frame, signed = await self._request(stream, method)
-        decoded = decode(frame)
-        node_id = decoded[0] if isinstance(decoded, tuple) else decoded
+        request = await decoded(decode, frame)
+        node_id = request[0] if isinstance(request, tuple) else request
         assert isinstance(node_id, int), "a node request decodes to its node id first"
         await self._gate.check_speaks_for(signed, node_id)
-        return decoded
+        return request
 
     async def _register_node(self, stream: _Stream) -> None:
         frame, signed = await self._request(stream, FleetMethod.REGISTER_NODE)
-        node_config, interval = wire.decode_register_node_request(frame)
+        node_config, interval = await decoded(wire.decode_register_node_request, frame)
         public_key = signed.public_key.der
         node_id = await self._service.register_node(node_config, interval, public_key)
         self._gate.registered(signed, node_id)
@@ -295,14 +337,16 @@ class _FleetHandlers:
     async def _push_payload(self, stream: _Stream) -> None:
         reader = ChunkReader(max_size=self._max_payload)
         frame, signed = await self._request(stream, FleetMethod.PUSH_PAYLOAD)
-        first = reader.upload(frame)
+        first = await decoded(reader.upload, frame)
         done = False
+
+        cap = min(self._cap, REQUEST_CAPS[FleetMethod.PUSH_PAYLOAD])
 
         async def chunks() -> AsyncGenerator[bytes, None]:
             nonlocal done
             yield first
-            while (frame := await receive(stream, self._cap)) is not None:
-                yield reader.upload(frame)
+            while (frame := await receive(stream, cap, self._timeout)) is not None:
+                yield await decoded(reader.upload, frame)
             reader.finish()
             done = True
 

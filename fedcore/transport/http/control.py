@@ -18,6 +18,8 @@
     GET  /v1/nodes                   -> {"nodes": [{"node_id": "7", "online": true}, ...]}
     GET  /v1/health                  -> {"version", "runs_active", "nodes_online"}; asked
                                         with no Authorization: {"status": "ok"}
+    GET  /v1/metrics                 -> {"loop_lag_max_ms": {"last_minute", "since_start"},
+                                         "loop_lag_histogram_ms": {...}}, from ``metrics``
 
 With a token (the link always has one: :mod:`fedcore.runtime.control_token`), every
 route requires ``Authorization: Bearer <token>`` (401 otherwise, with a one-line
@@ -35,7 +37,7 @@ from __future__ import annotations
 import hmac
 import logging
 import ssl as _ssl
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -85,12 +87,13 @@ def control_app(
     *,
     token: str | None = None,
     max_bundle_bytes: int = MAX_BUNDLE_BYTES,
+    metrics: Callable[[], Mapping[str, object]] | None = None,
 ) -> web.Application:
     """An aiohttp application serving ``service`` as the control API.
 
     With ``token``, requests must carry it as a bearer token (see the module's notes on
-    health).
-    ``max_bundle_bytes`` caps a submitted bundle.
+    health). ``max_bundle_bytes`` caps a submitted bundle. ``metrics`` (a JSON object's
+    content, made on each request) is served at ``/v1/metrics`` when given.
     """
     handlers = _ControlHandlers(service, token, max_bundle_bytes)
     app = web.Application(client_max_size=MAX_JSON_BYTES)
@@ -106,7 +109,16 @@ def control_app(
     routes.add_get("/v1/runs/{run_id}/logs", handlers.route(handlers.logs), allow_head=False)
     routes.add_get("/v1/nodes", handlers.route(handlers.list_nodes), allow_head=False)
     routes.add_get("/v1/health", handlers.route(handlers.health, public=True), allow_head=False)
+    if metrics is not None:
+        routes.add_get("/v1/metrics", handlers.route(_metrics_handler(metrics)), allow_head=False)
     return app
+
+
+def _metrics_handler(metrics: Callable[[], Mapping[str, object]]) -> Handler:
+    async def serve_metrics(request: web.Request) -> web.StreamResponse:
+        return _json(dict(metrics()))
+
+    return serve_metrics
 
 
 class _ControlHandlers:
