@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -40,6 +41,10 @@ with the default patience a dead node is found within 16 s, and one late beat on
 loaded machine is no alarm."""
 
 ROLES = ("link", "node", "exec")
+PRIVATE_UMASK = 0o077
+"""Every file and directory a role creates is its user's only: 0600 and 0700. Set for
+the whole process (SQLite makes the database, its WAL and shared-memory file under
+it) and inherited by the app processes it starts."""
 
 
 @click.command()
@@ -259,6 +264,22 @@ ROLES = ("link", "node", "exec")
     "that); more end RESOURCE_EXHAUSTED, and the link logs the flood once a minute.",
 )
 @click.option(
+    "--app-env",
+    "app_env",
+    multiple=True,
+    metavar="NAME",
+    help="[link, node, exec] Pass this variable of the environment on to the app processes "
+    "started here (repeatable). They get only PATH, HOME, LANG, LC_*, TMPDIR, TZ, PYTHONPATH, "
+    "VIRTUAL_ENV, LD_LIBRARY_PATH, CUDA_*, the thread variables and the like (docs/security.md, "
+    "Isolation): no secret of this process's. FEDCORE_* variables are never passed.",
+)
+@click.option(
+    "--app-user",
+    metavar="USER",
+    help="[link, exec] Run the ServerApp processes launched here as USER (needs root; not "
+    "root itself). Each gets a private copy of its app; USER must be able to run this Python.",
+)
+@click.option(
     "--ready-file",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the bound addresses and pid here (JSON) once serving (for scripts and tests).",
@@ -298,6 +319,8 @@ def serve(
     fleet_connections_per_peer: int,
     fleet_max_connections: int,
     fleet_requests_per_second: float,
+    app_env: tuple[str, ...],
+    app_user: str | None,
     ready_file: Path | None,
 ) -> None:
     """Serve a role until interrupted.
@@ -312,8 +335,14 @@ def serve(
     exec: launches the ServerApps of a link's runs (--link-exec), or the ClientApps of
           a node (--exec-socket), in a process of its own (process isolation);
           needs --exec-secret-file.
+
+    Every file a role writes is readable by its user only (mode 0600, directories
+    0700), whatever the umask.
     """
+    from fedcore.apps.environment import check_passed
     from fedcore.apps.run_config import resolve_run_config
+    from fedcore.errors import UsageError
+    from fedcore.roles.exec.app_user import AppUser
     from fedcore.roles.exec.launcher import LaunchSettings
     from fedcore.runtime.addresses import parse_address
     from fedcore.runtime.exec import serve_node_exec
@@ -325,9 +354,21 @@ def serve(
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if app_user is not None and role == "node":
+        raise click.UsageError("--app-user is for the ServerApps of a link or an exec")
+    try:
+        passed = check_passed(app_env)
+        user = AppUser.named(app_user) if app_user is not None else None
+    except UsageError as exc:
+        raise click.UsageError(str(exc)) from None
     launch = LaunchSettings(
-        claim_lease=claim_lease, max_runs=max_runs, app_heartbeat=heartbeat_interval
+        claim_lease=claim_lease,
+        max_runs=max_runs,
+        app_heartbeat=heartbeat_interval,
+        app_env=passed,
+        app_user=user,
     )
+    os.umask(PRIVATE_UMASK)
     if role == "link":
         if (ssl_certfile is None) != (ssl_keyfile is None):
             raise click.UsageError("--ssl-certfile and --ssl-keyfile go together")
@@ -383,7 +424,11 @@ def serve(
                 "an exec serves a link (--link-exec) or a node (--exec-socket), not both; "
                 "either way it needs --exec-secret-file"
             )
-        _serve_until_signal(lambda: serve_node_exec(exec_socket, exec_secret_file, ready_file))
+        if user is not None:
+            raise click.UsageError("--app-user is for the ServerApps of a link or an exec")
+        _serve_until_signal(
+            lambda: serve_node_exec(exec_socket, exec_secret_file, ready_file, app_env=passed)
+        )
         return
     if role == "exec":
         _serve_exec(
@@ -418,6 +463,7 @@ def serve(
         exec_socket=exec_socket,
         exec_secret_file=exec_secret_file,
         auth_key=auth_key,
+        app_env=passed,
     )
     if exec_socket is not None and exec_secret_file is None:
         raise click.UsageError("--exec-socket needs --exec-secret-file (the exec's secret)")

@@ -92,12 +92,17 @@ async def serve_node_exec(
     secret_file: Path,
     ready_file: Path | None = None,
     *,
+    app_env: tuple[str, ...] = (),
     task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Start a node's ClientApp processes, asked for at ``socket_path``, until cancelled."""
+    """Start a node's ClientApp processes, asked for at ``socket_path``, until cancelled.
+
+    They get the variables named in ``app_env`` beside the allowed ones."""
     secret = read_secret(secret_file, what="exec secret")
     async with anyio.create_task_group() as tasks:
-        await tasks.start(partial(serve_spawner, socket_path, secret, worker_command))
+        await tasks.start(
+            partial(serve_spawner, socket_path, secret, worker_command, app_env=app_env)
+        )
         if ready_file is not None:
             write_ready_file(ready_file, {})
         log.info("exec ready: starting ClientApp processes for the node asking at %s", socket_path)

@@ -8,6 +8,8 @@ past its TTL gets code 3 — writes the ready file once registered, and serves u
 cancelled. With an exec of its own (``exec_socket``: ``fedcore serve --role exec
 --exec-socket``, for process isolation) the pool asks that exec to start each
 ClientApp process (:mod:`fedcore.transport.spawn`) instead of starting it itself.
+Either way a ClientApp process gets the minimal environment of app processes, no
+secret of the node's (:mod:`fedcore.apps.environment`).
 
 The node and those pools share one space of shared-memory segments: the node
 streams each pulled payload into a segment of it, and the pool names that segment
@@ -26,6 +28,7 @@ threads than it has cores, unless more of them may train at once than it has cor
 from __future__ import annotations
 
 import logging
+import os
 import ssl as _ssl
 from dataclasses import dataclass
 from functools import partial
@@ -34,6 +37,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
+from fedcore.apps.environment import app_environment
 from fedcore.clock import Clock, SystemClock
 from fedcore.domain import Run
 from fedcore.errors import UsageError
@@ -72,6 +76,9 @@ class NodeOptions:
     exec_secret_file: Path | None = None
     num_cpus: float | None = None
     """CPUs each ClientApp process may use; None: this node's CPUs ÷ ``max_concurrent``."""
+    app_env: tuple[str, ...] = ()
+    """Variables of the node's environment its ClientApp processes get beside the allowed
+    ones (:func:`fedcore.apps.environment.app_environment`), when it starts them itself."""
     auth_key: Path | None = None
     """The node's signing key; None: ``work_dir/node.key``, made on first start."""
 
@@ -104,7 +111,7 @@ def process_runner(
 def _spawner(options: NodeOptions) -> Spawn:
     """How the node's ClientApp processes start: by the node, or by the exec it names."""
     if options.exec_socket is None:
-        return spawn_local
+        return partial(spawn_local, inherited=app_environment(os.environ, options.app_env))
     if options.exec_secret_file is None:
         raise UsageError("a node whose exec starts its ClientApps needs the exec's secret file")
     secret = read_secret(options.exec_secret_file, what="exec secret")

@@ -1,15 +1,18 @@
 """The ServerApp process of a deployed run: ``python -m fedcore.runtime.serverapp``.
 
-An exec starts it with four facts in its environment (never on the command line):
-the run id, the launch secret, the link's runtime API address and the unpacked app
-directory. It loads the app, runs ``main`` against a
-:class:`~fedcore.transport.runtime_grid.RuntimeGrid`, and ends the run itself:
-``finished:completed`` when ``main`` returns, ``finished:failed`` with the
-exception when it raises. Meanwhile it heartbeats, so the link fails the run if
-this process dies, and a heartbeat refused because the run has finished (an
-operator stopped it) ends the process. What the app logs and prints goes to the
-run's log (``fedcore log RUN_ID``), and also to this process's own output, which
-the exec keeps in a file.
+An exec starts it with the run id, the link's runtime API address and the unpacked
+app directory in its environment, and the launch secret in a pipe whose descriptor
+the environment names (:data:`~fedcore.roles.exec.launcher.SECRET_FD_ENV`): never in
+the environment, which ``/proc/PID/environ`` shows other processes of the same user
+for as long as the process lives, nor on the command line. The secret is read and
+the pipe closed before the app's code is imported. It loads the app, runs ``main``
+against a :class:`~fedcore.transport.runtime_grid.RuntimeGrid`, and ends the run
+itself: ``finished:completed`` when ``main`` returns, ``finished:failed`` with the
+exception when it raises. Meanwhile it heartbeats, so the link fails the run if this
+process dies, and a heartbeat refused because the run has finished (an operator
+stopped it) ends the process. What the app logs and prints goes to the run's log
+(``fedcore log RUN_ID``), and also to this process's own output, which the exec
+keeps in a file.
 
 A run whose strategy's last round got no successful training reply is
 ``finished:failed`` with that reason, as ``fedcore simulate`` exits 1 for it.
@@ -37,7 +40,7 @@ from fedcore.roles.exec.launcher import (
     HEARTBEAT_ENV,
     RUN_ID_ENV,
     RUNTIME_ENV,
-    SECRET_ENV,
+    SECRET_FD_ENV,
 )
 from fedcore.runtime.addresses import parse_address
 from fedcore.runtime.logship import LogShipper
@@ -173,6 +176,20 @@ def _one_line(exc: BaseException) -> str:
     return text[0][:500] if text else type(exc).__name__
 
 
+def _read_secret(descriptor: int) -> str:
+    """The launch secret: all the pipe at ``descriptor`` holds; the pipe is closed then."""
+    chunks = []
+    try:
+        while chunk := os.read(descriptor, 4096):
+            chunks.append(chunk)
+    finally:
+        os.close(descriptor)
+    secret = b"".join(chunks).decode()
+    if not secret:
+        raise ValueError("an empty launch secret")
+    return secret
+
+
 def main() -> None:
     """The process's entry point: read the environment, run, exit with the status."""
     logging.basicConfig(
@@ -180,11 +197,11 @@ def main() -> None:
     )
     try:
         run_id = int(os.environ[RUN_ID_ENV])
-        secret = os.environ.pop(SECRET_ENV)  # the app's own child processes do not need it
+        secret = _read_secret(int(os.environ.pop(SECRET_FD_ENV)))
         address = os.environ[RUNTIME_ENV]
         app_dir = Path(os.environ[APP_DIR_ENV])
         heartbeat = float(os.environ[HEARTBEAT_ENV])
-    except (KeyError, ValueError) as exc:
+    except (KeyError, ValueError, OSError) as exc:
         print(
             f"error: a ServerApp process is started by an exec; missing or bad {exc}",
             file=sys.stderr,

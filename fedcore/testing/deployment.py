@@ -161,7 +161,7 @@ class Deployment:
             ],
         )  # fmt: skip
 
-    def start_node_exec(self, socket_path: Path) -> Server:
+    def start_node_exec(self, socket_path: Path, *extra: str) -> Server:
         """Start an exec that starts ClientApp processes for the nodes asking at ``socket_path``.
 
         A node uses it when started with ``"--exec-socket", str(socket_path),
@@ -174,6 +174,7 @@ class Deployment:
                 "--role", "exec",
                 "--exec-socket", str(socket_path),
                 "--exec-secret-file", str(self.exec_secret_file),
+                *extra,
             ],
         )  # fmt: skip
 

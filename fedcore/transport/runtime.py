@@ -1,13 +1,14 @@
 """The runtime API in domain terms: what a ServerApp process asks of the link.
 
 A ServerApp process launched for a run (by an exec) knows its run id and a launch
-secret, given in its environment, never on its command line. Every call presents
-both; :meth:`RuntimeService.authenticate` checks them and a wrong pair looks exactly
-like an unknown run (``RunNotFoundError``). The link implements the service over its
-LinkState (:mod:`fedcore.roles.link.runtime`); :mod:`fedcore.transport.http.runtime`
-carries it over HTTP, and its client backs the :class:`~fedcore.apps.grid.Grid`
-that a deployed ServerApp gets. A remote implementation raises the same errors,
-plus :class:`~fedcore.errors.LinkUnavailableError` while the link is away.
+secret, given through an inherited pipe, never its environment or command line.
+Every call presents both; :meth:`RuntimeService.authenticate` checks them and a
+wrong pair looks exactly like an unknown run (``RunNotFoundError``). The link
+implements the service over its LinkState (:mod:`fedcore.roles.link.runtime`);
+:mod:`fedcore.transport.http.runtime` carries it over HTTP, and its client backs the
+:class:`~fedcore.apps.grid.Grid` that a deployed ServerApp gets. A remote
+implementation raises the same errors, plus
+:class:`~fedcore.errors.LinkUnavailableError` while the link is away.
 """
 
 from __future__ import annotations

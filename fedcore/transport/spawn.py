@@ -11,11 +11,13 @@ pair, keeps one end, and hands the other to the exec *as a file descriptor*
 on the child's command line or in its environment but that descriptor's number;
 the channel is the launch token, and only the node holds the other end.
 
-The child inherits the environment of whoever starts it — the exec's here, the
-node's (or the simulation's) when it starts the process itself — with the
-``environment`` the node asks for on top, and ``defaults`` (the thread caps of
-:mod:`fedcore.simulation.backends.threads`) only where the inherited one lacks them:
-:func:`child_environment`, the one rule for both.
+The child inherits a part of the environment of whoever starts it — here the
+exec's minimal one for app processes (:func:`fedcore.apps.environment.app_environment`:
+no secrets, plus the ``--app-env`` names the exec was given); a node that starts the
+process itself does the same with its own; a simulation passes its whole one but
+fedcore's secrets — with the ``environment`` the node asks for on top, and
+``defaults`` (the thread caps of :mod:`fedcore.simulation.backends.threads`) only
+where the inherited one lacks them: :func:`child_environment`, the one rule for all.
 
 The conversation, one ``SOCK_SEQPACKET`` connection per process, each message a
 :func:`~fedcore.wire.worker.pack_spec` document::
@@ -56,6 +58,7 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
+from fedcore.apps.environment import app_environment
 from fedcore.errors import AppLoadError, DecodeError
 from fedcore.wire.worker import pack_spec, unpack_spec
 
@@ -190,13 +193,15 @@ async def serve_spawner(
     secret: str,
     command: Command,
     *,
+    app_env: tuple[str, ...] = (),
     task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Start ClientApp processes for the nodes that ask at ``path``, until cancelled.
 
     The socket is made private to this user (mode 0600) and removed on the way out;
     a node must also present ``secret``. ``task_status`` is told once the socket
-    listens. Leaving kills the processes started.
+    listens. Leaving kills the processes started. Each process inherits the minimal
+    environment of app processes and the variables named in ``app_env``.
     """
     listener = _listen(path)
     try:
@@ -208,7 +213,7 @@ async def serve_spawner(
                     connection, _ = listener.accept()
                 except BlockingIOError:
                     continue
-                tasks.start_soon(_serve_one, connection, secret, command)
+                tasks.start_soon(_serve_one, connection, secret, command, app_env)
     finally:
         listener.close()
         _remove(path)
@@ -235,7 +240,9 @@ def _remove(path: Path) -> None:
     path.unlink(missing_ok=True)
 
 
-async def _serve_one(connection: socket.socket, secret: str, command: Command) -> None:
+async def _serve_one(
+    connection: socket.socket, secret: str, command: Command, app_env: tuple[str, ...]
+) -> None:
     """One node's request: check it, start the process, report its end, kill on demand."""
     with connection:
         connection.setblocking(False)
@@ -248,7 +255,7 @@ async def _serve_one(connection: socket.socket, secret: str, command: Command) -
             for fd in fds:
                 owned.callback(os.close, fd)
             try:
-                process = _start(data, fds, secret, command)
+                process = _start(data, fds, secret, command, app_env)
             except _Refused as refused:
                 log.warning("refused a node's request: %s", refused)
                 with contextlib.suppress(OSError):
@@ -270,7 +277,9 @@ class _Refused(Exception):
     """A request the exec does not carry out; the message says why."""
 
 
-def _start(data: bytes, fds: list[int], secret: str, command: Command) -> subprocess.Popen[bytes]:
+def _start(
+    data: bytes, fds: list[int], secret: str, command: Command, app_env: tuple[str, ...]
+) -> subprocess.Popen[bytes]:
     """The process a node's request asks for; :class:`_Refused` for a bad request."""
     try:
         request = unpack_spec(data)
@@ -288,7 +297,7 @@ def _start(data: bytes, fds: list[int], secret: str, command: Command) -> subpro
         return subprocess.Popen(
             list(command(channel)),
             pass_fds=(channel,),
-            env=child_environment(os.environ, environment, defaults),
+            env=child_environment(app_environment(os.environ, app_env), environment, defaults),
         )
     except OSError as exc:
         raise _Refused(f"could not start the process: {exc}") from None

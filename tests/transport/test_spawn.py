@@ -43,9 +43,9 @@ def stand_in(channel: int) -> Sequence[str]:
 
 
 @asynccontextmanager
-async def exec_at(path: Path) -> AsyncIterator[None]:
+async def exec_at(path: Path, app_env: tuple[str, ...] = ()) -> AsyncIterator[None]:
     async with anyio.create_task_group() as tasks:
-        await tasks.start(partial(serve_spawner, path, SECRET, stand_in))
+        await tasks.start(partial(serve_spawner, path, SECRET, stand_in, app_env=app_env))
         yield
         tasks.cancel_scope.cancel()
 
@@ -101,16 +101,30 @@ async def test_the_exec_starts_a_process_on_the_nodes_channel_and_reports_its_en
 async def test_defaults_apply_only_where_the_exec_s_own_environment_is_silent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exec_sets: str | None, seen: bytes
 ) -> None:
-    """The node's thread caps are defaults: a variable the exec's user set stands."""
+    """The node's thread caps are defaults: a variable the exec's user set (and passes
+    on) stands."""
     if exec_sets is None:
         monkeypatch.delenv("GREETING", raising=False)
     else:
         monkeypatch.setenv("GREETING", exec_sets)
     path = tmp_path / "exec.sock"
-    async with exec_at(path):
+    async with exec_at(path, app_env=("GREETING",)):
         ours, process = await spawned(path, environment={}, defaults={"GREETING": "df"})
         with ours:
             assert await anyio.to_thread.run_sync(ours.recv, 2) == seen
+            ours.send(bytes([0]))
+            assert await anyio.to_thread.run_sync(process.wait, 10.0) == 0
+
+
+async def test_the_process_gets_only_what_the_exec_passes_on_of_its_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GREETING", "ex")  # say, a credential of the exec's user
+    path = tmp_path / "exec.sock"
+    async with exec_at(path):
+        ours, process = await spawned(path, environment={})
+        with ours:
+            assert await anyio.to_thread.run_sync(ours.recv, 2) == b"?"
             ours.send(bytes([0]))
             assert await anyio.to_thread.run_sync(process.wait, 10.0) == 0
 

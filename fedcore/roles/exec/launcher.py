@@ -11,9 +11,14 @@ claim (it stalled past the lease, and another exec took the run) can change noth
 
 For each claimed run it fetches and unpacks the bundle into its cache (verified and
 safe, see :mod:`fedcore.apps.bundle`), starts ``python -m fedcore.runtime.serverapp``
-with the run id, the runtime API's address and the claim's launch secret in the
-child's environment — never on its command line, where any local user could read
-it — and moves the run to ``running``. From then on the ServerApp keeps its run
+with the run id and the runtime API's address in the child's environment, and moves
+the run to ``running``. The environment is a minimal one
+(:func:`fedcore.apps.environment.app_environment`: nothing of the exec's secrets).
+The claim's launch secret is in neither the environment nor the command line, which
+other processes can read in ``/proc``: the child reads it from a pipe whose
+descriptor it inherits, and whose only other end the launcher has written and closed.
+With :attr:`LaunchSettings.app_user` the process runs as that user
+(:mod:`.app_user`). From then on the ServerApp keeps its run
 alive with its own heartbeats and ends it itself (``finished:completed`` or
 ``failed``). The launcher renews its claim every third of the lease throughout: a
 renewal refused means the run finished or another exec has it. Those renewals also
@@ -52,6 +57,7 @@ import anyio.abc
 import anyio.to_thread
 
 from fedcore.apps.bundle import bundle_dir, unpack_bundle
+from fedcore.apps.environment import app_environment
 from fedcore.backoff import Backoff, BackoffPolicy
 from fedcore.clock import Clock
 from fedcore.domain import Run
@@ -62,6 +68,7 @@ from fedcore.errors import (
     StateError,
     first_error,
 )
+from fedcore.roles.exec.app_user import AppUser, remove_copy
 from fedcore.state.base import RunClaim
 from fedcore.transport.exec import ExecService
 
@@ -70,7 +77,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 RUN_ID_ENV = "FEDCORE_RUN_ID"
-SECRET_ENV = "FEDCORE_RUN_SECRET"
+SECRET_FD_ENV = "FEDCORE_RUN_SECRET_FD"
+"""The number of the inherited descriptor the ServerApp reads its launch secret from."""
 RUNTIME_ENV = "FEDCORE_RUNTIME_ADDRESS"
 APP_DIR_ENV = "FEDCORE_APP_DIR"
 HEARTBEAT_ENV = "FEDCORE_APP_HEARTBEAT"
@@ -96,7 +104,9 @@ class LaunchSettings:
     and then between terminating and killing it. ``poll_seconds``: the longest
     one wait for a run (or for a run's end) lasts before it is asked again — a long
     poll, over the network. ``command``: what starts a ServerApp process (tests put
-    a stand-in here).
+    a stand-in here). ``app_env``: variables of the exec's environment passed to the
+    ServerApps beside the allowed ones (``--app-env``). ``app_user``: the user they run
+    as (None: the exec's own).
     """
 
     claim_lease: float = 10.0
@@ -105,6 +115,8 @@ class LaunchSettings:
     stop_grace: float = 5.0
     poll_seconds: float = 30.0
     command: tuple[str, ...] = (sys.executable, "-m", "fedcore.runtime.serverapp")
+    app_env: tuple[str, ...] = ()
+    app_user: AppUser | None = None
 
 
 class ServerAppLauncher:
@@ -210,23 +222,66 @@ class ServerAppLauncher:
             runtime_address = await self._patiently(self._service.runtime_address)
         output_path = self._work_dir / "runs" / f"{run.run_id}-{claim.attempt}.out"
         output_path.parent.mkdir(parents=True, exist_ok=True)
+        user = self._settings.app_user
+        if user is not None:
+            app_dir = await anyio.to_thread.run_sync(user.private_copy, app_dir)
+        try:
+            process = await self._start_process(claim, app_dir, runtime_address, output_path)
+            try:
+                await self._patiently(
+                    lambda: self._service.start_run(
+                        run.run_id, claim.token, heartbeat_interval=self._settings.app_heartbeat
+                    )
+                )
+                started = (
+                    f"[exec] ServerApp process {process.pid} started (attempt {claim.attempt})"
+                )
+                await self._patiently(lambda: self._service.append_logs(run.run_id, [started]))
+                code = await self._watch(run.run_id, process)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self._end(process)
+        finally:
+            if user is not None:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(remove_copy, app_dir)
+        await self._report_exit(claim, code, output_path)
+
+    async def _start_process(
+        self, claim: RunClaim, app_dir: Path, runtime_address: str, output_path: Path
+    ) -> anyio.abc.Process:
+        """Start the ServerApp of ``claim``, its launch secret waiting in a pipe for it."""
+        run, settings = claim.run, self._settings
+        user = settings.app_user
         environment = {
-            **os.environ,
+            **app_environment(os.environ, settings.app_env),
+            **(user.environment() if user is not None else {}),
             RUN_ID_ENV: str(run.run_id),
-            SECRET_ENV: claim.secret,
             RUNTIME_ENV: runtime_address,
             APP_DIR_ENV: str(app_dir),
-            HEARTBEAT_ENV: repr(self._settings.app_heartbeat),
+            HEARTBEAT_ENV: repr(settings.app_heartbeat),
         }
-        with output_path.open("wb") as output:
-            process = await anyio.open_process(
-                list(self._settings.command),
-                env=environment,
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # a Ctrl-C at the link's terminal is the link's
-            )
+        if user is not None:
+            environment["TMPDIR"] = str(app_dir.parent)
+        secret_fd = _secret_pipe(claim.secret)
+        environment[SECRET_FD_ENV] = str(secret_fd)
+        try:
+            with output_path.open("wb") as output:
+                process = await anyio.open_process(
+                    list(settings.command),
+                    env=environment,
+                    stdin=subprocess.DEVNULL,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=(secret_fd,),
+                    start_new_session=True,  # a Ctrl-C at the link's terminal is the link's
+                    cwd=app_dir.parent if user is not None else None,
+                    user=user.uid if user is not None else None,
+                    group=user.gid if user is not None else None,
+                    extra_groups=() if user is not None else None,
+                )
+        finally:
+            os.close(secret_fd)
         # Beside its output, for operators (and tests) who must find a process that
         # outlived its link.
         output_path.with_suffix(".pid").write_text(f"{process.pid}\n")
@@ -236,19 +291,7 @@ class ServerAppLauncher:
             process.pid,
             claim.attempt,
         )
-        try:
-            await self._patiently(
-                lambda: self._service.start_run(
-                    run.run_id, claim.token, heartbeat_interval=self._settings.app_heartbeat
-                )
-            )
-            started = f"[exec] ServerApp process {process.pid} started (attempt {claim.attempt})"
-            await self._patiently(lambda: self._service.append_logs(run.run_id, [started]))
-            code = await self._watch(run.run_id, process)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await self._end(process)
-        await self._report_exit(claim, code, output_path)
+        return process
 
     async def _watch(self, run_id: int, process: anyio.abc.Process) -> int:
         """Wait for the process to exit; terminate it if its run finishes first."""
@@ -314,6 +357,21 @@ class ServerAppLauncher:
             await self._patiently(lambda: self._service.fail_run(run_id, claim.token, reason))
         except StateError as exc:  # finished meanwhile, or the claim moved on
             log.info("run %d: not marked failed (%s)", run_id, exc)
+
+
+def _secret_pipe(secret: str) -> int:
+    """The read end of a pipe holding ``secret``, its write end closed (the reader sees
+    end-of-file after the secret). A secret is far under a pipe's buffer: the write
+    never blocks."""
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, secret.encode())
+    except BaseException:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
+    return read_end
 
 
 async def patiently(

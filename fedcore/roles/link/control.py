@@ -3,13 +3,16 @@
 :class:`LinkControl` implements :class:`~fedcore.transport.control.ControlService`
 over the LinkState. Submitting a run unpacks its bundle into the link's cache
 first (off the event loop): a bundle that is unsafe, over a limit or not an app is
-refused there, with the reason, before a run exists — and the exec that launches
-the run later finds it unpacked already.
+refused there, with the reason, before a run exists and before the state stores
+it — a refused bundle costs the link no storage, in the state or in the cache — and
+the exec that launches the run later finds it unpacked already.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import shutil
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
@@ -39,8 +42,9 @@ class LinkControl(ControlService):
         self._version = version
 
     async def submit_run(self, bundle: bytes, run_config: Mapping[str, ConfigValue]) -> Run:
-        bundle_hash = await self._state.put_bundle(bundle)
+        bundle_hash = await anyio.to_thread.run_sync(bundle_sha256, bundle)
         await anyio.to_thread.run_sync(check_app_bundle, bundle, bundle_hash, self._bundle_cache)
+        await self._state.put_bundle(bundle)
         seed = run_config.get("seed")
         run = await self._state.create_run(
             dict(run_config),
@@ -97,9 +101,26 @@ class LinkControl(ControlService):
         return Health(self._version, runs_active=active, nodes_online=len(nodes))
 
 
+def bundle_sha256(bundle: bytes) -> str:
+    """The hash a bundle is known by (as :meth:`LinkState.put_bundle` computes it)."""
+    return hashlib.sha256(bundle).hexdigest()
+
+
 def check_app_bundle(bundle: bytes, bundle_hash: str, cache: Path) -> Path:
-    """Unpack ``bundle`` into ``cache`` and check it declares a ServerApp and a ClientApp."""
+    """Unpack ``bundle`` into ``cache`` and check it declares a ServerApp and a ClientApp.
+
+    One that does not is removed from the cache again: nothing of it stays.
+    """
     app_dir = unpack_bundle(bundle, bundle_hash, cache)
+    try:
+        _check_app_table(app_dir)
+    except BundleError:
+        shutil.rmtree(app_dir, ignore_errors=True)
+        raise
+    return app_dir
+
+
+def _check_app_table(app_dir: Path) -> None:
     try:
         table = app_table(app_dir)
     except AppLoadError:
@@ -111,4 +132,3 @@ def check_app_bundle(bundle: bytes, bundle_hash: str, cache: Path) -> Path:
     for half in ("server", "client"):
         if not isinstance(table.get(half), str):
             raise BundleError(f'the bundle\'s [tool.fedcore.app] needs {half} = "module:attr"')
-    return app_dir

@@ -10,7 +10,10 @@ forgets them once no lease that handed them out is alive.
 Upward (node → ServerApp), a node pushes a large reply's content first
 (``PushPayload``) and then the reply naming it. :class:`Incoming` holds each pushed
 payload, checked against its digest as it arrived, until the reply that names it
-is stored or the payload's keep time passes. It holds it in a
+is stored or the payload's keep time passes — and only the last one pushed for a
+leased message: a reply has one content, so a new push for the same message
+replaces the one before, which is freed at once (a node cannot hoard the link's
+storage by pushing again and again). It holds it in a
 :class:`~fedcore.wire.spool.Spool`, not in memory: a reply's model costs the link
 a chunk of memory while it arrives, and page cache after. Neither is durable: a
 payload matters only until its reply is stored, and a node whose push was lost
@@ -127,6 +130,7 @@ class Incoming:
         self._max_size = max_size
         self._keep = keep
         self._payloads: dict[str, _In] = {}
+        self._by_message: dict[tuple[int, str], str] = {}
 
     async def receive(
         self,
@@ -136,7 +140,11 @@ class Incoming:
         chunks: AsyncIterable[Buffer] | Iterable[Buffer],
         now: float,
     ) -> str:
-        """Take a payload in, checking size and hash as it comes; return its id."""
+        """Take a payload in, checking size and hash as it comes; return its id.
+
+        It replaces the one ``node_id`` pushed for ``message_id`` before, if any; one
+        refused (over the cap, not matching its digest) is not kept at all.
+        """
         if digest.size > self._max_size:
             raise DecodeError(
                 f"a payload of {digest.size} bytes is over the cap of {self._max_size}"
@@ -154,10 +162,18 @@ class Incoming:
                 raise DecodeError("the payload's bytes do not match its digest")
             data = spool.mapped()
         for payload_id in [k for k, held in self._payloads.items() if held.until < now]:
-            del self._payloads[payload_id]
+            self._forget(payload_id)
+        previous = self._by_message.get((node_id, message_id))
+        if previous is not None:
+            self._forget(previous)
         payload_id = uuid.uuid4().hex
         self._payloads[payload_id] = _In(node_id, message_id, digest, data, now + self._keep)
+        self._by_message[node_id, message_id] = payload_id
         return payload_id
+
+    def _forget(self, payload_id: str) -> None:
+        held = self._payloads.pop(payload_id)
+        self._by_message.pop((held.node_id, held.message_id), None)
 
     def take(self, node_id: int, message_id: str, payload_id: str, digest: Digest) -> memoryview:
         """The bytes of a payload the node pushed for ``message_id``; it is forgotten then."""
@@ -168,5 +184,5 @@ class Incoming:
             digest,
         ):
             raise DecodeError(f"payload {payload_id!r} is not this reply's")
-        del self._payloads[payload_id]
+        self._forget(payload_id)
         return held.data

@@ -55,7 +55,7 @@ import sys
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +65,7 @@ from typing import Protocol, Self
 import anyio
 from anyio.abc import TaskGroup
 
+from fedcore.apps.environment import without_secrets
 from fedcore.clock import Clock
 from fedcore.domain import Context, Error, ErrorCode, Message, RecordDict
 from fedcore.errors import AppLoadError
@@ -145,13 +146,23 @@ def worker_command(channel: int) -> list[str]:
 
 
 def spawn_local(
-    channel: socket.socket, environment: dict[str, str], defaults: dict[str, str]
+    channel: socket.socket,
+    environment: dict[str, str],
+    defaults: dict[str, str],
+    *,
+    inherited: Mapping[str, str] | None = None,
 ) -> WorkerProcess:
-    """Start a worker as a child of this process."""
+    """Start a worker as a child of this process.
+
+    It inherits ``inherited``: by default this process's environment but for
+    fedcore's secrets (a simulation's rule, :func:`without_secrets`); a node passes
+    the minimal one of a deployment's app processes.
+    """
+    base = without_secrets(os.environ) if inherited is None else inherited
     return subprocess.Popen(
         worker_command(channel.fileno()),
         pass_fds=(channel.fileno(),),
-        env=child_environment(os.environ, environment, defaults),
+        env=child_environment(base, environment, defaults),
     )
 
 

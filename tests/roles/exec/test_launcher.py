@@ -1,4 +1,4 @@
-"""The ServerApp launcher: claims, launches with the secret in the environment, reports exits.
+"""The ServerApp launcher: claims, launches with the secret in a pipe, reports exits.
 
 A stand-in command plays the ServerApp process (a few lines of Python), so these
 tests exercise the launcher's decisions without the runtime API.
@@ -16,7 +16,8 @@ import pytest
 
 from fedcore.apps.bundle import pack_bundle
 from fedcore.domain import Run, RunStatus
-from fedcore.errors import LinkUnavailableError
+from fedcore.errors import LinkUnavailableError, UsageError
+from fedcore.roles.exec.app_user import AppUser
 from fedcore.roles.exec.launcher import LaunchSettings, ServerAppLauncher
 from fedcore.roles.link.exec import LinkExec
 from fedcore.state.base import RunClaim
@@ -72,9 +73,11 @@ async def test_a_crashed_serverapp_fails_its_run_with_its_last_words(
 ) -> None:
     script = (
         "import os, sys\n"
-        "secret = os.environ['FEDCORE_RUN_SECRET']\n"
-        "argv = open('/proc/self/cmdline', 'rb').read().decode()\n"
-        "print('secret on argv' if secret in argv else 'secret only in the environment')\n"
+        "secret = os.read(int(os.environ['FEDCORE_RUN_SECRET_FD']), 4096)\n"
+        "print('a secret' if len(secret) >= 32 else 'no secret')\n"
+        "shown = [p for p in ('cmdline', 'environ')\n"
+        "         if secret in open(f'/proc/self/{p}', 'rb').read()]\n"
+        "print('secret shown in', shown)\n"
         "app = os.path.isdir(os.environ['FEDCORE_APP_DIR'])\n"
         "print('run', os.environ['FEDCORE_RUN_ID'], 'app', app)\n"
         "sys.exit(3)\n"
@@ -86,7 +89,8 @@ async def test_a_crashed_serverapp_fails_its_run_with_its_last_words(
         tasks.cancel_scope.cancel()
     assert failed.reason == "the ServerApp process exited with status 3"
     lines = [line.text for line in await state.get_logs(run.run_id)]
-    assert "secret only in the environment" in lines
+    assert "a secret" in lines
+    assert "secret shown in []" in lines
     assert f"run {run.run_id} app True" in lines
 
 
@@ -291,3 +295,56 @@ async def test_a_bundle_unpacked_here_already_is_not_fetched_again(
         tasks.cancel_scope.cancel()
     assert service.bundles_fetched == 1
     assert len(list((tmp_path / "work" / "bundles").iterdir())) == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starting a process as another user needs root")
+async def test_an_app_user_runs_the_process_as_itself_on_a_private_copy_of_the_app(
+    state: InMemoryLinkState, fake_clock: FakeClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TMPDIR", raising=False)  # the copies go to /tmp, which nobody can reach
+    nobody = AppUser.named("nobody")
+    script = (
+        "id -u; id -g; echo home=$HOME\n"
+        'read -r secret <&"$FEDCORE_RUN_SECRET_FD"; echo secret-length ${#secret}\n'
+        'test -r "$FEDCORE_APP_DIR/pyproject.toml" && echo app-readable\n'
+        'test "$(pwd)" = "$TMPDIR" && echo in-its-own-directory\n'
+        f"cat /proc/{os.getpid()}/environ > /dev/null 2>&1 || echo exec-environ-private\n"
+        "exit 3\n"
+    )
+    before = _app_copies()
+    run = await _submit(state, tmp_path)
+    launcher = ServerAppLauncher(
+        LinkExec(state, fake_clock, runtime_address="127.0.0.1:1"),
+        fake_clock,
+        work_dir=tmp_path / "work",
+        settings=LaunchSettings(command=("/bin/bash", "-c", script), app_user=nobody),
+    )
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(launcher.serve)
+        failed = await _until(state, run.run_id, {RunStatus.FAILED})
+        tasks.cancel_scope.cancel()
+    assert failed.reason == "the ServerApp process exited with status 3"
+    lines = [line.text for line in await state.get_logs(run.run_id)]
+    said = lines[
+        lines.index("[exec] the ServerApp process exited with status 3; its last output:") + 1 :
+    ]
+    assert said[:3] == [str(nobody.uid), str(nobody.gid), f"home={nobody.home}"]
+    assert int(said[3].split()[1]) >= 32
+    assert said[4:] == ["app-readable", "in-its-own-directory", "exec-environ-private"]
+    assert _app_copies() == before, "the private copy is left behind"
+
+
+def _app_copies() -> set[Path]:
+    return set(Path("/tmp").glob("fedcore-app-*"))
+
+
+def test_an_app_user_is_refused_when_it_cannot_be_switched_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(UsageError, match="no such user"):
+        AppUser.named("no-such-user-here")
+    with pytest.raises(UsageError, match="isolates nothing"):
+        AppUser.named("root")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(UsageError, match="needs the exec to run as root"):
+        AppUser.named("nobody")

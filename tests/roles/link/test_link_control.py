@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import zipfile
 from collections.abc import AsyncIterator
@@ -12,7 +13,7 @@ import pytest
 
 from fedcore.apps.bundle import pack_bundle
 from fedcore.domain import RunStatus
-from fedcore.errors import BundleError, RunNotFoundError
+from fedcore.errors import BundleError, NotFoundError, RunNotFoundError
 from fedcore.roles.link.control import LinkControl
 from fedcore.state.memory import InMemoryLinkState
 from fedcore.testing import FakeClock
@@ -69,6 +70,22 @@ async def test_a_bundle_that_is_not_an_app_is_refused_without_a_run(
     with pytest.raises(BundleError):
         await control.submit_run(b"not a zip", {})
     assert await control.list_runs() == []
+
+
+async def test_a_refused_bundle_is_stored_nowhere(
+    control: LinkControl, state: InMemoryLinkState, tmp_path: Path
+) -> None:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:  # safe, and unpacks, but is not an app
+        archive.writestr("pyproject.toml", "[project]\nname = 'x'\n")
+        archive.writestr("big.bin", b"\0" * 100_000)
+    for refused in (buffer.getvalue(), b"not a zip"):
+        with pytest.raises(BundleError):
+            await control.submit_run(refused, {})
+        with pytest.raises(NotFoundError):
+            await state.get_bundle(hashlib.sha256(refused).hexdigest())
+    cache = tmp_path / "cache"
+    assert not cache.exists() or list(cache.iterdir()) == []
 
 
 async def test_stop_finishes_a_run_once(control: LinkControl, tmp_path: Path) -> None:

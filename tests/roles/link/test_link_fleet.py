@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import math
 import mmap
+import tempfile
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import anyio
 import numpy as np
@@ -213,6 +216,42 @@ async def test_a_payload_with_wrong_bytes_or_for_a_foreign_message_is_refused(
         await fleet.push_payload(node, message_id, digest, [b"wrong"])
     with pytest.raises(MessageNotFoundError):
         await fleet.push_payload(other, message_id, digest, [b"right"])
+
+
+async def test_a_new_push_for_a_message_replaces_and_frees_the_one_before(
+    fleet: LinkFleet,
+    state: InMemoryLinkState,
+    run: Run,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the spools are
+    node = await fleet.register_node({}, 1.0)
+    (message_id,) = await state.push_messages(run.run_id, [_message(node)])
+    (leased,) = (await fleet.pull_messages(node)).messages
+    contents = [
+        RecordDict({"arrays": ArrayRecord({"w": np.full(5000, i, np.float32)})}) for i in range(5)
+    ]
+    pushed = []
+    for content in contents:
+        parts = pack_recorddict_parts(content)
+        digest = Digest.of(parts)
+        pushed.append((await fleet.push_payload(node, message_id, digest, parts), digest))
+        gc.collect()
+        assert _spools_mapped(tmp_path) == 1, "a replaced payload is still held"
+    empty = Message(RecordDict(), reply_to=leased.message)
+    for payload_id, digest in pushed[:-1]:
+        with pytest.raises(DecodeError):
+            await fleet.push_reply(node, empty, PayloadRef(payload_id, digest))
+    await fleet.push_reply(node, empty, PayloadRef(*pushed[-1]))
+    (stored,) = await state.get_replies(run.run_id, [message_id])
+    np.testing.assert_array_equal(stored.content["arrays"]["w"], contents[-1]["arrays"]["w"])
+
+
+def _spools_mapped(directory: Path) -> int:
+    """Spool files of ``directory`` this process still maps (unlinked, they show as deleted)."""
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    return len({line.split()[-2] for line in maps if str(directory) in line})
 
 
 async def test_a_node_sees_only_runs_it_has_messages_of_and_their_bundles(

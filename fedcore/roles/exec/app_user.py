@@ -1,0 +1,86 @@
+"""Running ServerApp processes as another user (``fedcore serve --app-user USER``).
+
+A ServerApp runs code whoever submitted the run wrote. Under the exec's own user it
+can read everything the exec can: the link's database, other runs' output and
+bundles, the exec's environment in ``/proc``. Under a user of its own it can read
+none of that — every file the link and exec write is private to their user
+(mode 0600, directories 0700) — and it cannot signal or trace the exec.
+
+Changing user takes root, so an exec not running as root refuses the flag, as it
+does an unknown user and ``root`` itself (which would isolate nothing). The app's
+files are the exception the app user must read: each launch gets a private copy of
+the unpacked bundle in a fresh directory of the system's temporary space (mode
+0700, owned by the app user), which is also the process's working directory and
+``TMPDIR``, and which is removed when the process has ended. The app user must be
+able to run the exec's Python and read its packages (a virtual environment under
+``/root`` is not readable by others).
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from fedcore.errors import UsageError
+
+APP_COPY_PREFIX = "fedcore-app-"
+"""The prefix of each launch's private directory in the system's temporary space."""
+
+
+@dataclass(frozen=True)
+class AppUser:
+    """The user ServerApp processes run as: a name, its ids and its home."""
+
+    name: str
+    uid: int
+    gid: int
+    home: str
+
+    @classmethod
+    def named(cls, name: str) -> AppUser:
+        """The user ``name``; :class:`UsageError` when this process cannot switch to it."""
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            raise UsageError(f"--app-user {name}: no such user on this machine") from None
+        if entry.pw_uid == 0:
+            raise UsageError(f"--app-user {name} is root: that isolates nothing")
+        if os.geteuid() != 0:
+            raise UsageError(
+                f"--app-user {name} needs the exec to run as root (it runs as uid "
+                f"{os.geteuid()}), to start processes as another user"
+            )
+        return cls(name, entry.pw_uid, entry.pw_gid, entry.pw_dir)
+
+    def environment(self) -> dict[str, str]:
+        """Who the process is, in its environment (not the exec's user's HOME)."""
+        return {"HOME": self.home, "USER": self.name, "LOGNAME": self.name}
+
+    def private_copy(self, app_dir: Path) -> Path:
+        """A copy of ``app_dir`` only this user (and root) can read; remove it with
+        :func:`remove_copy`. Blocking: call it in a thread."""
+        root = Path(tempfile.mkdtemp(prefix=APP_COPY_PREFIX, dir=_system_temp()))
+        try:
+            copy = root / "app"
+            shutil.copytree(app_dir, copy, symlinks=True)
+            for path in (root, *copy.rglob("*"), copy):
+                os.lchown(path, self.uid, self.gid)
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)
+            raise
+        return copy
+
+
+def remove_copy(copy: Path) -> None:
+    """Remove a launch's private directory (the parent of its app copy)."""
+    shutil.rmtree(copy.parent, ignore_errors=True)
+
+
+def _system_temp() -> str:
+    """The machine's temporary space: not ``tempfile``'s default, which a link points at
+    its own private spool directory."""
+    return os.environ.get("TMPDIR") or "/tmp"
