@@ -29,7 +29,9 @@ from hypothesis import strategies as st
 from fedcore.testing.deployment import Deployment
 from fedcore.transport.grpc.frames import RawCodec
 from fedcore.wire._pb.fedcore import v1 as pb
+from fedcore.wire.keys import NodeKey
 from fedcore.wire.rpc import FleetMethod
+from fedcore.wire.signatures import sign
 
 SLOW_APP = Path(__file__).resolve().parent / "slow_app"
 LAG_LIMIT_MS = 100.0
@@ -46,16 +48,29 @@ pytestmark = pytest.mark.timeout(180)
 def _metrics(deployment: Deployment) -> dict[str, Any]:
     assert deployment.link is not None
     url = f"http://{deployment.link.address('control')}/v1/metrics"
-    with urllib.request.urlopen(url, timeout=10) as response:
+    token = deployment.control_token_file.read_text().strip()
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
         document: dict[str, Any] = json.load(response)
     return document
 
 
-async def _call(port: int, method: FleetMethod, data: bytes, *, end: bool = True) -> Status:
-    """Send ``data`` (framed already) on a call of ``method``; the status it ends with."""
+async def _call(
+    port: int, method: FleetMethod, data: bytes, *, end: bool = True, signed: bool = True
+) -> Status:
+    """Send ``data`` (framed already) on a call of ``method``; the status it ends with.
+
+    ``signed``: by a stranger with a key of its own (any key may register, by default),
+    over the frame's body as sent, so that the link gets past the signature to the
+    frame; unsigned, the link refuses the call from its headers."""
+    metadata = sign(NodeKey.generate(), method.value, data[5:], time.time()) if signed else ()
     async with Channel("127.0.0.1", port, codec=RawCodec()) as channel:
         stream = channel.request(
-            method.value, STREAMING.get(method, Cardinality.UNARY_UNARY), bytes, bytes
+            method.value,
+            STREAMING.get(method, Cardinality.UNARY_UNARY),
+            bytes,
+            bytes,
+            metadata=metadata,
         )
         try:
             async with stream:
@@ -197,22 +212,26 @@ def fuzzed_link(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment
 
 
 @settings(
-    max_examples=60,
+    max_examples=80,
     derandomize=True,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
-@given(method=st.sampled_from(list(FleetMethod)), body=st.binary(max_size=300))
+@given(
+    method=st.sampled_from(list(FleetMethod)), body=st.binary(max_size=300), signed=st.booleans()
+)
 def test_garbage_to_every_method_is_refused_never_internal(
-    fuzzed_link: Deployment, method: FleetMethod, body: bytes
+    fuzzed_link: Deployment, method: FleetMethod, body: bytes, signed: bool
 ) -> None:
     port = _port(fuzzed_link)
 
     async def send() -> Status:
         with anyio.fail_after(10):
-            return await _call(port, method, _framed(body))
+            return await _call(port, method, _framed(body), signed=signed)
 
     status = anyio.run(send)
     assert status not in (Status.INTERNAL, Status.UNKNOWN, Status.UNAVAILABLE), status
+    if not signed:
+        assert status is Status.UNAUTHENTICATED
     assert fuzzed_link.link is not None
     assert fuzzed_link.link.process.poll() is None
