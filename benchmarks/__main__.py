@@ -40,6 +40,7 @@ CASES += [
         "w1-50",
         "w1-50-sqlite",
         "heartbeats",
+        "heartbeats-5s",
         "large",
         "large-memory",
         "large-400",
@@ -163,7 +164,7 @@ def _deployment(row: dict[str, Any]) -> str:
     load = f"; load avg {row['load_average']:.1f}"
     if "failed" in row:
         return f"FAILED: {row['failed']}{load}"
-    if row["variant"] == "heartbeats":
+    if row["variant"].startswith("heartbeats"):
         return (
             f"{row['nodes']} nodes × 1 beat/{row['interval']:g} s for {row['window_seconds']:g} s: "
             f"p50 {row['p50_ms']:.1f} ms, p99 {row['p99_ms']:.1f} ms, {row['beats']} beats, "

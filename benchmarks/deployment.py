@@ -20,7 +20,9 @@ Cases (``python -m benchmarks.run deploy CASE``):
   connection per node, spread evenly over each second; each heartbeat's latency as
   this process sees it (p50, p99), the link's RSS and CPU, and this process's CPU —
   it shares the machine's cores with the link, so its own load is part of every
-  latency figure. The link keeps its state in an SQLite file.
+  latency figure. The link keeps its state in an SQLite file. Every call is signed
+  with its node's key, as every node's is.
+- ``heartbeats-5s``: the same at ``fedcore serve``'s default interval of 5 s.
 - ``large``, ``large-memory``: a 200 MB model to 2 node processes and back, and the
   memory of every process on the way (benchmarks/large_messages.py); ``large-400``
   the same with a 400 MB model, to see the relays' memory does not follow its size.
@@ -88,7 +90,8 @@ def case(variant: str) -> dict[str, Any]:
         "rounds": rounds,
         "w1-50": partial(w1_50, MEMORY),
         "w1-50-sqlite": partial(w1_50, None),
-        "heartbeats": heartbeats,
+        "heartbeats": partial(heartbeats, BEAT_INTERVAL),
+        "heartbeats-5s": partial(heartbeats, NODE_HEARTBEAT),
         "large": partial(large, None),
         "large-memory": partial(large, MEMORY),
         "large-400": partial(large, None, 2 * LARGE_FLOATS),
@@ -204,12 +207,12 @@ async def _w1_50(deployment: Deployment, cache: Path) -> dict[str, Any]:
 # 1,000 heartbeating nodes -------------------------------------------------------------
 
 
-def heartbeats() -> dict[str, Any]:
+def heartbeats(interval: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp, Deployment(Path(tmp)) as deployment:
         link = deployment.start_link()
         fleet = link.listeners["fleet"]
         figures = anyio.run(
-            _heartbeats, fleet, link.process.pid, backend_options={"use_uvloop": True}
+            _heartbeats, fleet, link.process.pid, interval, backend_options={"use_uvloop": True}
         )
         listed = deployment.fedcore("ls", "--nodes", "--json")
         if listed.returncode != 0:
@@ -218,7 +221,7 @@ def heartbeats() -> dict[str, Any]:
         return figures | {"online_after": online, **_prefixed("link_", _status(link.process.pid))}
 
 
-async def _heartbeats(address: Address, link_pid: int) -> dict[str, Any]:
+async def _heartbeats(address: Address, link_pid: int, interval: float) -> dict[str, Any]:
     async with AsyncExitStack() as stack:
         clients = [
             await stack.enter_async_context(GrpcFleetClient(address.host, address.port))
@@ -229,7 +232,7 @@ async def _heartbeats(address: Address, link_pid: int) -> dict[str, Any]:
 
         async def register(index: int) -> None:
             config = {"partition-id": index, "num-partitions": BEAT_NODES}
-            node_ids[index] = await clients[index].register_node(config, BEAT_INTERVAL)
+            node_ids[index] = await clients[index].register_node(config, interval)
 
         async with anyio.create_task_group() as tasks:
             for index in range(BEAT_NODES):
@@ -238,24 +241,24 @@ async def _heartbeats(address: Address, link_pid: int) -> dict[str, Any]:
 
         latencies: list[float] = []
         missed = 0
-        begin = anyio.current_time() + BEAT_INTERVAL
+        begin = anyio.current_time() + interval
         measure_from = begin + BEAT_WARMUP
         end = measure_from + BEAT_SECONDS
 
         async def beat(index: int) -> None:
             nonlocal missed
             client, node_id = clients[index], node_ids[index]
-            slot = begin + index * BEAT_INTERVAL / BEAT_NODES
+            slot = begin + index * interval / BEAT_NODES
             while slot < end:
                 await anyio.sleep_until(slot)
                 sent = time.perf_counter()
-                await client.heartbeat(node_id, BEAT_INTERVAL)
+                await client.heartbeat(node_id, interval)
                 if slot >= measure_from:
                     latencies.append(time.perf_counter() - sent)
-                slot += BEAT_INTERVAL
+                slot += interval
                 while slot < anyio.current_time():  # a beat that overran skips its slots
                     missed += slot >= measure_from
-                    slot += BEAT_INTERVAL
+                    slot += interval
 
         await anyio.sleep_until(begin)
         own, link = _own_cpu(), _cpu(link_pid)
@@ -268,7 +271,7 @@ async def _heartbeats(address: Address, link_pid: int) -> dict[str, Any]:
     return {
         "nodes": BEAT_NODES,
         "connections": BEAT_NODES,
-        "interval": BEAT_INTERVAL,
+        "interval": interval,
         "window_seconds": BEAT_SECONDS,
         "register_seconds": registering,
         "beats": len(latencies),

@@ -5,7 +5,7 @@
 name, ``cli`` (W2 only: ``fedcore simulate`` of the app as a whole process, start-up
 included), ``accuracy`` (W3 only) or ``race`` (async: FedBuff against FedAvg). The
 ``deploy`` workload's variants are its cases (benchmarks/deployment.py): ``rounds``,
-``w1-50``, ``w1-50-sqlite``, ``heartbeats``, ``large``, ``large-memory`` and
+``w1-50``, ``w1-50-sqlite``, ``heartbeats``, ``heartbeats-5s``, ``large``, ``large-memory`` and
 ``large-400``. W4 and W4-torch (benchmarks/w4.py) run ``floor``, ``capped`` and
 ``uncapped``, each with its own thread variables, set here before anything loads
 numpy: ``floor`` at one thread, ``capped`` with none (fedcore's cap applies),
