@@ -130,7 +130,9 @@ async def _control(
         yield client
 
 
-def _call(connection: Connection, work: Callable[[ControlService], Awaitable[T]]) -> T:
+def call_control(connection: Connection, work: Callable[[ControlService], Awaitable[T]]) -> T:
+    """``work`` done with the control API of the link ``connection`` names, in one line
+    of error for a person when the link refuses it."""
     address = parse_address(connection.link, what="--link")
     tls = _tls(address, connection)
     token = client_token(connection.token_file, link=address)
@@ -215,7 +217,7 @@ def run(
         return EXIT_CODES.get(final.status, 1)
 
     try:
-        code = _call(connection, submit)
+        code = call_control(connection, submit)
     except KeyboardInterrupt:
         if submitted_id is None:
             raise
@@ -236,14 +238,14 @@ def run(
 def ls(connection: Connection, nodes: bool, as_json: bool) -> None:
     """List the link's runs (newest last), or its online nodes."""
     if nodes:
-        found = _call(connection, lambda control: control.list_nodes())
+        found = call_control(connection, lambda control: control.list_nodes())
         if as_json:
             click.echo(json.dumps([{"node_id": str(n.node_id), "online": n.online} for n in found]))
         else:
             for node in found:
                 click.echo(node.node_id)
         return
-    runs = _call(connection, lambda control: control.list_runs())
+    runs = call_control(connection, lambda control: control.list_runs())
     if as_json:
         click.echo(json.dumps([run_json(r) for r in runs]))
         return
@@ -266,7 +268,7 @@ def log(run_id: int, connection: Connection, follow: bool, as_json: bool) -> Non
         if follow:
             _echo_end(await control.get_run(run_id), as_json)
 
-    _call(connection, show)
+    call_control(connection, show)
 
 
 @click.command("stop")
@@ -275,7 +277,7 @@ def log(run_id: int, connection: Connection, follow: bool, as_json: bool) -> Non
 @json_option
 def stop(run_id: int, connection: Connection, as_json: bool) -> None:
     """Stop a run: its ServerApp is ended and its messages are no longer delivered."""
-    stopped = _call(connection, lambda control: control.stop_run(run_id))
+    stopped = call_control(connection, lambda control: control.stop_run(run_id))
     click.echo(json.dumps(run_json(stopped)) if as_json else f"run {run_id}: {stopped.status}")
 
 

@@ -32,7 +32,11 @@ from fedcore.roles.link.exec import LinkExec
 from fedcore.roles.link.fleet import LinkFleet
 from fedcore.roles.link.runtime import LinkRuntime
 from fedcore.runtime.addresses import Address, check_exposure
-from fedcore.runtime.authorized_nodes import read_authorized_nodes, reload_on_hangup
+from fedcore.runtime.authorized_nodes import (
+    AuthorizedNodesFile,
+    read_authorized_nodes,
+    reload_on_hangup,
+)
 from fedcore.runtime.control_token import LINK_WORK_DIR, link_token_file
 from fedcore.runtime.ready import write_ready_file
 from fedcore.runtime.secret_files import read_secret
@@ -160,12 +164,14 @@ async def serve_link(
         )
         fleet = options.fleet_address
         gate = NodeGate(state, clock)
+        authorized = None
         if options.authorized_nodes is None:
             log.warning(
                 "any node key may register (trust on first use): --authorized-nodes FILE "
                 "admits only the keys it lists"
             )
         else:
+            authorized = AuthorizedNodesFile(options.authorized_nodes, gate)
             gate.authorize(read_authorized_nodes(options.authorized_nodes))
             hangups = await stack.enter_async_context(anyio.create_task_group())
             hangups.start_soon(reload_on_hangup, options.authorized_nodes, gate)
@@ -184,7 +190,7 @@ async def serve_link(
             link_token_file(options.work_dir, options.control_token_file), what="control token"
         )
         control_service = LinkControl(
-            state, options.work_dir / "bundles", version=version("fedcore")
+            state, options.work_dir / "bundles", version=version("fedcore"), authorized=authorized
         )
         control_port = await stack.enter_async_context(
             serve_http(

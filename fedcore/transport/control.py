@@ -83,5 +83,27 @@ class ControlService(ABC):
         """The nodes online now."""
 
     @abstractmethod
+    async def authorized_nodes(self) -> list[str]:
+        """The public keys of the nodes the link admits, one OpenSSH line each.
+
+        ``UsageError`` when the link keeps no list (it admits any key).
+        """
+
+    @abstractmethod
+    async def authorize_node(self, public_key: str) -> list[str]:
+        """Admit the node of ``public_key`` (OpenSSH or PEM form) from now on; the list after.
+
+        The link's authorized-nodes file is rewritten with it. ``UsageError`` for text
+        that is not an accepted key, or when the link keeps no list.
+        """
+
+    @abstractmethod
+    async def deauthorize_node(self, public_key: str) -> list[str]:
+        """Refuse the node of ``public_key`` from its next request on; the list after.
+
+        ``UsageError`` as :meth:`authorize_node`; a key not listed is no error.
+        """
+
+    @abstractmethod
     async def health(self) -> Health:
         """The link is up and answering; a summary of what it holds."""

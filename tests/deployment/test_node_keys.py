@@ -175,3 +175,46 @@ def test_a_bad_authorized_nodes_file_stops_the_link_naming_the_line(tmp_path: Pa
         pytest.raises(RuntimeError, match=r"authorized_nodes:3: not a public key"),
     ):
         federation.start_link("--authorized-nodes", str(authorized))
+
+
+def test_fedcore_nodes_adds_and_removes_keys_while_the_link_runs(tmp_path: Path) -> None:
+    with Deployment(tmp_path, heartbeat_interval=1.0) as federation:
+        for name in ("first", "second"):
+            assert federation.fedcore("keygen", str(tmp_path / name)).returncode == 0
+        authorized = tmp_path / "authorized_nodes"
+        authorized.write_text((tmp_path / "first.pub").read_text())
+        federation.start_link("--authorized-nodes", str(authorized))
+        listed = federation.fedcore("nodes", "list")
+        assert listed.returncode == 0, listed.stderr
+        assert len(listed.stdout.splitlines()) == 1
+
+        added = federation.fedcore("nodes", "add", str(tmp_path / "second.pub"))
+        assert added.returncode == 0, added.stderr
+        assert len(added.stdout.splitlines()) == 2
+        assert "fedcore-node second" in authorized.read_text()  # the file says so too
+        second = federation.start_node("partition-id=1", "--auth-key", str(tmp_path / "second.key"))
+        assert node_id_of(second) > 0
+
+        removed = federation.fedcore("nodes", "remove", str(tmp_path / "second.pub"))
+        assert removed.returncode == 0, removed.stderr
+        assert removed.stdout.splitlines() == listed.stdout.splitlines()
+        # Its next request is refused: the node stops, saying why.
+        deadline = time.monotonic() + 30
+        while second.process.poll() is None:
+            assert time.monotonic() < deadline, second.tail()
+            time.sleep(0.05)
+        assert "not among the link's authorized nodes" in second.tail()
+
+        bad = federation.fedcore("nodes", "add", "ssh-ed25519 not-a-key")
+        assert bad.returncode == 2
+        assert "not a public key" in bad.stderr
+        assert "Traceback" not in bad.stderr
+
+
+def test_fedcore_nodes_on_a_link_that_trusts_any_key_says_so(tmp_path: Path) -> None:
+    with Deployment(tmp_path) as federation:
+        federation.start_link()
+        listed = federation.fedcore("nodes", "list")
+        assert listed.returncode == 2
+        assert "--authorized-nodes" in listed.stderr
+        assert "Traceback" not in listed.stderr

@@ -15,6 +15,7 @@ import logging
 import shutil
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+from typing import Protocol
 
 import anyio
 import anyio.to_thread
@@ -22,7 +23,7 @@ import anyio.to_thread
 from fedcore.apps.bundle import unpack_bundle
 from fedcore.apps.loading import app_table
 from fedcore.domain import LogLine, Run, RunStatus
-from fedcore.errors import AppLoadError, BundleError
+from fedcore.errors import AppLoadError, BundleError, UsageError
 from fedcore.state.base import LinkState
 from fedcore.transport.control import ControlService, Health, NodeInfo
 from fedcore.wire.fleet import ConfigValue
@@ -33,13 +34,40 @@ LOG_PAGE = 1000
 """Log lines read from the state per query while streaming a run's log."""
 
 
-class LinkControl(ControlService):
-    """The control API over ``state``; bundles unpack into ``bundle_cache``."""
+class AuthorizedList(Protocol):
+    """The nodes the link admits, kept where the operator keeps them (a file) and in force."""
 
-    def __init__(self, state: LinkState, bundle_cache: Path, *, version: str) -> None:
+    def keys(self) -> list[str]:
+        """The keys listed, one OpenSSH line each."""
+        ...
+
+    def add(self, public_key: str) -> list[str]:
+        """List ``public_key`` and admit it at once; the list after (``UsageError`` if no key)."""
+        ...
+
+    def remove(self, public_key: str) -> list[str]:
+        """Unlist ``public_key`` and refuse it at once; the list after."""
+        ...
+
+
+class LinkControl(ControlService):
+    """The control API over ``state``; bundles unpack into ``bundle_cache``.
+
+    ``authorized``: the link's list of admitted nodes, when it keeps one.
+    """
+
+    def __init__(
+        self,
+        state: LinkState,
+        bundle_cache: Path,
+        *,
+        version: str,
+        authorized: AuthorizedList | None = None,
+    ) -> None:
         self._state = state
         self._bundle_cache = bundle_cache
         self._version = version
+        self._authorized = authorized
 
     async def submit_run(self, bundle: bytes, run_config: Mapping[str, ConfigValue]) -> Run:
         bundle_hash = await anyio.to_thread.run_sync(bundle_sha256, bundle)
@@ -93,6 +121,27 @@ class LinkControl(ControlService):
 
     async def list_nodes(self) -> list[NodeInfo]:
         return [NodeInfo(node_id, online=True) for node_id in await self._state.get_node_ids()]
+
+    async def authorized_nodes(self) -> list[str]:
+        return self._list().keys()
+
+    async def authorize_node(self, public_key: str) -> list[str]:
+        listed = self._list().add(public_key)
+        log.info("a node key was authorized by the operator: %d keys listed", len(listed))
+        return listed
+
+    async def deauthorize_node(self, public_key: str) -> list[str]:
+        listed = self._list().remove(public_key)
+        log.info("a node key was unlisted by the operator: %d keys listed", len(listed))
+        return listed
+
+    def _list(self) -> AuthorizedList:
+        if self._authorized is None:
+            raise UsageError(
+                "this link admits any node key (trust on first use): start it with "
+                "--authorized-nodes FILE to keep a list"
+            )
+        return self._authorized
 
     async def health(self) -> Health:
         runs = await self._state.list_runs()

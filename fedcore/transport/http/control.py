@@ -16,6 +16,9 @@
                                         as they come; a last {"status", "error", "message"}
                                         line if the stream failed on the way
     GET  /v1/nodes                   -> {"nodes": [{"node_id": "7", "online": true}, ...]}
+    GET  /v1/nodes/authorized        -> {"keys": ["ssh-ed25519 AAAA… comment", ...]}
+    POST /v1/nodes/authorized        {"public_key": text} -> {"keys": [...]}, the list after
+    POST /v1/nodes/authorized/remove {"public_key": text} -> {"keys": [...]}
     GET  /v1/health                  -> {"version", "runs_active", "nodes_online"}; asked
                                         with no Authorization: {"status": "ok"}
     GET  /v1/metrics                 -> {"loop_lag_max_ms": {"last_minute", "since_start"},
@@ -58,7 +61,13 @@ from fedcore.transport.http.errors import (
     too_large,
     unauthorized,
 )
-from fedcore.transport.http.server import Handler, bearer, guarded, refuse_compressed
+from fedcore.transport.http.server import (
+    Handler,
+    bearer,
+    guarded,
+    refuse_compressed,
+    request_body,
+)
 from fedcore.transport.http.session import TIMEOUT, Body, Session, SessionClient
 
 if TYPE_CHECKING:  # a type only: the fleet codec (betterproto) stays out of `fedcore ls`
@@ -108,6 +117,11 @@ def control_app(
     routes.add_post("/v1/runs/{run_id}/stop", handlers.route(handlers.stop_run))
     routes.add_get("/v1/runs/{run_id}/logs", handlers.route(handlers.logs), allow_head=False)
     routes.add_get("/v1/nodes", handlers.route(handlers.list_nodes), allow_head=False)
+    routes.add_get(
+        "/v1/nodes/authorized", handlers.route(handlers.authorized_nodes), allow_head=False
+    )
+    routes.add_post("/v1/nodes/authorized", handlers.route(handlers.authorize_node))
+    routes.add_post("/v1/nodes/authorized/remove", handlers.route(handlers.deauthorize_node))
     routes.add_get("/v1/health", handlers.route(handlers.health, public=True), allow_head=False)
     if metrics is not None:
         routes.add_get("/v1/metrics", handlers.route(_metrics_handler(metrics)), allow_head=False)
@@ -224,6 +238,17 @@ class _ControlHandlers:
     async def list_nodes(self, request: web.Request) -> web.StreamResponse:
         nodes = await self._service.list_nodes()
         return _json({"nodes": [bodies.node_to_json(node) for node in nodes]})
+
+    async def authorized_nodes(self, request: web.Request) -> web.StreamResponse:
+        return _json({"keys": await self._service.authorized_nodes()})
+
+    async def authorize_node(self, request: web.Request) -> web.StreamResponse:
+        key = _public_key(await request_body(request, MAX_KEY_BODY, DecodeError))
+        return _json({"keys": await self._service.authorize_node(key)})
+
+    async def deauthorize_node(self, request: web.Request) -> web.StreamResponse:
+        key = _public_key(await request_body(request, MAX_KEY_BODY, DecodeError))
+        return _json({"keys": await self._service.deauthorize_node(key)})
 
     async def health(self, request: web.Request) -> web.StreamResponse:
         if self._token is not None and hdrs.AUTHORIZATION not in request.headers:
@@ -346,6 +371,17 @@ class HttpControlClient(SessionClient, ControlService):
     async def list_nodes(self) -> list[NodeInfo]:
         return bodies.nodes_from_json(await self._json("GET", "/v1/nodes"))
 
+    async def authorized_nodes(self) -> list[str]:
+        return _keys(await self._json("GET", "/v1/nodes/authorized"))
+
+    async def authorize_node(self, public_key: str) -> list[str]:
+        body = dumps({"public_key": public_key})
+        return _keys(await self._json("POST", "/v1/nodes/authorized", data=body))
+
+    async def deauthorize_node(self, public_key: str) -> list[str]:
+        body = dumps({"public_key": public_key})
+        return _keys(await self._json("POST", "/v1/nodes/authorized/remove", data=body))
+
     async def health(self) -> Health:
         return bodies.health_from_json(await self._json("GET", "/v1/health"))
 
@@ -356,6 +392,25 @@ class HttpControlClient(SessionClient, ControlService):
             method, path, headers=self._headers, data=data, expect100=expect100
         )
         return loads(body)
+
+
+MAX_KEY_BODY = 32 * 1024
+"""Bytes of a request that names a public key (a key is a few hundred)."""
+
+
+def _public_key(body: bytes) -> str:
+    document = loads(body)
+    key = document.get("public_key") if isinstance(document, dict) else None
+    if not isinstance(key, str):
+        raise DecodeError('the body must be {"public_key": "<OpenSSH or PEM text>"}')
+    return key
+
+
+def _keys(document: object) -> list[str]:
+    keys = document.get("keys") if isinstance(document, dict) else None
+    if not isinstance(keys, list) or not all(isinstance(key, str) for key in keys):
+        raise DecodeError('the answer must be {"keys": [...]}')
+    return keys
 
 
 def _id(value: int) -> str:

@@ -56,6 +56,7 @@ class FakeControl(ControlService):
         self.bundles: dict[int, bytes] = {}
         self.lines: dict[int, list[LogLine]] = {}
         self.nodes = [NodeInfo(BIG_ID + 1, True), NodeInfo(3, True)]
+        self.keys: list[str] = []
         self.failure: Exception | None = None
         """Raised by every call while set."""
         self.stream_failure: Exception | None = None
@@ -135,6 +136,20 @@ class FakeControl(ControlService):
     async def list_nodes(self) -> list[NodeInfo]:
         self._check()
         return self.nodes
+
+    async def authorized_nodes(self) -> list[str]:
+        self._check()
+        return list(self.keys)
+
+    async def authorize_node(self, public_key: str) -> list[str]:
+        self._check()
+        self.keys.append(public_key)
+        return list(self.keys)
+
+    async def deauthorize_node(self, public_key: str) -> list[str]:
+        self._check()
+        self.keys.remove(public_key)
+        return list(self.keys)
 
     async def health(self) -> Health:
         self._check()
