@@ -313,22 +313,3 @@ def push_reply_result(response: pb.PushReplyResponse) -> PushedReply:
     if not response.reply_id:
         invalid("a stored reply needs its id")
     return PushedReply(response.reply_id, response.outcome == pb.PushReplyOutcome.DUPLICATE)
-
-
-def heartbeat_response(*, known: bool, released: Sequence[str] = ()) -> pb.HeartbeatResponse:
-    """The link's answer to a heartbeat: whether it knows the node, and the leases it let go."""
-    status = pb.NodeStatus.ONLINE if known else pb.NodeStatus.UNKNOWN
-    return pb.HeartbeatResponse(status=pb.NodeStatus(status), released_message_ids=list(released))
-
-
-def heartbeat_result(response: pb.HeartbeatResponse, node_id: int) -> list[str]:
-    """The ids of the messages whose leases the link let go; an unknown node raises.
-
-    ``NodeNotFoundError`` tells the node its id is dead for good (deleted,
-    unregistered, or never known): it must register again.
-    """
-    if response.status == pb.NodeStatus.UNKNOWN:
-        raise NodeNotFoundError(f"the link does not know node {node_id}: register again")
-    if response.status != pb.NodeStatus.ONLINE:
-        invalid(f"unknown node status {response.status!r}")
-    return list(response.released_message_ids)

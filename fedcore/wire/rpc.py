@@ -20,16 +20,15 @@ import betterproto
 
 from fedcore.domain import Message, RecordDict, Run
 from fedcore.domain.message import assemble_message
-from fedcore.errors import FedcoreError
+from fedcore.errors import FedcoreError, NodeNotFoundError
 from fedcore.wire._pb.fedcore import v1 as pb
 from fedcore.wire.chunks import CHUNK_SIZE, ChunkVerifier, Digest
+from fedcore.wire.flat import FlatCodec
 from fedcore.wire.fleet import (
     MAX_INLINE_CONTENT,
     ConfigValue,
     PayloadRef,
     PushedReply,
-    heartbeat_response,
-    heartbeat_result,
     message_from_pb,
     message_to_pb,
     payload_ref,
@@ -76,6 +75,13 @@ _MAX_FIELDS = 64
 """The most fields any other request message (or one nested in it) may have: they have ten."""
 SMALL_REQUEST = 4 * 1024
 """The frame cap of requests that carry a few ids and numbers."""
+
+# The messages a node sends and gets all the time are flat: they skip betterproto.
+_REGISTER_NODE_RESPONSE = FlatCodec(pb.RegisterNodeResponse)
+_UNREGISTER_NODE_REQUEST = FlatCodec(pb.UnregisterNodeRequest)
+_HEARTBEAT_REQUEST = FlatCodec(pb.HeartbeatRequest)
+_HEARTBEAT_RESPONSE = FlatCodec(pb.HeartbeatResponse)
+_PULL_MESSAGES_REQUEST = FlatCodec(pb.PullMessagesRequest)
 
 REQUEST_CAPS: dict[FleetMethod, int] = {
     FleetMethod.REGISTER_NODE: 64 * 1024,
@@ -154,21 +160,22 @@ def decode_register_node_request(frame: Buffer) -> tuple[dict[str, ConfigValue],
 
 
 def encode_register_node_response(node_id: int) -> bytes:
-    return bytes(pb.RegisterNodeResponse(node_id=_node_id(node_id)))
+    return _REGISTER_NODE_RESPONSE.encode(node_id=_node_id(node_id))
 
 
 def decode_register_node_response(frame: Buffer) -> int:
     """The id the link gave the new node."""
-    return _decoded_node_id(parse(pb.RegisterNodeResponse, frame).node_id)
+    return _decoded_node_id(_REGISTER_NODE_RESPONSE.decode(frame)["node_id"])
 
 
 def encode_unregister_node_request(node_id: int) -> bytes:
-    return bytes(pb.UnregisterNodeRequest(node_id=_node_id(node_id)))
+    return _UNREGISTER_NODE_REQUEST.encode(node_id=_node_id(node_id))
 
 
 def decode_unregister_node_request(frame: Buffer) -> int:
     """The id of the node leaving."""
-    return _decoded_node_id(parse(pb.UnregisterNodeRequest, frame, max_fields=_MAX_FIELDS).node_id)
+    request = _UNREGISTER_NODE_REQUEST.decode(frame, max_fields=_MAX_FIELDS)
+    return _decoded_node_id(request["node_id"])
 
 
 def encode_unregister_node_response() -> bytes:
@@ -191,32 +198,42 @@ def encode_heartbeat_request(
         raise TypeError("message_ids must be strings")
     if ids and lease_seconds is None:
         raise ValueError("lease_seconds is required to extend the leases of message_ids")
-    request = pb.HeartbeatRequest(
+    return _HEARTBEAT_REQUEST.encode(
         node_id=_node_id(node_id),
         heartbeat_interval=seconds("heartbeat_interval", heartbeat_interval),
         message_ids=ids,
         lease_seconds=seconds("lease_seconds", lease_seconds) if ids else 0.0,
     )
-    return bytes(request)
 
 
 def decode_heartbeat_request(frame: Buffer) -> tuple[int, float, list[str], float | None]:
     """Node id, heartbeat interval, the ids worked on, and their new lease (None if no ids)."""
-    request = parse(pb.HeartbeatRequest, frame, max_fields=MAX_HEARTBEAT_IDS + 3)
-    interval = _decoded_seconds("heartbeat_interval", request.heartbeat_interval, zero=False)
-    lease = None
-    if request.message_ids:
-        lease = _decoded_seconds("lease_seconds", request.lease_seconds, zero=False)
-    return _decoded_node_id(request.node_id), interval, list(request.message_ids), lease
+    request = _HEARTBEAT_REQUEST.decode(frame, max_fields=MAX_HEARTBEAT_IDS + 3)
+    interval = _decoded_seconds("heartbeat_interval", request["heartbeat_interval"], zero=False)
+    ids: list[str] = request["message_ids"]
+    lease = _decoded_seconds("lease_seconds", request["lease_seconds"], zero=False) if ids else None
+    return _decoded_node_id(request["node_id"]), interval, ids, lease
 
 
 def encode_heartbeat_response(*, known: bool, released: Sequence[str] = ()) -> bytes:
-    return bytes(heartbeat_response(known=known, released=released))
+    """The link's answer to a heartbeat: whether it knows the node, and the leases it let go."""
+    status = pb.NodeStatus.ONLINE if known else pb.NodeStatus.UNKNOWN
+    return _HEARTBEAT_RESPONSE.encode(status=status, released_message_ids=list(released))
 
 
 def decode_heartbeat_response(frame: Buffer, node_id: int) -> list[str]:
-    """The released message ids; an unknown node raises NodeNotFoundError."""
-    return heartbeat_result(parse(pb.HeartbeatResponse, frame), node_id)
+    """The ids of the messages whose leases the link let go.
+
+    ``NodeNotFoundError`` tells the node its id is dead for good (deleted,
+    unregistered, or never known): it must register again.
+    """
+    response = _HEARTBEAT_RESPONSE.decode(frame)
+    if response["status"] == pb.NodeStatus.UNKNOWN:
+        raise NodeNotFoundError(f"the link does not know node {node_id}: register again")
+    if response["status"] != pb.NodeStatus.ONLINE:
+        invalid(f"unknown node status {response['status']!r}")
+    released: list[str] = response["released_message_ids"]
+    return released
 
 
 def encode_pull_messages_request(
@@ -227,22 +244,21 @@ def encode_pull_messages_request(
         raise TypeError(f"wait_seconds must be a number, got {type(wait_seconds).__name__}")
     if not 0 <= wait_seconds < math.inf:
         raise ValueError(f"wait_seconds must be 0 or positive and finite, got {wait_seconds!r}")
-    request = pb.PullMessagesRequest(
+    return _PULL_MESSAGES_REQUEST.encode(
         node_id=_node_id(node_id),
         max_messages=int_in("limit", limit, 1, 2**32 - 1),
         lease_seconds=0.0 if lease_seconds is None else seconds("lease_seconds", lease_seconds),
         wait_seconds=float(wait_seconds),
     )
-    return bytes(request)
 
 
 def decode_pull_messages_request(frame: Buffer) -> tuple[int, int, float | None, float]:
     """Node id, limit, lease seconds (None: the link's default) and seconds to wait."""
-    request = parse(pb.PullMessagesRequest, frame, max_fields=_MAX_FIELDS)
-    limit = decoded_int("max_messages", request.max_messages, 1, 2**32 - 1)
-    lease = _decoded_seconds("lease_seconds", request.lease_seconds, zero=True) or None
-    wait = _decoded_seconds("wait_seconds", request.wait_seconds, zero=True)
-    return _decoded_node_id(request.node_id), limit, lease, wait
+    request = _PULL_MESSAGES_REQUEST.decode(frame, max_fields=_MAX_FIELDS)
+    limit = decoded_int("max_messages", request["max_messages"], 1, 2**32 - 1)
+    lease = _decoded_seconds("lease_seconds", request["lease_seconds"], zero=True) or None
+    wait = _decoded_seconds("wait_seconds", request["wait_seconds"], zero=True)
+    return _decoded_node_id(request["node_id"]), limit, lease, wait
 
 
 _PULLED_MESSAGE_TAG = bytes([1 << 3 | 2])

@@ -515,16 +515,6 @@ def test_malformed_push_outcomes() -> None:
         fleet.push_reply_response(PushedReply("", False))
 
 
-def test_a_deleted_node_learns_it_from_its_heartbeat() -> None:
-    alive = parse(pb.HeartbeatResponse, bytes(fleet.heartbeat_response(known=True, released=["m"])))
-    assert fleet.heartbeat_result(alive, 5) == ["m"]
-    unknown = parse(pb.HeartbeatResponse, bytes(fleet.heartbeat_response(known=False)))
-    with pytest.raises(NodeNotFoundError, match="node 5"):
-        fleet.heartbeat_result(unknown, 5)
-    with pytest.raises(DecodeError, match="node status"):
-        fleet.heartbeat_result(pb.HeartbeatResponse(), 5)
-
-
 # ---------------------------------------------------------------- chunks
 
 
