@@ -16,7 +16,8 @@ them, as Python code is expected to.
     │   │                           refused on unpacking (wrong hash, unsafe, over a limit)
     │   ├── WrongServiceError       an address that answers, but not as the API asked for
     │   └── AuthenticationError     a credential the receiver refuses: a bearer token, a
-    │                               request signature, a node key
+    │       │                       request signature, a node key
+    │       └── UnknownSessionError a fleet session the link does not hold: sign again
     ├── DecodeError (ValueError)    bytes that are not a valid payload
     ├── StateError                  a LinkState refused an operation
     │   ├── NotFoundError (LookupError)
@@ -85,6 +86,15 @@ class AuthenticationError(UsageError):
     token or key to present, the clocks), so a UsageError: final for that request, and
     a node retrying with the same key gets the same answer. A client adds where the
     credential it sent came from, and where the right one is.
+    """
+
+
+class UnknownSessionError(AuthenticationError):
+    """A fleet call authenticated by a session the link does not hold (or no longer admits).
+
+    The link restarted, or the session outlived its time or was replaced: the call
+    was refused before anything of it was read, so a node signs it and retries it
+    at once (:mod:`fedcore.wire.sessions`).
     """
 
 

@@ -14,9 +14,10 @@ front and chunks that arrive one at a time, so no side holds more than a chunk
 unless it wants the whole.
 
 On the network every request is signed with the node's key
-(:mod:`fedcore.wire.signatures`), and a :class:`FleetGate` decides, before anything
-of the request is decoded, whether the signature admits it, and then whether the
-signer may speak for the node the request names. The service itself trusts the
+(:mod:`fedcore.wire.signatures`), or MAC'd in a session a signed request opened
+(:mod:`fedcore.wire.sessions`), and a :class:`FleetGate` decides, before anything
+of the request is decoded, whether that admits it, and then whether the key it
+proves may speak for the node the request names. The service itself trusts the
 ``node_id`` it is given: the transport has checked it.
 """
 
@@ -31,10 +32,13 @@ from fedcore.domain import Message, Run
 from fedcore.wire.chunks import Digest
 from fedcore.wire.fleet import ConfigValue, PayloadRef, PushedReply
 from fedcore.wire.frame import Buffer, slices
+from fedcore.wire.keys import PublicKey
 from fedcore.wire.rpc import LeasedMessage, PulledMessages
+from fedcore.wire.sessions import MacRequest
 from fedcore.wire.signatures import SignedRequest
 
 __all__ = [
+    "Admission",
     "Buffer",
     "FleetGate",
     "FleetService",
@@ -84,30 +88,42 @@ async def sliced(parts: Sequence[Buffer], chunk_size: int) -> AsyncIterator[Buff
         yield memoryview(b"")
 
 
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """An admitted call: the node key it proved, and headers for the response, if any
+    (the answer to a session offer)."""
+
+    public_key: PublicKey
+    headers: tuple[tuple[str, str], ...] = ()
+
+
 class FleetGate(ABC):
     """Who may call the fleet API, and for which node: the link decides, the transport asks."""
 
     @abstractmethod
-    async def admit(self, method: str, frame: Buffer, signed: SignedRequest) -> None:
-        """Return if ``signed`` admits ``frame`` as the first request of a call to ``method``.
+    async def admit(
+        self, method: str, frame: Buffer, presented: SignedRequest | MacRequest
+    ) -> Admission:
+        """Admit ``frame`` as the first request of a call to ``method``, or raise.
 
         Called before the frame is decoded. Raises
-        :class:`~fedcore.errors.AuthenticationError` for a bad signature, a stale
-        timestamp, a replayed nonce or a key the link does not admit.
+        :class:`~fedcore.errors.AuthenticationError` for a bad signature or MAC, a
+        stale timestamp, a replayed nonce or a key the link does not admit, and
+        :class:`~fedcore.errors.UnknownSessionError` for a session it does not hold.
         """
 
     @abstractmethod
-    async def check_speaks_for(self, signed: SignedRequest, node_id: int) -> None:
-        """Return if the signer of an admitted request is node ``node_id``.
+    async def check_speaks_for(self, key: PublicKey, node_id: int) -> None:
+        """Return if ``key``, proved by an admitted request, is node ``node_id``'s.
 
-        Raises ``NodeNotFoundError`` when the signer's key belongs to no node (it must
+        Raises ``NodeNotFoundError`` when the key belongs to no node (it must
         register), and :class:`~fedcore.errors.AuthenticationError` when it belongs to
         another node than ``node_id``.
         """
 
     @abstractmethod
-    def registered(self, signed: SignedRequest, node_id: int) -> None:
-        """Note that the signer of an admitted registration is node ``node_id``."""
+    def registered(self, key: PublicKey, node_id: int) -> None:
+        """Note that ``key``, proved by an admitted registration, is node ``node_id``'s."""
 
 
 class FleetService(ABC):

@@ -7,7 +7,11 @@ Every fleet request is signed with its node's key (:mod:`fedcore.wire.signatures
   window, the key is one the link admits (any key, unless an authorized list is set:
   trust on first use otherwise), the signature signs this method and this body, and
   the nonce is new. A request that fails any of these costs the link one signature
-  check at most, and nothing of it is kept.
+  check at most, and nothing of it is kept. A signed request may open a session
+  (:mod:`fedcore.wire.sessions`); a request MAC'd in one is admitted the same way,
+  with the session's key for the signer's, at the cost of an HMAC. The gate holds
+  one session per node key, at most :data:`MAX_SESSIONS` (the oldest go first: its
+  node signs again), each for :data:`~fedcore.wire.sessions.SESSION_SECONDS`.
 - **check_speaks_for**, once the request's node id is read: the signer's key is the
   one that node registered with. The binding lives in the LinkState (it survives a
   restart on SQLite) or whatever else answers :class:`KeyBindings`; the gate keeps
@@ -20,17 +24,29 @@ replies as B, unregister B or fetch B's runs; and node A's key cannot speak for 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Protocol
 
 import anyio.to_thread
 
 from fedcore.clock import Clock
-from fedcore.errors import AuthenticationError
-from fedcore.transport.fleet import FleetGate
+from fedcore.errors import AuthenticationError, UnknownSessionError
+from fedcore.transport.fleet import Admission, FleetGate
 from fedcore.transport.replay import MAX_SKEW, ReplayGuard
 from fedcore.wire.frame import Buffer
 from fedcore.wire.keys import PublicKey
+from fedcore.wire.sessions import (
+    SESSION,
+    SESSION_KEY,
+    SESSION_SECONDS,
+    MacRequest,
+    encode_key,
+    exchange,
+    new_exchange_key,
+    new_session_id,
+    session_key,
+)
 from fedcore.wire.signatures import SignedRequest
 
 log = logging.getLogger(__name__)
@@ -38,6 +54,15 @@ log = logging.getLogger(__name__)
 HASH_OFF_LOOP = 64 * 1024
 """Frames longer than this are hashed and verified in a thread: a 4 MiB reply's SHA-256
 would hold the event loop for milliseconds."""
+MAX_SESSIONS = 100_000
+"""Sessions the gate holds at once: some 200 bytes each."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Session:
+    public_key: PublicKey
+    key: bytes
+    ends: float
 
 
 class KeyBindings(Protocol):
@@ -63,31 +88,68 @@ class NodeGate(FleetGate):
         max_skew: float = MAX_SKEW,
     ) -> None:
         self._state = state
+        self._clock = clock
         self._guard = ReplayGuard(clock, max_skew=max_skew)
         self._authorized = None if authorized is None else frozenset(authorized)
         self._nodes: dict[bytes, int] = {}
         """The node of each key seen since start (a cache of the state's bindings)."""
+        self._sessions: dict[str, _Session] = {}
+        """By id, oldest first."""
+        self._session_of: dict[bytes, str] = {}
+        """Each node key's one session."""
 
     def authorize(self, keys: Iterable[PublicKey] | None) -> None:
         """Admit only ``keys`` from now on (``None``: any key). Nodes already registered
         whose key is no longer listed are refused at their next request."""
         self._authorized = None if keys is None else frozenset(keys)
 
-    async def admit(self, method: str, frame: Buffer, signed: SignedRequest) -> None:
-        self._guard.check_fresh(signed.timestamp)
-        if self._authorized is not None and signed.public_key not in self._authorized:
+    async def admit(
+        self, method: str, frame: Buffer, presented: SignedRequest | MacRequest
+    ) -> Admission:
+        self._guard.check_fresh(presented.timestamp)
+        if isinstance(presented, MacRequest):
+            session = self._sessions.get(presented.session_id)
+            if session is None or session.ends <= self._clock.now():
+                raise UnknownSessionError("the link holds no such session: sign the call")
+            self._check_authorized(session.public_key)
+            await _off_loop_if_large(frame, presented.verify, session.key, method, frame)
+            self._guard.use_once(presented.nonce, presented.timestamp)
+            return Admission(session.public_key)
+        self._check_authorized(presented.public_key)
+        await _off_loop_if_large(frame, presented.verify, method, frame)
+        self._guard.use_once(presented.nonce, presented.timestamp)
+        if presented.offer is None:
+            return Admission(presented.public_key)
+        return Admission(presented.public_key, self._open_session(presented, presented.offer))
+
+    def _check_authorized(self, key: PublicKey) -> None:
+        if self._authorized is not None and key not in self._authorized:
             raise AuthenticationError(
-                f"the key {signed.public_key.fingerprint} is not among the link's "
+                f"the key {key.fingerprint} is not among the link's "
                 "authorized nodes (--authorized-nodes)"
             )
-        if len(frame) > HASH_OFF_LOOP:
-            await anyio.to_thread.run_sync(signed.verify, method, frame)
-        else:
-            signed.verify(method, frame)
-        self._guard.use_once(signed.nonce, signed.timestamp)
 
-    async def check_speaks_for(self, signed: SignedRequest, node_id: int) -> None:
-        key = signed.public_key.der
+    def _open_session(self, signed: SignedRequest, offer: bytes) -> tuple[tuple[str, str], ...]:
+        """A new session for the signer, replacing its last; the headers that answer the offer."""
+        private, answer = new_exchange_key()
+        shared = exchange(private, offer)
+        session_id = new_session_id()
+        der = signed.public_key.der
+        replaced = self._session_of.pop(der, None)
+        if replaced is not None:
+            del self._sessions[replaced]
+        while len(self._sessions) >= MAX_SESSIONS:
+            oldest = self._sessions.pop(next(iter(self._sessions)))
+            del self._session_of[oldest.public_key.der]
+        key = session_key(shared, session_id, offer, answer, der)
+        self._sessions[session_id] = _Session(
+            signed.public_key, key, self._clock.now() + SESSION_SECONDS
+        )
+        self._session_of[der] = session_id
+        return ((SESSION, session_id), (SESSION_KEY, encode_key(answer)))
+
+    async def check_speaks_for(self, public_key: PublicKey, node_id: int) -> None:
+        key = public_key.der
         bound = self._nodes.get(key)
         if bound != node_id:
             bound = await self._state.node_with_key(key)  # NodeNotFoundError: not registered
@@ -96,5 +158,13 @@ class NodeGate(FleetGate):
             log.warning("refused a request about node %d signed by node %d's key", node_id, bound)
             raise AuthenticationError(f"the request's key is not node {node_id}'s")
 
-    def registered(self, signed: SignedRequest, node_id: int) -> None:
-        self._nodes[signed.public_key.der] = node_id
+    def registered(self, public_key: PublicKey, node_id: int) -> None:
+        self._nodes[public_key.der] = node_id
+
+
+async def _off_loop_if_large(frame: Buffer, check: Callable[..., None], *args: object) -> None:
+    """``check(*args)``: in a thread when ``frame`` is long enough to be worth hashing there."""
+    if len(frame) > HASH_OFF_LOOP:
+        await anyio.to_thread.run_sync(check, *args)
+    else:
+        check(*args)

@@ -10,12 +10,13 @@ headers; ASCII)::
 
 The signed text is six lines joined by ``\\n``: ``fedcore-fleet-v1``, the method's
 path (``/fedcore.v1.Fleet/PullMessages``), the timestamp, the nonce, the public key's
-base64 as sent, and the SHA-256 of the frame in hex. So a signature is good for one
-method, one body, one moment and one key; a captured request replayed, sent to
-another method, or with its body changed fails, and the link refuses a nonce it has
-seen (:class:`~fedcore.transport.replay.ReplayGuard`). A streamed upload signs its
-first frame, which names the message and the whole upload's digest: the chunks
-after it cannot differ without failing that digest.
+base64 as sent, and the SHA-256 of the frame in hex; and a seventh, when the call
+offers a session (:mod:`fedcore.wire.sessions`), the offer's header as sent. So a
+signature is good for one method, one body, one moment and one key; a captured
+request replayed, sent to another method, or with its body changed fails, and the
+link refuses a nonce it has seen (:class:`~fedcore.transport.replay.ReplayGuard`).
+A streamed upload signs its first frame, which names the message and the whole
+upload's digest: the chunks after it cannot differ without failing that digest.
 
 Only the link decides what a valid signature admits (:mod:`fedcore.transport.fleet_gate`):
 this module parses and checks, and raises
@@ -35,32 +36,48 @@ from dataclasses import dataclass
 from fedcore.errors import AuthenticationError
 from fedcore.wire.frame import Buffer
 from fedcore.wire.keys import MAX_KEY_TEXT, NodeKey, PublicKey
+from fedcore.wire.sessions import (
+    MAC,
+    NONCE,
+    SESSION,
+    SESSION_OFFER,
+    TIMESTAMP,
+    MacRequest,
+    decode_key,
+    mac_request,
+)
 
 NODE_KEY = "fedcore-node-key"
-TIMESTAMP = "fedcore-timestamp"
-NONCE = "fedcore-nonce"
 SIGNATURE = "fedcore-signature"
+_HEADERS = (NODE_KEY, TIMESTAMP, NONCE, SIGNATURE, SESSION_OFFER, SESSION, MAC)
 _VERSION = "fedcore-fleet-v1"
 _TIMESTAMP = re.compile(r"[0-9]{1,12}")
 _NONCE = re.compile(r"[0-9a-f]{32}")
 _BASE64 = re.compile(r"[A-Za-z0-9+/]{4,4096}={0,2}")
 
 
-def _signed_text(method: str, timestamp: str, nonce: str, key: str, frame: Buffer) -> bytes:
+def _signed_text(
+    method: str, timestamp: str, nonce: str, key: str, frame: Buffer, offer: str
+) -> bytes:
     digest = hashlib.sha256(frame).hexdigest()
-    return "\n".join((_VERSION, method, timestamp, nonce, key, digest)).encode("ascii")
+    lines = (_VERSION, method, timestamp, nonce, key, digest, *((offer,) if offer else ()))
+    return "\n".join(lines).encode("ascii")
 
 
-def sign(key: NodeKey, method: str, frame: Buffer, now: float) -> tuple[tuple[str, str], ...]:
-    """The metadata that signs ``frame`` as the first request of a call to ``method``."""
+def sign(
+    key: NodeKey, method: str, frame: Buffer, now: float, *, offer: str = ""
+) -> tuple[tuple[str, str], ...]:
+    """The metadata that signs ``frame`` as the first request of a call to ``method``,
+    offering a session when ``offer`` (an X25519 key's header value) is given."""
     encoded_key = base64.b64encode(key.public.der).decode("ascii")
     timestamp, nonce = str(int(now)), secrets.token_hex(16)
-    signature = key.sign(_signed_text(method, timestamp, nonce, encoded_key, frame))
+    signature = key.sign(_signed_text(method, timestamp, nonce, encoded_key, frame, offer))
     return (
         (NODE_KEY, encoded_key),
         (TIMESTAMP, timestamp),
         (NONCE, nonce),
         (SIGNATURE, base64.b64encode(signature).decode("ascii")),
+        *(((SESSION_OFFER, offer),) if offer else ()),
     )
 
 
@@ -71,23 +88,45 @@ class SignedRequest:
     public_key: PublicKey
     timestamp: int
     nonce: str
+    offer: bytes | None
+    """The raw X25519 key of the session the call offers, if it offers one."""
     _encoded_key: str
     _signature: bytes
+    _offer: str
 
     def verify(self, method: str, frame: Buffer) -> None:
         """Return if the signature signs ``frame`` for ``method``; else ``AuthenticationError``."""
-        text = _signed_text(method, str(self.timestamp), self.nonce, self._encoded_key, frame)
+        text = _signed_text(
+            method, str(self.timestamp), self.nonce, self._encoded_key, frame, self._offer
+        )
         self.public_key.verify(self._signature, text)
+
+
+def credentials(metadata: Iterable[tuple[str, str | bytes]]) -> SignedRequest | MacRequest:
+    """What a call's metadata presents: a session's MAC if it names a session, else a
+    signature; ``AuthenticationError`` if neither is there whole and well formed."""
+    values = _headers(metadata)
+    if SESSION in values:
+        return mac_request(values)
+    return _signed(values)
 
 
 def signed_request(metadata: Iterable[tuple[str, str | bytes]]) -> SignedRequest:
     """The signature a call's metadata carries; ``AuthenticationError`` if there is none
     or it is malformed (each entry present once, in its form)."""
+    return _signed(_headers(metadata))
+
+
+def _headers(metadata: Iterable[tuple[str, str | bytes]]) -> dict[str, str]:
+    """fedcore's authentication headers, each that is present exactly once."""
     entries: dict[str, list[str]] = {}
     for name, value in metadata:
-        if name in (NODE_KEY, TIMESTAMP, NONCE, SIGNATURE):
+        if name in _HEADERS:
             entries.setdefault(name, []).append(value if isinstance(value, str) else "")
-    values = {name: found[0] for name, found in entries.items() if len(found) == 1}
+    return {name: found[0] for name, found in entries.items() if len(found) == 1}
+
+
+def _signed(values: dict[str, str]) -> SignedRequest:
     key, timestamp = values.get(NODE_KEY, ""), values.get(TIMESTAMP, "")
     nonce, signature = values.get(NONCE, ""), values.get(SIGNATURE, "")
     if not (
@@ -102,4 +141,7 @@ def signed_request(metadata: Iterable[tuple[str, str | bytes]]) -> SignedRequest
         der, raw_signature = base64.b64decode(key), base64.b64decode(signature)
     except binascii.Error:
         raise AuthenticationError("the request's signature headers are malformed") from None
-    return SignedRequest(PublicKey.from_der(der), int(timestamp), nonce, key, raw_signature)
+    offer = values.get(SESSION_OFFER, "")
+    raw_offer = decode_key(offer) if offer else None
+    public_key = PublicKey.from_der(der)
+    return SignedRequest(public_key, int(timestamp), nonce, raw_offer, key, raw_signature, offer)

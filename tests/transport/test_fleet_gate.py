@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from fedcore.errors import AuthenticationError, NodeNotFoundError
+from fedcore.errors import AuthenticationError, NodeNotFoundError, UnknownSessionError
 from fedcore.state.memory import InMemoryLinkState
 from fedcore.testing import FakeClock
 from fedcore.transport.fleet_gate import NodeGate
 from fedcore.wire.keys import NodeKey
 from fedcore.wire.rpc import FleetMethod
-from fedcore.wire.signatures import sign, signed_request
+from fedcore.wire.sessions import SESSION_SECONDS, ClientSession, Offer
+from fedcore.wire.signatures import credentials, sign, signed_request
 
 pytestmark = pytest.mark.anyio
 
@@ -75,12 +76,12 @@ async def test_a_key_speaks_for_its_own_node_only(
     a, b, stranger = NodeKey.generate(), NodeKey.generate("p256"), NodeKey.generate("p384")
     node_a = await state.register_node(a.public.der, heartbeat_interval=1.0)
     node_b = await state.register_node(b.public.der, heartbeat_interval=1.0)
-    await gate.check_speaks_for(signed(a, fake_clock), node_a)  # read from the state
-    await gate.check_speaks_for(signed(b, fake_clock), node_b)
+    await gate.check_speaks_for(a.public, node_a)  # read from the state
+    await gate.check_speaks_for(b.public, node_b)
     with pytest.raises(AuthenticationError, match=f"not node {node_b}'s"):
-        await gate.check_speaks_for(signed(a, fake_clock), node_b)
+        await gate.check_speaks_for(a.public, node_b)
     with pytest.raises(NodeNotFoundError):  # a key that registered nothing: it must register
-        await gate.check_speaks_for(signed(stranger, fake_clock), node_b)
+        await gate.check_speaks_for(stranger.public, node_b)
 
 
 async def test_with_an_authorized_list_only_its_keys_are_admitted(
@@ -118,3 +119,88 @@ def test_a_repeated_signature_header_is_refused() -> None:
     headers = sign(NodeKey.generate(), HEARTBEAT, FRAME, 1_700_000_000.0)
     with pytest.raises(AuthenticationError, match="not signed"):
         signed_request((*headers, headers[0]))
+
+
+async def _open(gate: NodeGate, key: NodeKey, clock: FakeClock) -> ClientSession:
+    """A session opened by a signed heartbeat's offer, as the node holds it."""
+    offer = Offer()
+    presented = credentials(sign(key, HEARTBEAT, FRAME, clock.now(), offer=offer.header))
+    admission = await gate.admit(HEARTBEAT, FRAME, presented)
+    assert admission.public_key == key.public
+    session = offer.accept(dict(admission.headers), key.public.der, clock.now())
+    assert session is not None
+    return session
+
+
+def macd(session: ClientSession, clock: FakeClock, method: str = HEARTBEAT, frame: bytes = FRAME):
+    return credentials(session.metadata(method, frame, clock.now()))
+
+
+async def test_a_session_admits_macd_calls_as_its_key_once_each(
+    state: InMemoryLinkState, fake_clock: FakeClock
+) -> None:
+    gate, key = NodeGate(state, fake_clock), NodeKey.generate()
+    session = await _open(gate, key, fake_clock)
+    request = macd(session, fake_clock)
+    admission = await gate.admit(HEARTBEAT, FRAME, request)
+    assert admission.public_key == key.public
+    assert admission.headers == ()
+    with pytest.raises(AuthenticationError, match="replayed"):
+        await gate.admit(HEARTBEAT, FRAME, request)
+    with pytest.raises(AuthenticationError, match="MAC is wrong"):
+        await gate.admit(HEARTBEAT, FRAME + b"!", macd(session, fake_clock))
+    with pytest.raises(AuthenticationError, match="MAC is wrong"):
+        await gate.admit(FleetMethod.UNREGISTER_NODE.value, FRAME, macd(session, fake_clock))
+    large = bytes(200_000)  # checked off the event loop
+    await gate.admit(HEARTBEAT, large, macd(session, fake_clock, frame=large))
+
+
+async def test_a_session_someone_else_derived_is_refused(
+    state: InMemoryLinkState, fake_clock: FakeClock
+) -> None:
+    gate, key = NodeGate(state, fake_clock), NodeKey.generate()
+    session = await _open(gate, key, fake_clock)
+    # One who saw the offer and the answer knows the id and both public keys, not the key.
+    forged = ClientSession(session.session_id, bytes(32), session.renew_at)
+    with pytest.raises(AuthenticationError, match="MAC is wrong"):
+        await gate.admit(HEARTBEAT, FRAME, macd(forged, fake_clock))
+    unknown = ClientSession("A" * 22, session.key, session.renew_at)
+    with pytest.raises(UnknownSessionError):
+        await gate.admit(HEARTBEAT, FRAME, macd(unknown, fake_clock))
+
+
+async def test_a_session_ends_when_replaced_or_after_its_time(
+    state: InMemoryLinkState, fake_clock: FakeClock
+) -> None:
+    gate, key = NodeGate(state, fake_clock), NodeKey.generate()
+    first = await _open(gate, key, fake_clock)
+    second = await _open(gate, key, fake_clock)  # one session per key: the first ends
+    with pytest.raises(UnknownSessionError):
+        await gate.admit(HEARTBEAT, FRAME, macd(first, fake_clock))
+    await gate.admit(HEARTBEAT, FRAME, macd(second, fake_clock))
+    assert second.renew_at == fake_clock.now() + SESSION_SECONDS / 2
+    fake_clock.advance(SESSION_SECONDS)
+    with pytest.raises(UnknownSessionError):
+        await gate.admit(HEARTBEAT, FRAME, macd(second, fake_clock))
+
+
+async def test_a_session_of_a_key_taken_off_the_authorized_list_is_refused(
+    state: InMemoryLinkState, fake_clock: FakeClock
+) -> None:
+    key = NodeKey.generate()
+    gate = NodeGate(state, fake_clock, authorized=[key.public])
+    session = await _open(gate, key, fake_clock)
+    await gate.admit(HEARTBEAT, FRAME, macd(session, fake_clock))
+    gate.authorize([])
+    with pytest.raises(AuthenticationError, match="not among"):
+        await gate.admit(HEARTBEAT, FRAME, macd(session, fake_clock))
+
+
+async def test_an_offer_is_covered_by_the_signature(
+    state: InMemoryLinkState, fake_clock: FakeClock
+) -> None:
+    gate, key = NodeGate(state, fake_clock), NodeKey.generate()
+    headers = dict(sign(key, HEARTBEAT, FRAME, fake_clock.now(), offer=Offer().header))
+    headers["fedcore-session-offer"] = Offer().header  # someone else's key in its place
+    with pytest.raises(AuthenticationError, match="does not match"):
+        await gate.admit(HEARTBEAT, FRAME, credentials(headers.items()))

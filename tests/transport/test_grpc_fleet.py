@@ -9,7 +9,8 @@ import struct
 import time
 import tracemalloc
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from typing import Any
 
 import anyio
 import numpy as np
@@ -37,7 +38,7 @@ from fedcore.errors import (
 from fedcore.testing import FakeClock
 from fedcore.testing.fleet import FakeFleet
 from fedcore.testing.network import closed_port
-from fedcore.transport.fleet import PayloadRef, Transfer
+from fedcore.transport.fleet import Admission, Buffer, PayloadRef, Transfer
 from fedcore.transport.fleet_gate import NodeGate
 from fedcore.transport.grpc import GrpcFleetClient, serve_fleet
 from fedcore.transport.grpc.frames import RawCodec
@@ -47,6 +48,7 @@ from fedcore.wire.chunks import CHUNK_SIZE, Digest
 from fedcore.wire.keys import NodeKey
 from fedcore.wire.protobuf import FRAME_CAP
 from fedcore.wire.rpc import REQUEST_CAPS, FleetMethod
+from fedcore.wire.sessions import MacRequest
 from fedcore.wire.signatures import sign
 
 pytestmark = pytest.mark.anyio
@@ -489,3 +491,42 @@ async def test_a_link_that_goes_away_mid_call_is_link_unavailable() -> None:
             with anyio.fail_after(5):
                 await server.__aexit__(None, None, None)
         assert len(failures) == 1
+
+
+class _Recording(NodeGate):
+    """The link's gate, noting how each call was authenticated."""
+
+    def __init__(self, fleet: FakeFleet) -> None:
+        super().__init__(fleet, SystemClock())
+        self.presented: list[str] = []
+
+    async def admit(self, method: str, frame: Buffer, presented: Any) -> Admission:
+        kind = "mac" if isinstance(presented, MacRequest) else "signed"
+        self.presented.append(kind + ("+offer" if getattr(presented, "offer", None) else ""))
+        return await super().admit(method, frame, presented)
+
+
+async def test_calls_after_the_first_are_macd_and_a_lost_session_is_signed_again() -> None:
+    fleet = fake_with_run()
+    gate = _Recording(fleet)
+    async with AsyncExitStack() as stack:
+        listener = await stack.enter_async_context(serve_fleet(fleet, "127.0.0.1", 0, gate=gate))
+        client = await stack.enter_async_context(GrpcFleetClient(listener.host, listener.port))
+        node_id = await client.register_node({}, 1.0)
+        fleet.send(RUN_ID, message_for(node_id))
+        await client.heartbeat(node_id, 1.0)
+        await client.pull_messages(node_id)
+        assert gate.presented == ["signed+offer", "mac", "mac"]
+        await collect(client.get_bundle(node_id, RUN_ID))  # streams are always signed
+        assert gate.presented[-1].startswith("signed")
+        # The link restarts on the same port, holding no session.
+        await stack.aclose()
+        restarted = _Recording(fleet)
+        await stack.enter_async_context(
+            serve_fleet(fleet, "127.0.0.1", listener.port, gate=restarted)
+        )
+        await stack.enter_async_context(client)
+        await client.heartbeat(node_id, 1.0)
+        assert restarted.presented == ["mac", "signed+offer"]
+        await client.heartbeat(node_id, 1.0)
+        assert restarted.presented[-1] == "mac"

@@ -7,7 +7,8 @@ first frame before decoding anything (:mod:`fedcore.wire.signatures`), decodes t
 frame with :mod:`fedcore.wire.fleet`, has the gate check that the signer is the node
 the request names, calls the service, and encodes its answer. Errors end the call
 with a status, as ``fleet.proto`` says: AuthenticationError is UNAUTHENTICATED
-(with its reason: nothing in it is secret); DecodeError is INVALID_ARGUMENT;
+(with its reason: nothing in it is secret; its class in the ``fedcore-error``
+trailer, so that a node told of an unknown session signs again); DecodeError is INVALID_ARGUMENT;
 a NotFoundError is NOT_FOUND, with the error's class in the ``fedcore-error``
 trailer so that the client raises the same one; anything else is logged here and
 answered INTERNAL with no detail. Heartbeat and PushReply answer their expected
@@ -67,9 +68,10 @@ from fedcore.wire import DEFAULT_LIMITS
 from fedcore.wire import rpc as wire
 from fedcore.wire.fleet import PushedReply
 from fedcore.wire.frame import MAX_DETAIL
+from fedcore.wire.keys import PublicKey
 from fedcore.wire.protobuf import FRAME_CAP
 from fedcore.wire.rpc import REQUEST_CAPS, ChunkReader, ChunkWriter, FleetMethod
-from fedcore.wire.signatures import SignedRequest, signed_request
+from fedcore.wire.signatures import credentials
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +207,9 @@ class _FleetHandlers:
                 await handler(stream)
             except AuthenticationError as exc:
                 self.flood.warn("unauthenticated", "refused a %s call: %s", method.name, exc)
-                await _end(stream, grpclib.const.Status.UNAUTHENTICATED, str(exc))
+                await _end(
+                    stream, grpclib.const.Status.UNAUTHENTICATED, str(exc), type(exc).__name__
+                )
             except DecodeError as exc:
                 self.flood.warn("invalid", "refused an invalid %s call: %s", method.name, exc)
                 await _end(stream, grpclib.const.Status.INVALID_ARGUMENT, str(exc))
@@ -232,18 +236,22 @@ class _FleetHandlers:
         await _end(stream, grpclib.const.Status.RESOURCE_EXHAUSTED, "too many requests")
         return False
 
-    async def _request(self, stream: _Stream, method: FleetMethod) -> tuple[bytes, SignedRequest]:
-        """The call's first frame, once the gate admitted the signature over it.
+    async def _request(self, stream: _Stream, method: FleetMethod) -> tuple[bytes, PublicKey]:
+        """The call's first frame, once the gate admitted the signature (or MAC) over it;
+        the node key it proved.
 
         The signature is read from the headers before any of the frame; the frame is
-        read under the method's own cap and within the body timeout.
+        read under the method's own cap and within the body timeout. The answer to a
+        session offer goes out at once, in the response's headers.
         """
-        signed = signed_request(stream.metadata.items() if stream.metadata else ())
+        presented = credentials(stream.metadata.items() if stream.metadata else ())
         frame = await receive(stream, min(self._cap, REQUEST_CAPS[method]), self._timeout)
         if frame is None:
             raise DecodeError("the call carried no request")
-        await self._gate.admit(method.value, frame, signed)
-        return frame, signed
+        admission = await self._gate.admit(method.value, frame, presented)
+        if admission.headers:
+            await stream.send_initial_metadata(metadata=admission.headers)
+        return frame, admission.public_key
 
     async def _node_request(
         self, stream: _Stream, method: FleetMethod, decode: Callable[[bytes], _T]
@@ -252,19 +260,18 @@ class _FleetHandlers:
 
         ``decode`` returns the node id, or a tuple of the node id and the rest.
         """
-        frame, signed = await self._request(stream, method)
+        frame, key = await self._request(stream, method)
         request = await decoded(decode, frame)
         node_id = request[0] if isinstance(request, tuple) else request
         assert isinstance(node_id, int), "a node request decodes to its node id first"
-        await self._gate.check_speaks_for(signed, node_id)
+        await self._gate.check_speaks_for(key, node_id)
         return request
 
     async def _register_node(self, stream: _Stream) -> None:
-        frame, signed = await self._request(stream, FleetMethod.REGISTER_NODE)
+        frame, key = await self._request(stream, FleetMethod.REGISTER_NODE)
         node_config, interval = await decoded(wire.decode_register_node_request, frame)
-        public_key = signed.public_key.der
-        node_id = await self._service.register_node(node_config, interval, public_key)
-        self._gate.registered(signed, node_id)
+        node_id = await self._service.register_node(node_config, interval, key.der)
+        self._gate.registered(key, node_id)
         await stream.send_message(wire.encode_register_node_response(node_id))
 
     async def _unregister_node(self, stream: _Stream) -> None:
@@ -336,7 +343,7 @@ class _FleetHandlers:
 
     async def _push_payload(self, stream: _Stream) -> None:
         reader = ChunkReader(max_size=self._max_payload)
-        frame, signed = await self._request(stream, FleetMethod.PUSH_PAYLOAD)
+        frame, key = await self._request(stream, FleetMethod.PUSH_PAYLOAD)
         first = await decoded(reader.upload, frame)
         done = False
 
@@ -351,7 +358,7 @@ class _FleetHandlers:
             done = True
 
         node_id, message_id = reader.upload_ids
-        await self._gate.check_speaks_for(signed, node_id)
+        await self._gate.check_speaks_for(key, node_id)
         async with aclosing(chunks()) as data:
             payload_id = await self._service.push_payload(node_id, message_id, reader.digest, data)
         if not done:
