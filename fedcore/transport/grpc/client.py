@@ -291,7 +291,8 @@ class GrpcFleetClient(FleetService):
         self, method: FleetMethod, first_frame: bytes, session: ClientSession | None = None
     ) -> AsyncIterator[_Call]:
         """A call to ``method`` whose first request frame will be ``first_frame``, MAC'd
-        in ``session`` if given, else signed (offering a session if none is on the way)."""
+        in ``session`` if given, else signed (offering a session if the client holds
+        none and none is on the way)."""
         if self._channel is None:
             raise RuntimeError("GrpcFleetClient is used outside its `async with` block")
         cardinality = _CARDINALITIES.get(method, grpclib.const.Cardinality.UNARY_UNARY)
@@ -299,7 +300,9 @@ class GrpcFleetClient(FleetService):
         if session is not None:
             metadata = session.metadata(method.value, first_frame, now)
         else:
-            if self._sessions and not self._offering:
+            # A streamed call signs even in a session; it offers only if there is none,
+            # so that it does not end the one the unary calls are using.
+            if self._sessions and not self._offering and self._session is None:
                 offer, self._offering = Offer(), True
             header = "" if offer is None else offer.header
             metadata = sign(self.key, method.value, first_frame, now, offer=header)
