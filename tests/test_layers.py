@@ -52,7 +52,7 @@ GUARDED: dict[str, set[str]] = {
     "msgpack": {"wire"},
     "cryptography": {"wire"},
     "betterproto": {"wire"},
-    "grpclib": {"transport"},
+    "grpclib": {"transport", "testing"},
     "aiohttp": {"transport"},
     "pytest": {"testing"},
     "anyio": set(ALLOWED) - {"domain", "wire", "data", "errors", "privacy"},

@@ -19,29 +19,18 @@ from typing import Any
 
 import anyio
 import pytest
-from grpclib.client import Channel
-from grpclib.const import Cardinality, Status
-from grpclib.exceptions import GRPCError, StreamTerminatedError
-from h2.exceptions import StreamClosedError
+from grpclib.const import Status
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fedcore.testing.deployment import Deployment
-from fedcore.transport.grpc.frames import RawCodec
+from fedcore.testing.stranger import raw_fleet_call
 from fedcore.wire._pb.fedcore import v1 as pb
-from fedcore.wire.keys import NodeKey
 from fedcore.wire.rpc import FleetMethod
-from fedcore.wire.signatures import sign
 
 SLOW_APP = Path(__file__).resolve().parent / "slow_app"
 LAG_LIMIT_MS = 100.0
 GIVE_UP = 5.0
-STREAMING = {
-    FleetMethod.GET_BUNDLE: Cardinality.UNARY_STREAM,
-    FleetMethod.PULL_PAYLOAD: Cardinality.UNARY_STREAM,
-    FleetMethod.PUSH_PAYLOAD: Cardinality.STREAM_UNARY,
-}
-
 pytestmark = pytest.mark.timeout(180)
 
 
@@ -58,32 +47,9 @@ def _metrics(deployment: Deployment) -> dict[str, Any]:
 async def _call(
     port: int, method: FleetMethod, data: bytes, *, end: bool = True, signed: bool = True
 ) -> Status:
-    """Send ``data`` (framed already) on a call of ``method``; the status it ends with.
-
-    ``signed``: by a stranger with a key of its own (any key may register, by default),
-    over the frame's body as sent, so that the link gets past the signature to the
-    frame; unsigned, the link refuses the call from its headers."""
-    metadata = sign(NodeKey.generate(), method.value, data[5:], time.time()) if signed else ()
-    async with Channel("127.0.0.1", port, codec=RawCodec()) as channel:
-        stream = channel.request(
-            method.value,
-            STREAMING.get(method, Cardinality.UNARY_UNARY),
-            bytes,
-            bytes,
-            metadata=metadata,
-        )
-        try:
-            async with stream:
-                await stream.send_request()
-                await stream._stream.send_data(data, end_stream=end)
-                await stream.recv_initial_metadata()
-                while await stream.recv_message() is not None:
-                    pass
-        except GRPCError as exc:
-            return exc.status
-        except (StreamTerminatedError, StreamClosedError):
-            return Status.CANCELLED  # the link ended the call while the frame was being sent
-    return Status.OK
+    """The status a raw call of ``method`` with ``data`` (framed already) ends with."""
+    error = await raw_fleet_call(port, method, data, end=end, signed=signed)
+    return Status.OK if error is None else error.status
 
 
 def _framed(body: bytes) -> bytes:

@@ -15,8 +15,7 @@ from typing import Any
 import anyio
 import numpy as np
 import pytest
-from grpclib.client import Channel
-from grpclib.const import Cardinality, Status
+from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from fedcore.clock import SystemClock
@@ -38,18 +37,16 @@ from fedcore.errors import (
 from fedcore.testing import FakeClock
 from fedcore.testing.fleet import FakeFleet
 from fedcore.testing.network import closed_port
+from fedcore.testing.stranger import raw_fleet_call
 from fedcore.transport.fleet import Admission, Buffer, PayloadRef, Transfer
 from fedcore.transport.fleet_gate import NodeGate
 from fedcore.transport.grpc import GrpcFleetClient, serve_fleet
-from fedcore.transport.grpc.frames import RawCodec
 from fedcore.wire import rpc as wire
 from fedcore.wire import unpack_recorddict
 from fedcore.wire.chunks import CHUNK_SIZE, Digest
-from fedcore.wire.keys import NodeKey
 from fedcore.wire.protobuf import FRAME_CAP
 from fedcore.wire.rpc import REQUEST_CAPS, FleetMethod
 from fedcore.wire.sessions import MacRequest
-from fedcore.wire.signatures import sign
 
 pytestmark = pytest.mark.anyio
 
@@ -368,39 +365,14 @@ async def test_an_unexpected_error_is_internal_with_no_detail(
 
 # ------------------------------------------------------------------- hostile input
 
-CARDINALITY = {
-    FleetMethod.GET_BUNDLE: Cardinality.UNARY_STREAM,
-    FleetMethod.PULL_PAYLOAD: Cardinality.UNARY_STREAM,
-    FleetMethod.PUSH_PAYLOAD: Cardinality.STREAM_UNARY,
-}
-
 
 async def raw_status(
     port: int, method: FleetMethod, data: bytes, *, end: bool = True, signed: bool = True
 ) -> GRPCError:
-    """Send ``data`` as is on a call of ``method``; return the error status it ends with.
-
-    ``signed``: with a node key's signature over the bytes after the 5-byte prefix, so
-    that the link gets as far as reading the frame."""
-    metadata = sign(NodeKey.generate(), method.value, data[5:], time.time()) if signed else ()
-    async with Channel("127.0.0.1", port, codec=RawCodec()) as channel:
-        stream = channel.request(
-            method.value,
-            CARDINALITY.get(method, Cardinality.UNARY_UNARY),
-            bytes,
-            bytes,
-            metadata=metadata,
-        )
-        try:
-            async with stream:
-                await stream.send_request()
-                await stream._stream.send_data(data, end_stream=end)
-                await stream.recv_initial_metadata()
-                while await stream.recv_message() is not None:
-                    pass
-        except GRPCError as exc:
-            return exc
-    raise AssertionError(f"{method.name} answered OK to {data[:20]!r}")
+    """The error status a raw call of ``method`` with ``data`` ends with (it must fail)."""
+    error = await raw_fleet_call(port, method, data, end=end, signed=signed)
+    assert error is not None, f"{method.name} answered OK to {data[:20]!r}"
+    return error
 
 
 @pytest.mark.parametrize("method", list(FleetMethod), ids=lambda m: m.name)

@@ -46,7 +46,7 @@ from fedcore.errors import (
     UnknownSessionError,
 )
 from fedcore.transport.fleet import Buffer, FleetService, Transfer, each_chunk
-from fedcore.transport.grpc.frames import ERROR_TRAILER, RawCodec
+from fedcore.transport.grpc.frames import ERROR_TRAILER, RawCodec, cardinality
 from fedcore.wire import rpc as wire
 from fedcore.wire.chunks import Digest
 from fedcore.wire.fleet import ConfigValue, PayloadRef, PushedReply
@@ -295,7 +295,6 @@ class GrpcFleetClient(FleetService):
         none and none is on the way)."""
         if self._channel is None:
             raise RuntimeError("GrpcFleetClient is used outside its `async with` block")
-        cardinality = _CARDINALITIES.get(method, grpclib.const.Cardinality.UNARY_UNARY)
         now, offer = self._clock.now(), None
         if session is not None:
             metadata = session.metadata(method.value, first_frame, now)
@@ -306,7 +305,9 @@ class GrpcFleetClient(FleetService):
                 offer, self._offering = Offer(), True
             header = "" if offer is None else offer.header
             metadata = sign(self.key, method.value, first_frame, now, offer=header)
-        stream = self._channel.request(method.value, cardinality, bytes, bytes, metadata=metadata)
+        stream = self._channel.request(
+            method.value, cardinality(method), bytes, bytes, metadata=metadata
+        )
         call = _Call(stream)
         try:
             async with stream:
@@ -373,13 +374,6 @@ def _take_back_native_cancel(stream: _Stream) -> None:
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         task.uncancel()
-
-
-_CARDINALITIES = {
-    FleetMethod.GET_BUNDLE: grpclib.const.Cardinality.UNARY_STREAM,
-    FleetMethod.PULL_PAYLOAD: grpclib.const.Cardinality.UNARY_STREAM,
-    FleetMethod.PUSH_PAYLOAD: grpclib.const.Cardinality.STREAM_UNARY,
-}
 
 
 def _error_trailer(stream: _Stream) -> str:

@@ -29,10 +29,12 @@ from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
+import grpclib.const
 import grpclib.server
 from grpclib.encoding.base import CodecBase
 
 from fedcore.errors import DecodeError
+from fedcore.wire.rpc import FleetMethod
 
 _PREFIX = struct.Struct(">?I")
 
@@ -42,7 +44,18 @@ OFF_LOOP_BYTES = 64 * 1024
 """Frames larger than this are decoded in a worker thread, not on the event loop."""
 
 ERROR_TRAILER = "fedcore-error"
-"""Trailing metadata naming the NotFoundError class of a NOT_FOUND status."""
+"""Trailing metadata naming the error class of a NOT_FOUND or UNAUTHENTICATED status."""
+
+STREAMING = {
+    FleetMethod.GET_BUNDLE: grpclib.const.Cardinality.UNARY_STREAM,
+    FleetMethod.PULL_PAYLOAD: grpclib.const.Cardinality.UNARY_STREAM,
+    FleetMethod.PUSH_PAYLOAD: grpclib.const.Cardinality.STREAM_UNARY,
+}
+"""The fleet methods that stream; the others are unary."""
+
+
+def cardinality(method: FleetMethod) -> grpclib.const.Cardinality:
+    return STREAMING.get(method, grpclib.const.Cardinality.UNARY_UNARY)
 
 
 class RawCodec(CodecBase):

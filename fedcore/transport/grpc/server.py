@@ -56,7 +56,7 @@ from fedcore.errors import (
     RunFinishedError,
 )
 from fedcore.transport.fleet import FleetGate, FleetService, Transfer
-from fedcore.transport.grpc.frames import ERROR_TRAILER, RawCodec, decoded, receive
+from fedcore.transport.grpc.frames import ERROR_TRAILER, RawCodec, cardinality, decoded, receive
 from fedcore.transport.grpc.guard import (
     DEFAULT_FLEET_LIMITS,
     FleetLimits,
@@ -167,28 +167,22 @@ class _FleetHandlers:
             connection.close()
 
     def __mapping__(self) -> dict[str, grpclib.const.Handler]:
-        unary, server_streaming = (
-            grpclib.const.Cardinality.UNARY_UNARY,
-            grpclib.const.Cardinality.UNARY_STREAM,
-        )
-        methods: dict[
-            FleetMethod, tuple[Callable[[_Stream], Awaitable[None]], grpclib.const.Cardinality]
-        ] = {
-            FleetMethod.REGISTER_NODE: (self._register_node, unary),
-            FleetMethod.UNREGISTER_NODE: (self._unregister_node, unary),
-            FleetMethod.HEARTBEAT: (self._heartbeat, unary),
-            FleetMethod.PULL_MESSAGES: (self._pull_messages, unary),
-            FleetMethod.PUSH_REPLY: (self._push_reply, unary),
-            FleetMethod.GET_RUN: (self._get_run, unary),
-            FleetMethod.GET_BUNDLE: (self._get_bundle, server_streaming),
-            FleetMethod.PUSH_PAYLOAD: (self._push_payload, grpclib.const.Cardinality.STREAM_UNARY),
-            FleetMethod.PULL_PAYLOAD: (self._pull_payload, server_streaming),
+        methods: dict[FleetMethod, Callable[[_Stream], Awaitable[None]]] = {
+            FleetMethod.REGISTER_NODE: self._register_node,
+            FleetMethod.UNREGISTER_NODE: self._unregister_node,
+            FleetMethod.HEARTBEAT: self._heartbeat,
+            FleetMethod.PULL_MESSAGES: self._pull_messages,
+            FleetMethod.PUSH_REPLY: self._push_reply,
+            FleetMethod.GET_RUN: self._get_run,
+            FleetMethod.GET_BUNDLE: self._get_bundle,
+            FleetMethod.PUSH_PAYLOAD: self._push_payload,
+            FleetMethod.PULL_PAYLOAD: self._pull_payload,
         }
         return {
             method.value: grpclib.const.Handler(
-                self._guarded(method, func), cardinality, bytes, bytes
+                self._guarded(method, func), cardinality(method), bytes, bytes
             )
-            for method, (func, cardinality) in methods.items()
+            for method, func in methods.items()
         }
 
     def _guarded(

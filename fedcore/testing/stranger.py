@@ -1,0 +1,55 @@
+"""What a stranger on the network sends the fleet API: raw frames on a raw gRPC call.
+
+The tests of a link under attack send what no fedcore node would: frames that lie
+about their length, bodies that are not protobuf, requests signed by a key the link
+has never seen, or not signed at all. :func:`raw_fleet_call` sends exactly the bytes
+it is given and reports the status the link ended the call with.
+"""
+
+from __future__ import annotations
+
+import time
+
+from grpclib.client import Channel
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError, StreamTerminatedError
+from h2.exceptions import StreamClosedError
+
+from fedcore.transport.grpc.frames import RawCodec, cardinality
+from fedcore.wire.keys import NodeKey
+from fedcore.wire.rpc import FleetMethod
+from fedcore.wire.signatures import sign
+
+
+async def raw_fleet_call(
+    port: int,
+    method: FleetMethod,
+    data: bytes,
+    *,
+    end: bool = True,
+    signed: bool = True,
+    host: str = "127.0.0.1",
+) -> GRPCError | None:
+    """Send ``data`` (framed already) on a call of ``method``; the error it ended with.
+
+    None if the link answered OK. ``end``: end the request stream after ``data``.
+    ``signed``: by a stranger with a key of its own (any key may register, by
+    default), over the bytes after the 5-byte prefix, so that the link gets past the
+    signature to the frame; unsigned, the link refuses the call from its headers. A
+    call the link ended while the frame was being sent comes back CANCELLED.
+    """
+    metadata = sign(NodeKey.generate(), method.value, data[5:], time.time()) if signed else ()
+    async with Channel(host, port, codec=RawCodec()) as channel:
+        stream = channel.request(method.value, cardinality(method), bytes, bytes, metadata=metadata)
+        try:
+            async with stream:
+                await stream.send_request()
+                await stream._stream.send_data(data, end_stream=end)
+                await stream.recv_initial_metadata()
+                while await stream.recv_message() is not None:
+                    pass
+        except GRPCError as exc:
+            return exc
+        except (StreamTerminatedError, StreamClosedError):
+            return GRPCError(Status.CANCELLED, "the link ended the call while it was sent")
+    return None
