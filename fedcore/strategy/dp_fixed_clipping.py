@@ -47,6 +47,7 @@ from fedcore.privacy import CLIPPING_NORM_KEY, add_gaussian_noise, clip_update, 
 from fedcore.strategy import arguments
 from fedcore.strategy.base import Aggregation, Strategy
 from fedcore.strategy.result import Phase
+from fedcore.strategy.sampling import Nodes
 
 log = logging.getLogger("fedcore.strategy")
 
@@ -91,7 +92,7 @@ class _FixedClipping(Strategy):
         return self.strategy.min_nodes(phase)
 
     def configure_evaluate(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, node_ids: Sequence[int]
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, node_ids: Nodes
     ) -> list[Message]:
         return self.strategy.configure_evaluate(server_round, arrays, config, node_ids)
 
@@ -178,7 +179,7 @@ class DifferentialPrivacyServerSideFixedClipping(_FixedClipping):
     """The arrays the latest :meth:`configure_train` sent (``None`` before the first)."""
 
     def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, node_ids: Sequence[int]
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, node_ids: Nodes
     ) -> list[Message]:
         self.current_arrays = arrays
         return self.strategy.configure_train(server_round, arrays, config, node_ids)
@@ -225,7 +226,7 @@ class DifferentialPrivacyClientSideFixedClipping(_FixedClipping):
     """
 
     def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, node_ids: Sequence[int]
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, node_ids: Nodes
     ) -> list[Message]:
         config = ConfigRecord(config)
         config[CLIPPING_NORM_KEY] = self.clipping_norm

@@ -63,6 +63,11 @@ def shuffled(
     return [ordered[i] for i in permutation]
 
 
+DEFAULT_TIMEOUT = 3600.0
+"""Seconds ``start`` waits for nodes, and for a round's replies at most, when not told
+(Flower's default); also the bound of a configure method's wait when it is given a
+Grid (:func:`fedcore.strategy.sampling.candidates`)."""
+
 DEFAULT_ROUND_TIMEOUT = 600.0
 """Seconds a round phase waits for replies when neither the strategy nor the run says
 (:func:`round_limit`): ten minutes, far under a message's default TTL of twelve hours,
