@@ -12,6 +12,10 @@ from fedcore.lazy import lazy_attributes as _lazy_attributes
 if _typing.TYPE_CHECKING:
     from fedcore.strategy.base import Strategy
     from fedcore.strategy.bulyan import Bulyan
+    from fedcore.strategy.dp_adaptive_clipping import (
+        DifferentialPrivacyClientSideAdaptiveClipping,
+        DifferentialPrivacyServerSideAdaptiveClipping,
+    )
     from fedcore.strategy.dp_fixed_clipping import (
         DifferentialPrivacyClientSideFixedClipping,
         DifferentialPrivacyServerSideFixedClipping,
@@ -33,7 +37,9 @@ if _typing.TYPE_CHECKING:
 
 __all__ = [
     "Bulyan",
+    "DifferentialPrivacyClientSideAdaptiveClipping",
     "DifferentialPrivacyClientSideFixedClipping",
+    "DifferentialPrivacyServerSideAdaptiveClipping",
     "DifferentialPrivacyServerSideFixedClipping",
     "FedAdagrad",
     "FedAdam",
@@ -56,6 +62,10 @@ __all__ = [
 _MODULES = {
     "base": ("Strategy",),
     "bulyan": ("Bulyan",),
+    "dp_adaptive_clipping": (
+        "DifferentialPrivacyClientSideAdaptiveClipping",
+        "DifferentialPrivacyServerSideAdaptiveClipping",
+    ),
     "dp_fixed_clipping": (
         "DifferentialPrivacyClientSideFixedClipping",
         "DifferentialPrivacyServerSideFixedClipping",
