@@ -29,6 +29,8 @@ if _typing.TYPE_CHECKING:
     from fedcore.strategy.fedopt import FedOpt
     from fedcore.strategy.fedprox import FedProx
     from fedcore.strategy.fedtrimmedavg import FedTrimmedAvg
+    from fedcore.strategy.fedxgb_bagging import FedXgbBagging
+    from fedcore.strategy.fedxgb_cyclic import FedXgbCyclic
     from fedcore.strategy.fedyogi import FedYogi
     from fedcore.strategy.krum import Krum
     from fedcore.strategy.multikrum import MultiKrum
@@ -50,6 +52,8 @@ __all__ = [
     "FedOpt",
     "FedProx",
     "FedTrimmedAvg",
+    "FedXgbBagging",
+    "FedXgbCyclic",
     "FedYogi",
     "Krum",
     "MultiKrum",
@@ -79,6 +83,8 @@ _MODULES = {
     "fedopt": ("FedOpt",),
     "fedprox": ("FedProx",),
     "fedtrimmedavg": ("FedTrimmedAvg",),
+    "fedxgb_bagging": ("FedXgbBagging",),
+    "fedxgb_cyclic": ("FedXgbCyclic",),
     "fedyogi": ("FedYogi",),
     "krum": ("Krum",),
     "multikrum": ("MultiKrum",),
