@@ -36,6 +36,10 @@ from fedcore.domain.records import NDArray
 CLIPPING_NORM_KEY = "clipping_norm"
 """The train-config key under which a server sends nodes the clipping norm (Flower's key)."""
 
+NORM_BIT_KEY = "norm_bit"
+"""The reply metric by which a node tells adaptive clipping whether it clipped its
+update: 1 if it did, 0 if not (Flower's key and meaning)."""
+
 
 @dataclass(frozen=True)
 class Clipped:

@@ -6,10 +6,24 @@ change the message on its way to the handler and the reply on its way back (see
 
 - :func:`fixedclipping_mod` — the node's half of central differential privacy with
   client-side fixed clipping;
-- :func:`message_stats_mod` — message sizes and handler time, in the reply's metrics.
+- :func:`adaptiveclipping_mod` — the same for adaptive clipping: clips, and reports
+  whether it did;
+- :class:`LocalDpMod` — local differential privacy: the node clips its update and
+  adds Gaussian noise before the reply leaves it;
+- :func:`message_stats_mod` — message sizes and handler time, in the reply's metrics;
+- :func:`message_size_mod`, :func:`arrays_size_mod` — message and array sizes, logged.
 """
 
-from fedcore.mods.clipping import fixedclipping_mod
+from fedcore.mods.clipping import adaptiveclipping_mod, fixedclipping_mod
+from fedcore.mods.local_dp import LocalDpMod
+from fedcore.mods.sizes import arrays_size_mod, message_size_mod
 from fedcore.mods.stats import message_stats_mod
 
-__all__ = ["fixedclipping_mod", "message_stats_mod"]
+__all__ = [
+    "LocalDpMod",
+    "adaptiveclipping_mod",
+    "arrays_size_mod",
+    "fixedclipping_mod",
+    "message_size_mod",
+    "message_stats_mod",
+]

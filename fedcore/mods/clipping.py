@@ -1,14 +1,20 @@
-"""``fixedclipping_mod``: the node's half of central DP with client-side fixed clipping.
+"""The node's half of central DP with client-side clipping: fixed or adaptive.
 
 On the server, ``DifferentialPrivacyClientSideFixedClipping`` (in
 :mod:`fedcore.strategy.dp_fixed_clipping`) puts the clipping norm into every
 training message's config under ``"clipping_norm"``
 (:data:`~fedcore.privacy.CLIPPING_NORM_KEY`, Flower's key) and adds the noise after
-aggregating. This mod, on the node, runs the handler and clips the update — the
-reply's arrays minus the arrays the message brought — to that norm, so an update
-longer than the norm never leaves the node.
+aggregating. :func:`fixedclipping_mod`, on the node, runs the handler and clips the
+update — the reply's arrays minus the arrays the message brought — to that norm, so
+an update longer than the norm never leaves the node.
 
-It acts on training messages (``train`` and ``train.<action>``) and passes every
+``DifferentialPrivacyClientSideAdaptiveClipping`` (in
+:mod:`fedcore.strategy.dp_adaptive_clipping`) sends a norm that changes every round
+and needs to know whether each node clipped: :func:`adaptiveclipping_mod` clips the
+same way and adds ``"norm_bit"`` (1 if it clipped, else 0) to the reply's one
+MetricRecord.
+
+Both act on training messages (``train`` and ``train.<action>``) and pass every
 other message through. Put it before (outside) any mod that changes arrays in the
 list, so that it compares the arrays that arrived with the arrays that leave.
 """
@@ -18,10 +24,15 @@ from __future__ import annotations
 import logging
 
 from fedcore.apps.client_app import CallNext
-from fedcore.domain import ArrayRecord, Context, Message, RecordDict
-from fedcore.privacy import CLIPPING_NORM_KEY, clip_update
+from fedcore.domain import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from fedcore.privacy import CLIPPING_NORM_KEY, NORM_BIT_KEY, clip_update
 
 log = logging.getLogger(__name__)
+
+_WRAPPERS = {
+    "fixedclipping_mod": "DifferentialPrivacyClientSideFixedClipping",
+    "adaptiveclipping_mod": "DifferentialPrivacyClientSideAdaptiveClipping",
+}
 
 
 def fixedclipping_mod(msg: Message, context: Context, call_next: CallNext) -> Message:
@@ -34,18 +45,53 @@ def fixedclipping_mod(msg: Message, context: Context, call_next: CallNext) -> Me
     """
     if msg.metadata.message_type.partition(".")[0] != "train":
         return call_next(msg, context)
-    clipping_norm = _clipping_norm(msg.content)
-    sent = _sent_arrays(msg.content)
-    reply = call_next(msg, context)
+    reply, _ = _clipped_reply(msg, context, call_next, "fixedclipping_mod")
+    return reply
+
+
+def adaptiveclipping_mod(msg: Message, context: Context, call_next: CallNext) -> Message:
+    """Clip a training reply's update as :func:`fixedclipping_mod` does, and report in
+    its metrics whether it had to: ``"norm_bit"`` 1 if the update was longer than the
+    norm, else 0 — what the server's adaptive clipping moves the norm by.
+
+    The reply must carry exactly one MetricRecord, for the bit (FedAvg's replies do);
+    otherwise the node answers with an error reply saying so.
+    """
+    if msg.metadata.message_type.partition(".")[0] != "train":
+        return call_next(msg, context)
+    reply, scaled = _clipped_reply(msg, context, call_next, "adaptiveclipping_mod")
     if reply.has_error():
         return reply
+    names = list(reply.content.metric_records)
+    if len(names) != 1:
+        raise ValueError(
+            f"adaptiveclipping_mod: the reply must carry one MetricRecord for {NORM_BIT_KEY!r}, "
+            f"found {len(names)}"
+        )
+    content = RecordDict(reply.content)
+    metrics = reply.content.metric_records[names[0]]
+    content[names[0]] = MetricRecord({**metrics, NORM_BIT_KEY: int(scaled)})
+    return reply.with_content(content)
+
+
+def _clipped_reply(
+    msg: Message, context: Context, call_next: CallNext, mod: str
+) -> tuple[Message, bool]:
+    """The handler's reply with every ArrayRecord's update clipped to the norm ``msg``
+    brought, and whether any was longer than it."""
+    clipping_norm = _clipping_norm(msg.content, mod)
+    sent = sent_arrays(msg.content, mod)
+    reply = call_next(msg, context)
+    if reply.has_error():
+        return reply, False
     content = RecordDict()
     changed = False
     for name, record in reply.content.items():
         if isinstance(record, ArrayRecord):
             clipped = clip_update(record, sent, clipping_norm)
             log.debug(
-                "fixedclipping_mod: update %r of norm %.4g scaled by %.4g to at most %.4g",
+                "%s: update %r of norm %.4g scaled by %.4g to at most %.4g",
+                mod,
                 name,
                 clipped.norm,
                 clipped.scale,
@@ -54,32 +100,30 @@ def fixedclipping_mod(msg: Message, context: Context, call_next: CallNext) -> Me
             changed = changed or clipped.clipped
             record = clipped.arrays
         content[name] = record
-    return reply.with_content(content) if changed else reply
+    return (reply.with_content(content) if changed else reply), changed
 
 
-def _clipping_norm(content: RecordDict) -> float:
+def _clipping_norm(content: RecordDict, mod: str) -> float:
     for config in content.config_records.values():
         if CLIPPING_NORM_KEY in config:
             value = config[CLIPPING_NORM_KEY]
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise ValueError(
-                    f"fixedclipping_mod: {CLIPPING_NORM_KEY!r} must be a number > 0, got {value!r}"
+                    f"{mod}: {CLIPPING_NORM_KEY!r} must be a number > 0, got {value!r}"
                 )
             return float(value)
     raise ValueError(
-        f"fixedclipping_mod: the train message has no {CLIPPING_NORM_KEY!r} in its config; "
-        "the server's strategy must be wrapped in DifferentialPrivacyClientSideFixedClipping"
+        f"{mod}: the train message has no {CLIPPING_NORM_KEY!r} in its config; the server's "
+        f"strategy must be wrapped in {_WRAPPERS[mod]}"
     )
 
 
-def _sent_arrays(content: RecordDict) -> ArrayRecord:
+def sent_arrays(content: RecordDict, mod: str) -> ArrayRecord:
     """The arrays the message brought, kept apart from the handler: a writable array is
     copied, in case the handler updates it in place; read-only ones are shared."""
     records = list(content.array_records.values())
     if len(records) != 1:
-        raise ValueError(
-            f"fixedclipping_mod: a train message must carry one ArrayRecord, found {len(records)}"
-        )
+        raise ValueError(f"{mod}: a train message must carry one ArrayRecord, found {len(records)}")
     return ArrayRecord(
         {key: array.copy() if array.flags.writeable else array for key, array in records[0].items()}
     )

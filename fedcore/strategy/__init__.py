@@ -12,6 +12,10 @@ from fedcore.lazy import lazy_attributes as _lazy_attributes
 if _typing.TYPE_CHECKING:
     from fedcore.strategy.base import Strategy
     from fedcore.strategy.bulyan import Bulyan
+    from fedcore.strategy.dp_adaptive_clipping import (
+        DifferentialPrivacyClientSideAdaptiveClipping,
+        DifferentialPrivacyServerSideAdaptiveClipping,
+    )
     from fedcore.strategy.dp_fixed_clipping import (
         DifferentialPrivacyClientSideFixedClipping,
         DifferentialPrivacyServerSideFixedClipping,
@@ -25,6 +29,8 @@ if _typing.TYPE_CHECKING:
     from fedcore.strategy.fedopt import FedOpt
     from fedcore.strategy.fedprox import FedProx
     from fedcore.strategy.fedtrimmedavg import FedTrimmedAvg
+    from fedcore.strategy.fedxgb_bagging import FedXgbBagging
+    from fedcore.strategy.fedxgb_cyclic import FedXgbCyclic
     from fedcore.strategy.fedyogi import FedYogi
     from fedcore.strategy.krum import Krum
     from fedcore.strategy.multikrum import MultiKrum
@@ -33,7 +39,9 @@ if _typing.TYPE_CHECKING:
 
 __all__ = [
     "Bulyan",
+    "DifferentialPrivacyClientSideAdaptiveClipping",
     "DifferentialPrivacyClientSideFixedClipping",
+    "DifferentialPrivacyServerSideAdaptiveClipping",
     "DifferentialPrivacyServerSideFixedClipping",
     "FedAdagrad",
     "FedAdam",
@@ -44,6 +52,8 @@ __all__ = [
     "FedOpt",
     "FedProx",
     "FedTrimmedAvg",
+    "FedXgbBagging",
+    "FedXgbCyclic",
     "FedYogi",
     "Krum",
     "MultiKrum",
@@ -56,6 +66,10 @@ __all__ = [
 _MODULES = {
     "base": ("Strategy",),
     "bulyan": ("Bulyan",),
+    "dp_adaptive_clipping": (
+        "DifferentialPrivacyClientSideAdaptiveClipping",
+        "DifferentialPrivacyServerSideAdaptiveClipping",
+    ),
     "dp_fixed_clipping": (
         "DifferentialPrivacyClientSideFixedClipping",
         "DifferentialPrivacyServerSideFixedClipping",
@@ -69,6 +83,8 @@ _MODULES = {
     "fedopt": ("FedOpt",),
     "fedprox": ("FedProx",),
     "fedtrimmedavg": ("FedTrimmedAvg",),
+    "fedxgb_bagging": ("FedXgbBagging",),
+    "fedxgb_cyclic": ("FedXgbCyclic",),
     "fedyogi": ("FedYogi",),
     "krum": ("Krum",),
     "multikrum": ("MultiKrum",),

@@ -5,11 +5,15 @@ A strategy is four pure methods — ``configure_train``, ``aggregate_train``,
 lists, and :meth:`Strategy.start`, which hands them to the one round driver in
 :mod:`fedcore.strategy.rounds`. The configure methods receive the candidate node
 ids already shuffled with the run's seed and take them in that order, so the
-sampling is reproducible without the strategy touching a random generator.
+sampling is reproducible without the strategy touching a random generator. They
+also take a Grid instead, as Flower's do, and then sample through it the same way
+(:mod:`fedcore.strategy.sampling`). :meth:`Strategy.summary` logs the settings.
 """
 
 from __future__ import annotations
 
+import inspect
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Sequence
 from typing import Any, overload
@@ -19,7 +23,10 @@ import anyio.from_thread
 from fedcore.apps.grid import Grid, SyncGrid
 from fedcore.domain import ArrayRecord, ConfigRecord, Message, MetricRecord
 from fedcore.strategy.result import EvaluateFn, Phase, Result
-from fedcore.strategy.rounds import run_rounds
+from fedcore.strategy.rounds import DEFAULT_TIMEOUT, run_rounds
+from fedcore.strategy.sampling import Nodes
+
+log = logging.getLogger("fedcore.strategy")
 
 
 class Aggregation(ABC):
@@ -57,9 +64,10 @@ class Strategy(ABC):
 
     @abstractmethod
     def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, node_ids: Sequence[int]
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, node_ids: Nodes
     ) -> list[Message]:
-        """The training messages of a round, for nodes chosen from ``node_ids`` in order."""
+        """The training messages of a round, for nodes chosen from ``node_ids`` in order
+        (or, given a Grid as Flower passes one, from the nodes sampled through it)."""
 
     @abstractmethod
     def aggregate_train(
@@ -69,9 +77,10 @@ class Strategy(ABC):
 
     @abstractmethod
     def configure_evaluate(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, node_ids: Sequence[int]
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, node_ids: Nodes
     ) -> list[Message]:
-        """The evaluation messages of a round, for nodes chosen from ``node_ids`` in order."""
+        """The evaluation messages of a round, for nodes chosen from ``node_ids`` in order
+        (or, given a Grid, from the nodes sampled through it)."""
 
     @abstractmethod
     def aggregate_evaluate(
@@ -83,13 +92,37 @@ class Strategy(ABC):
         """Online nodes to wait for before configuring ``phase`` (0: do not wait)."""
         return 1
 
+    def settings(self) -> dict[str, object]:
+        """What :meth:`summary` shows: each argument of the constructors of the strategy's
+        class and its bases that the strategy keeps as an attribute of the same name —
+        its arguments are its settings, so a new strategy is summarised without code of
+        its own. A strategy with state besides them (an adaptive clipping norm) adds it."""
+        names: dict[str, None] = {}
+        for cls in type(self).__mro__:
+            init = vars(cls).get("__init__")
+            if init is None or cls in (Strategy, ABC, object):
+                continue
+            for parameter in inspect.signature(init).parameters.values():
+                if parameter.name != "self" and parameter.kind not in _VARIADIC:
+                    names.setdefault(parameter.name)
+        return {name: getattr(self, name) for name in names if hasattr(self, name)}
+
+    def summary(self) -> str:
+        """Log the strategy's settings (:meth:`settings`) at INFO on ``fedcore.strategy``,
+        one a line, as Flower's ``summary()`` does, and return them as text; a wrapped
+        strategy's settings are nested under its argument."""
+        lines = _summary_lines(self)
+        for line in lines:
+            log.info("%s", line)
+        return "\n".join(lines)
+
     @overload
     def start(
         self,
         grid: Grid,
         initial_arrays: ArrayRecord,
         num_rounds: int = 3,
-        timeout: float = 3600,
+        timeout: float = DEFAULT_TIMEOUT,
         train_config: ConfigRecord | None = None,
         evaluate_config: ConfigRecord | None = None,
         evaluate_fn: EvaluateFn | None = None,
@@ -101,7 +134,7 @@ class Strategy(ABC):
         grid: SyncGrid,
         initial_arrays: ArrayRecord,
         num_rounds: int = 3,
-        timeout: float = 3600,
+        timeout: float = DEFAULT_TIMEOUT,
         train_config: ConfigRecord | None = None,
         evaluate_config: ConfigRecord | None = None,
         evaluate_fn: EvaluateFn | None = None,
@@ -112,7 +145,7 @@ class Strategy(ABC):
         grid: Grid | SyncGrid,
         initial_arrays: ArrayRecord,
         num_rounds: int = 3,
-        timeout: float = 3600,
+        timeout: float = DEFAULT_TIMEOUT,
         train_config: ConfigRecord | None = None,
         evaluate_config: ConfigRecord | None = None,
         evaluate_fn: EvaluateFn | None = None,
@@ -177,3 +210,29 @@ class Strategy(ABC):
             evaluate_config=evaluate_config,
             evaluate_fn=evaluate_fn,
         )
+
+
+_VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+
+
+def _summary_lines(strategy: Strategy) -> list[str]:
+    """``strategy``'s name, then one ``├── name: value`` line per setting, a wrapped
+    strategy's lines indented beneath its own."""
+    lines = [type(strategy).__name__]
+    settings = list(strategy.settings().items())
+    for index, (name, value) in enumerate(settings):
+        last = index == len(settings) - 1
+        branch, indent = ("└── ", "    ") if last else ("├── ", "│   ")
+        if isinstance(value, Strategy):
+            head, *rest = _summary_lines(value)
+            lines.append(f"{branch}{name}: {head}")
+            lines.extend(indent + line for line in rest)
+        else:
+            lines.append(f"{branch}{name}: {_setting_text(value)}")
+    return lines
+
+
+def _setting_text(value: object) -> str:
+    if callable(value) and hasattr(value, "__qualname__"):
+        return str(value.__qualname__)
+    return repr(value)

@@ -47,6 +47,7 @@ from fedcore.privacy import CLIPPING_NORM_KEY, add_gaussian_noise, clip_update, 
 from fedcore.strategy import arguments
 from fedcore.strategy.base import Aggregation, Strategy
 from fedcore.strategy.result import Phase
+from fedcore.strategy.sampling import Nodes
 
 log = logging.getLogger("fedcore.strategy")
 
@@ -91,7 +92,7 @@ class _FixedClipping(Strategy):
         return self.strategy.min_nodes(phase)
 
     def configure_evaluate(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, node_ids: Sequence[int]
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, node_ids: Nodes
     ) -> list[Message]:
         return self.strategy.configure_evaluate(server_round, arrays, config, node_ids)
 
@@ -178,7 +179,7 @@ class DifferentialPrivacyServerSideFixedClipping(_FixedClipping):
     """The arrays the latest :meth:`configure_train` sent (``None`` before the first)."""
 
     def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, node_ids: Sequence[int]
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, node_ids: Nodes
     ) -> list[Message]:
         self.current_arrays = arrays
         return self.strategy.configure_train(server_round, arrays, config, node_ids)
@@ -189,24 +190,35 @@ class DifferentialPrivacyServerSideFixedClipping(_FixedClipping):
         clipped."""
         if reply.has_error():
             return None
-        sent = self.current_arrays
-        if sent is None:
-            raise RuntimeError("aggregate_train before configure_train: no arrays were sent")
-        content = RecordDict()
-        try:
-            for name, record in reply.content.items():
-                if isinstance(record, ArrayRecord):
-                    record = clip_update(record, sent, self.clipping_norm).arrays
-                content[name] = record
-        except (TypeError, ValueError) as exc:
-            log.warning(
-                "round %d train: reply from node %d not aggregated: %s",
-                server_round,
-                reply.metadata.src_node_id,
-                exc,
-            )
-            return None
-        return reply.with_content(content)
+        clipped = clip_reply(server_round, reply, self.current_arrays, self.clipping_norm)
+        return None if clipped is None else clipped[0]
+
+
+def clip_reply(
+    server_round: int, reply: Message, sent: ArrayRecord | None, clipping_norm: float
+) -> tuple[Message, bool] | None:
+    """``reply`` with the update of every ArrayRecord clipped relative to ``sent`` (a new
+    message; the reply is not changed), and whether any was longer than the norm; or
+    ``None``, logged, when it cannot be clipped."""
+    if sent is None:
+        raise RuntimeError("aggregate_train before configure_train: no arrays were sent")
+    content = RecordDict()
+    scaled = False
+    try:
+        for name, record in reply.content.items():
+            if isinstance(record, ArrayRecord):
+                outcome = clip_update(record, sent, clipping_norm)
+                scaled, record = scaled or outcome.clipped, outcome.arrays
+            content[name] = record
+    except (TypeError, ValueError) as exc:
+        log.warning(
+            "round %d train: reply from node %d not aggregated: %s",
+            server_round,
+            reply.metadata.src_node_id,
+            exc,
+        )
+        return None
+    return reply.with_content(content), scaled
 
 
 class DifferentialPrivacyClientSideFixedClipping(_FixedClipping):
@@ -225,7 +237,7 @@ class DifferentialPrivacyClientSideFixedClipping(_FixedClipping):
     """
 
     def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, node_ids: Sequence[int]
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, node_ids: Nodes
     ) -> list[Message]:
         config = ConfigRecord(config)
         config[CLIPPING_NORM_KEY] = self.clipping_norm

@@ -13,6 +13,8 @@ A custom ``train_metrics_aggr_fn`` receives each reply's metric and config recor
 FedAvg is also the base of the strategies that change only one step of it:
 
 - how the training config is built — override :meth:`configure_train` (FedProx);
+  its last argument is node ids from fedcore's driver or a Grid from Flower-style
+  code, and ``super().configure_train`` takes either;
 - what the server does with the mean — override :meth:`server_update`, which gets
   the round's mean and may read :attr:`current_arrays`, the arrays sent for
   training (FedAvgM, FedAdam, FedYogi, FedAdagrad);
@@ -33,6 +35,7 @@ from fedcore.strategy import arguments
 from fedcore.strategy.aggregate import ArrayMean, check_same_layout, weighted_average_metrics
 from fedcore.strategy.base import Aggregation, Strategy
 from fedcore.strategy.result import Phase
+from fedcore.strategy.sampling import Nodes, candidates
 
 log = logging.getLogger("fedcore.strategy")
 
@@ -133,8 +136,9 @@ class FedAvg(Strategy):
         server_round: int,
         arrays: ArrayRecord,
         config: ConfigRecord,
-        node_ids: Sequence[int],
+        node_ids: Nodes,
     ) -> list[Message]:
+        node_ids = candidates(self, phase, server_round, node_ids)
         config = ConfigRecord(config)
         config["server-round"] = server_round
         content = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
@@ -144,13 +148,13 @@ class FedAvg(Strategy):
         ]
 
     def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, node_ids: Sequence[int]
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, node_ids: Nodes
     ) -> list[Message]:
         self.current_arrays = arrays
         return self._messages("train", server_round, arrays, config, node_ids)
 
     def configure_evaluate(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, node_ids: Sequence[int]
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, node_ids: Nodes
     ) -> list[Message]:
         return self._messages("evaluate", server_round, arrays, config, node_ids)
 

@@ -57,6 +57,7 @@ from fedcore.strategy.rounds import (
     sampling_seed,
     shuffled,
 )
+from fedcore.strategy.sampling import Nodes
 
 log = logging.getLogger("fedcore.strategy")
 
@@ -123,7 +124,7 @@ class FedBuff(FedAvg):
         return float((1 + staleness) ** -self.staleness_exponent)
 
     def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, node_ids: Sequence[int]
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, node_ids: Nodes
     ) -> list[Message]:
         """Training messages for every node in ``node_ids`` (the scheduler's choice),
         starting from ``arrays``, the model that step ``server_round`` will update."""

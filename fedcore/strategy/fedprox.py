@@ -12,11 +12,11 @@ it trains plain FedAvg.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 
 from fedcore.domain import ArrayRecord, ConfigRecord, Message
 from fedcore.strategy import arguments
 from fedcore.strategy.fedavg import FedAvg, MetricsAggregation
+from fedcore.strategy.sampling import Nodes
 
 log = logging.getLogger("fedcore.strategy")
 
@@ -61,7 +61,7 @@ class FedProx(FedAvg):
             log.warning("FedProx with proximal_mu=0 trains exactly as FedAvg")
 
     def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, node_ids: Sequence[int]
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, node_ids: Nodes
     ) -> list[Message]:
         config = ConfigRecord(config)
         config[PROXIMAL_MU_KEY] = self.proximal_mu

@@ -7,6 +7,11 @@ optional server-side evaluation. Replies are put back in the order their message
 were sent before aggregation, so arrival order — which threads and processes make
 random — never changes a result: the same seed gives the same model bit for bit.
 
+Every round's configure method gets the same ``train_config`` (and
+``evaluate_config``) record — ``start``'s copy of the caller's — as in Flower, so a
+strategy that changes it (a learning-rate schedule, ``config["lr"] *= 0.5``) changes
+it for the rounds after too; fedcore's own strategies copy it before adding to it.
+
 Each finished round is logged once at INFO on ``fedcore.strategy`` with a
 :class:`~fedcore.strategy.result.RoundReport` attached (``record.fedcore_round``);
 each reply is logged at DEBUG with a :class:`ReplyProgress` (``record.fedcore_reply``)
@@ -62,6 +67,11 @@ def shuffled(
     permutation = np.random.default_rng(entropy).permutation(len(ordered))
     return [ordered[i] for i in permutation]
 
+
+DEFAULT_TIMEOUT = 3600.0
+"""Seconds ``start`` waits for nodes, and for a round's replies at most, when not told
+(Flower's default); also the bound of a configure method's wait when it is given a
+Grid (:func:`fedcore.strategy.sampling.candidates`)."""
 
 DEFAULT_ROUND_TIMEOUT = 600.0
 """Seconds a round phase waits for replies when neither the strategy nor the run says
@@ -135,9 +145,7 @@ async def run_rounds(
         started = grid.clock.now()
         options = (grid, limit, server_round, num_rounds)
         node_ids = await _candidates(grid, strategy, "train", server_round, seed, timeout)
-        messages = strategy.configure_train(
-            server_round, result.arrays, ConfigRecord(train_config), node_ids
-        )
+        messages = strategy.configure_train(server_round, result.arrays, train_config, node_ids)
         aggregation = strategy.train_aggregation(server_round)
         if aggregation is not None:
             train = await exchange(messages, *options, "train", fold=aggregation.add)
@@ -151,7 +159,7 @@ async def run_rounds(
             result.train_metrics_clientapp[server_round] = metrics
         node_ids = await _candidates(grid, strategy, "evaluate", server_round, seed, timeout)
         messages = strategy.configure_evaluate(
-            server_round, result.arrays, ConfigRecord(evaluate_config), node_ids
+            server_round, result.arrays, evaluate_config, node_ids
         )
         evaluate = await exchange(messages, *options, "evaluate")
         metrics = strategy.aggregate_evaluate(server_round, evaluate.replies)

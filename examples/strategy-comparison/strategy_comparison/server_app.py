@@ -26,6 +26,7 @@ STRATEGIES = (
     "multikrum",
     "bulyan",
     "dp-server",
+    "dp-server-adaptive",
     "fedbuff",
 )
 
@@ -70,6 +71,13 @@ def build(name: str, per_round: int, online: int, config: fc.ConfigRecord) -> st
                 noise_multiplier=0.01,
                 clipping_norm=5.0,
                 num_sampled_clients=per_round,
+            )
+        case "dp-server-adaptive":
+            return st.DifferentialPrivacyServerSideAdaptiveClipping(
+                st.FedAvg(**sampling),
+                noise_multiplier=0.01,
+                num_sampled_clients=per_round,
+                initial_clipping_norm=5.0,
             )
         case "fedbuff":
             return st.FedBuff(
