@@ -47,13 +47,13 @@ _HALVES = (("server", "serverapp"), ("client", "clientapp"))
 class SimulationDefaults:
     """What an app declares for ``fedcore simulate``; ``None`` where it declares nothing.
 
-    ``source`` says where the values came from, for messages.
+    ``nodes_from`` names the table the node count came from, for messages.
     """
 
     nodes: int | None = None
     num_cpus: float | None = None
     num_gpus: float | None = None
-    source: str = ""
+    nodes_from: str = ""
 
 
 @dataclass(frozen=True)
@@ -175,7 +175,7 @@ def _simulation(
         nodes=None if nodes is None else _count(pyproject, *nodes),
         num_cpus=None if cpus is None else _amount(pyproject, *cpus, positive=True),
         num_gpus=None if gpus is None else _amount(pyproject, *gpus, positive=False),
-        source=" and ".join(sorted({table for _, table, _ in picked.values()})),
+        nodes_from="" if nodes is None else nodes[1],
     )
 
 

@@ -104,7 +104,7 @@ async def simulate(
         nodes = declared.nodes
         if nodes is None:
             raise UsageError(_NO_NODE_COUNT)
-        source = f" (from {declared.source})"
+        source = f" (from {declared.nodes_from})"
     else:
         source = ""
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
