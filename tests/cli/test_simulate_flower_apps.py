@@ -175,3 +175,19 @@ def test_import_flwr_elsewhere_is_untouched(tmp_path: Path) -> None:
     )
 
     assert done.stdout == "flwr\n"
+
+
+def test_a_resource_flag_replaces_only_its_own_default(tmp_path: Path) -> None:
+    from fedcore.cli.simulate import _resources
+    from fedcore.simulation import Resources
+
+    app_dir = tmp_path / "app"
+    shutil.copytree(FLOWER_STYLE, app_dir)
+    pyproject = app_dir / "pyproject.toml"
+    text = pyproject.read_text() + "options.backend.client-resources.num-gpus = 0.25\n"
+    pyproject.write_text(text)  # appended to [tool.flwr.federations.bigger]
+
+    assert _resources(str(app_dir), None, None, None) is None  # the simulation reads both
+    assert _resources(str(app_dir), "bigger", 2.0, None) == Resources(2.0, 0.25)
+    assert _resources(str(app_dir), None, None, 0.5) == Resources(1.0, 0.5)  # local-sim's cpus
+    assert _resources("module:app", None, 3.0, None) == Resources(3.0, 0.0)
