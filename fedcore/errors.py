@@ -11,6 +11,8 @@ them, as Python code is expected to.
     FedcoreError
     ├── UsageError (ValueError)     bad input from a person: a flag, a target, a config
     │   ├── AppLoadError            an app target that cannot be imported or is not an app
+    │   │   └── FlowerImportError (ImportError)
+    │   │                           an app's `import flwr…` of a name fedcore lacks
     │   ├── RunConfigError          a run-config key or value the app does not accept
     │   ├── BundleError             an app directory that cannot be packed, or a bundle
     │   │                           refused on unpacking (wrong hash, unsafe, over a limit)
@@ -53,6 +55,15 @@ class UsageError(FedcoreError, ValueError):
 
 class AppLoadError(UsageError):
     """An app target (``module:attr`` or an app directory) could not be loaded."""
+
+
+class FlowerImportError(AppLoadError, ImportError):
+    """An app imports a ``flwr`` name that fedcore does not provide (yet).
+
+    Raised by the import statement itself, so the app fails where it names the thing,
+    not rounds later on a stand-in that does not behave. An ImportError, as a missing
+    name is to Python; an AppLoadError, as the app is what cannot be loaded.
+    """
 
 
 class RunConfigError(UsageError):

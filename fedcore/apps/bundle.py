@@ -76,7 +76,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from fedcore.apps.loading import app_table
+from fedcore.apps.project import read_project
 from fedcore.errors import AppLoadError, BundleError
 
 MAX_BUNDLE_BYTES = 50 * 2**20
@@ -258,11 +258,11 @@ def _check_limit(name: str, value: object) -> None:
 
 
 def _check_app_dir(root: Path) -> None:
-    """Refuse a directory whose pyproject.toml has no ``[tool.fedcore.app]`` table."""
+    """Refuse a directory whose pyproject.toml does not name a ServerApp and a ClientApp."""
     if not root.is_dir():
         raise BundleError(f"{root} is not a directory")
     try:
-        app_table(root)
+        read_project(root)
     except AppLoadError as exc:
         raise BundleError(str(exc)) from None
 

@@ -2,13 +2,17 @@
 
 ``module:attr`` imports ``module`` (the current directory is importable) and takes
 ``attr``, which must be an :class:`~fedcore.apps.app.App`. An app directory has a
-``pyproject.toml`` naming the two halves and the run-config defaults::
+``pyproject.toml`` naming the two halves and the run-config defaults, read by
+:mod:`fedcore.apps.project` (fedcore's tables, or a Flower app's)::
 
     [tool.fedcore.app]
     server = "quickstart.app:server"
     client = "quickstart.app:client"
     [tool.fedcore.app.config]
     num-server-rounds = 3
+
+Before it imports anything of the app, loading installs the ``flwr`` shim
+(:mod:`fedcore.apps.flower_imports`), so the app's ``import flwr…`` get fedcore's names.
 
 Every failure is an :class:`~fedcore.errors.AppLoadError` with a one-line message
 that names the target and, for an import that raised, where in the user's code.
@@ -18,17 +22,18 @@ from __future__ import annotations
 
 import importlib
 import sys
-import tomllib
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fedcore.apps.app import App
 from fedcore.apps.client_app import ClientApp
-from fedcore.apps.run_config import RunConfig, flatten
+from fedcore.apps.flower_imports import install_flower_imports
+from fedcore.apps.project import SimulationDefaults, read_project
+from fedcore.apps.run_config import RunConfig
 from fedcore.apps.server_app import ServerApp
-from fedcore.errors import AppLoadError, RunConfigError
+from fedcore.errors import AppLoadError
 
 _FEDCORE_DIR = Path(__file__).resolve().parent.parent
 
@@ -41,23 +46,31 @@ class LoadedApp:
     declares none (``module:attr``) and accepts any key. ``path`` is the app
     directory, or ``None``. ``client_ref`` is a ``module:attr`` that imports the
     ClientApp again — what worker processes load — or ``None`` when there is none
-    (a ClientApp made inside a function, or in a notebook).
+    (a ClientApp made inside a function, or in a notebook). ``simulation`` is what
+    the app directory declares for ``fedcore simulate`` (nothing, for the others).
     """
 
     app: App
     config: RunConfig | None = None
     path: Path | None = None
     client_ref: str | None = None
+    simulation: SimulationDefaults = field(default_factory=SimulationDefaults)
 
 
-def load_app(target: str | Path | App, *, cwd: Path | None = None) -> LoadedApp:
-    """Load an :class:`App` from an ``App``, a ``module:attr`` string or an app directory."""
+def load_app(
+    target: str | Path | App, *, cwd: Path | None = None, federation: str | None = None
+) -> LoadedApp:
+    """Load an :class:`App` from an ``App``, a ``module:attr`` string or an app directory.
+
+    ``federation`` picks the Flower federation an app directory's simulation defaults
+    come from (see :mod:`fedcore.apps.project`).
+    """
     if isinstance(target, App):
         return LoadedApp(target, client_ref=find_reference(target.client))
     base = Path.cwd() if cwd is None else cwd
     candidate = base / target
     if candidate.is_dir():
-        return _load_app_dir(candidate.resolve())
+        return _load_app_dir(candidate.resolve(), federation)
     text = str(target)
     if ":" not in text:
         raise AppLoadError(
@@ -69,46 +82,19 @@ def load_app(target: str | Path | App, *, cwd: Path | None = None) -> LoadedApp:
     return LoadedApp(app, client_ref=f"{text}.client")
 
 
-def app_table(path: Path) -> dict[str, Any]:
-    """The ``[tool.fedcore.app]`` table of the app directory ``path``; ``AppLoadError``
-    if it has no pyproject.toml, an invalid one, or one without that table."""
-    pyproject = path / "pyproject.toml"
-    try:
-        with pyproject.open("rb") as file:
-            document = tomllib.load(file)
-    except (FileNotFoundError, NotADirectoryError):
-        raise AppLoadError(f"{path} has no pyproject.toml; an app directory needs one") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise AppLoadError(f"{pyproject} is not valid TOML: {exc}") from None
-    table: Any = document
-    for name in ("tool", "fedcore", "app"):
-        table = table.get(name) if isinstance(table, dict) else None
-    if not isinstance(table, dict):
-        raise AppLoadError(f"{pyproject} has no [tool.fedcore.app] table")
-    return table
-
-
-def _load_app_dir(path: Path) -> LoadedApp:
-    pyproject = path / "pyproject.toml"
-    table = app_table(path)
-    refs = {}
-    for half in ("server", "client"):
-        ref = table.get(half)
-        if not isinstance(ref, str):
-            raise AppLoadError(f'[tool.fedcore.app] in {pyproject} needs {half} = "module:attr"')
-        refs[half] = ref
-    declared = table.get("config", {})
-    if not isinstance(declared, dict):
-        raise AppLoadError(f"{pyproject}: [tool.fedcore.app.config] must be a table")
-    try:
-        config = flatten(declared)
-    except RunConfigError as exc:
-        raise AppLoadError(f"{pyproject}: {exc}") from None
-    server = load_object(refs["server"], path, ServerApp, "ServerApp")
-    client = load_object(refs["client"], path, ClientApp, "ClientApp")
+def _load_app_dir(path: Path, federation: str | None) -> LoadedApp:
+    project = read_project(path, federation=federation)
+    server = load_object(project.server, path, ServerApp, "ServerApp")
+    client = load_object(project.client, path, ClientApp, "ClientApp")
     assert isinstance(server, ServerApp)
     assert isinstance(client, ClientApp)
-    return LoadedApp(App(server=server, client=client), config, path, refs["client"])
+    return LoadedApp(
+        App(server=server, client=client),
+        project.config,
+        path,
+        project.client,
+        project.simulation,
+    )
 
 
 def load_object(ref: str, search_path: Path, kind: type, kind_name: str) -> Any:
@@ -116,6 +102,7 @@ def load_object(ref: str, search_path: Path, kind: type, kind_name: str) -> Any:
     module_name, _, attr = ref.partition(":")
     if not module_name or not attr:
         raise AppLoadError(f"{ref!r} is not a module:attr reference")
+    install_flower_imports()
     directory = str(search_path)
     if directory not in sys.path:
         sys.path.insert(0, directory)

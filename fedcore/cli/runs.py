@@ -24,7 +24,7 @@ import anyio
 import click
 
 from fedcore.domain.lifecycle import RunStatus
-from fedcore.errors import AppLoadError, AuthenticationError, RunConfigError, WrongServiceError
+from fedcore.errors import AppLoadError, AuthenticationError, WrongServiceError
 from fedcore.runtime.addresses import Address, parse_address
 from fedcore.runtime.control_token import TOKEN_ENV, ClientToken, client_token
 
@@ -184,19 +184,14 @@ def run(
     """Pack APP_DIR (default: here), submit it to the link as a new run, print its id."""
     # Imported here: packing and config resolution load the app machinery (and numpy).
     from fedcore.apps.bundle import pack_bundle
-    from fedcore.apps.loading import app_table
-    from fedcore.apps.run_config import flatten, resolve_run_config
+    from fedcore.apps.project import read_project
+    from fedcore.apps.run_config import resolve_run_config
 
     try:
-        table = app_table(app_dir)
+        project = read_project(app_dir)
     except AppLoadError as exc:
         raise click.UsageError(str(exc)) from None
-    declared = table.get("config", {})
-    if not isinstance(declared, dict):
-        raise RunConfigError(
-            f"{app_dir / 'pyproject.toml'}: [tool.fedcore.app.config] must be a table"
-        )
-    config = resolve_run_config(flatten(declared), run_config or None)
+    config = resolve_run_config(project.config, run_config or None)
     bundle = pack_bundle(app_dir)
     submitted_id: int | None = None
 

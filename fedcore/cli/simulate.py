@@ -29,7 +29,19 @@ DEFAULT_ROUND_TIMEOUT = 600.0
 
 @click.command()
 @click.argument("target")
-@click.option("--nodes", "-n", type=int, required=True, help="Number of virtual nodes to simulate.")
+@click.option(
+    "--nodes",
+    "-n",
+    type=int,
+    help="Number of virtual nodes to simulate (default: the app directory's: nodes under "
+    "[tool.fedcore.app.simulation], else options.num-supernodes of its Flower federation).",
+)
+@click.option(
+    "--federation",
+    metavar="NAME",
+    help="The [tool.flwr.federations] entry of the app directory that supplies the "
+    "defaults of --nodes, --num-cpus and --num-gpus (default: the one its `default` names).",
+)
 @click.option(
     "--backend",
     type=click.Choice(BACKENDS),
@@ -42,18 +54,18 @@ DEFAULT_ROUND_TIMEOUT = 600.0
 @click.option(
     "--num-cpus",
     type=click.FloatRange(min=0, min_open=True),
-    default=1.0,
-    show_default=True,
-    help="CPUs each ClientApp needs (process backend). Each worker gets OMP_NUM_THREADS, "
+    help="CPUs each ClientApp needs (process backend; default: the app directory's, "
+    "else 1). Each worker gets OMP_NUM_THREADS, "
     "MKL_NUM_THREADS and OPENBLAS_NUM_THREADS (so BLAS, OpenMP and torch) set to this, "
     "rounded up; one already set in the environment is kept.",
 )
 @click.option(
     "--num-gpus",
     type=click.FloatRange(min=0),
-    default=0.0,
-    show_default=True,
-    help="GPUs each ClientApp needs; 0.25 packs four workers on a device (process backend).",
+    help="GPUs each ClientApp needs; 0.25 packs four workers on a device (process backend; "
+    "default: the app directory's, else 0). The app directory's defaults are num-cpus and "
+    "num-gpus under [tool.fedcore.app.simulation], else its Flower federation's "
+    "options.backend.client-resources.",
 )
 @click.option(
     "--max-workers",
@@ -102,10 +114,11 @@ DEFAULT_ROUND_TIMEOUT = 600.0
 @click.option("--quiet", "-q", is_flag=True, help="Show only warnings, errors and the summary.")
 def simulate(
     target: str,
-    nodes: int,
+    nodes: int | None,
+    federation: str | None,
     backend: str,
-    num_cpus: float,
-    num_gpus: float,
+    num_cpus: float | None,
+    num_gpus: float | None,
     max_workers: int | None,
     system_cpus: float | None,
     system_gpus: float | None,
@@ -121,19 +134,21 @@ def simulate(
     TARGET is an app directory whose pyproject.toml has a [tool.fedcore.app] table
     (server = "module:attr", client = "module:attr", and run-config defaults under
     [tool.fedcore.app.config]), or a "module:attr" naming a fedcore.App importable
-    from the current directory.
+    from the current directory. A Flower app directory works as it is: its
+    [tool.flwr.app.components] and [tool.flwr.app.config] stand in for fedcore's
+    tables, and its `import flwr...` statements get fedcore's names.
 
     \b
     Examples:
       fedcore simulate examples/quickstart-numpy --nodes 100 --seed 0
+      fedcore simulate path/to/flower-app --federation local-sim-gpu
       fedcore simulate my_app:app -n 1000 --run-config "num-server-rounds=5 lr=0.05"
       fedcore simulate my_app:app -n 500 --num-gpus 0.25 --max-workers 8
     """
-    from fedcore.simulation import Resources
     from fedcore.simulation.progress import showing_progress, summary
     from fedcore.simulation.simulate import run_simulation
 
-    if nodes < 1:
+    if nodes is not None and nodes < 1:
         raise click.BadParameter(f"must be at least 1, got {nodes}", param_hint="--nodes")
     for text in run_config:
         try:
@@ -155,7 +170,8 @@ def simulate(
             target,
             nodes=nodes,
             backend=backend,
-            resources=Resources(num_cpus, num_gpus),
+            resources=_resources(target, federation, num_cpus, num_gpus),
+            federation=federation,
             system=_system(system_cpus, system_gpus),
             max_workers=max_workers,
             run_config=" ".join(run_config),
@@ -166,6 +182,27 @@ def simulate(
     click.echo(summary(display.reports, time.monotonic() - started, result.seed))
     if display.reports and display.reports[-1].trained_nothing:
         raise click.ClickException(display.reports[-1].untrained_reason())
+
+
+def _resources(
+    target: str, federation: str | None, num_cpus: float | None, num_gpus: float | None
+) -> Resources | None:
+    """The flags, each one not given taken from the app directory; ``None`` if neither
+    was given (the simulation then takes both from the app)."""
+    from fedcore.apps.project import SimulationDefaults, read_project
+    from fedcore.simulation import Resources
+
+    if num_cpus is None and num_gpus is None:
+        return None
+    path = Path(target)
+    declared = (
+        read_project(path, federation=federation).simulation
+        if path.is_dir()
+        else SimulationDefaults()
+    )
+    cpus = num_cpus if num_cpus is not None else declared.num_cpus
+    gpus = num_gpus if num_gpus is not None else declared.num_gpus
+    return Resources(1.0 if cpus is None else cpus, 0.0 if gpus is None else gpus)
 
 
 def _system(cpus: float | None, gpus: float | None) -> Resources | None:

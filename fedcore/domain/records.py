@@ -30,6 +30,8 @@ import numpy as np
 import numpy.typing as npt
 
 NDArray: TypeAlias = npt.NDArray[Any]
+NDArrays: TypeAlias = list[NDArray]
+"""What :meth:`ArrayRecord.to_numpy_ndarrays` returns (Flower's ``NDArrays``)."""
 MetricValue: TypeAlias = int | float | list[int] | list[float] | list[int | float]
 ConfigScalar: TypeAlias = bool | int | float | str | bytes
 ConfigValue: TypeAlias = ConfigScalar | list[ConfigScalar]

@@ -44,11 +44,17 @@ from fedcore.strategy.arguments import positive
 
 log = logging.getLogger(__name__)
 
+_NO_NODE_COUNT = (
+    "how many nodes to simulate? pass --nodes N (nodes=N), or declare it in the app's "
+    "pyproject.toml: nodes = N under [tool.fedcore.app.simulation], or "
+    "options.num-supernodes = N in a [tool.flwr.federations] entry"
+)
+
 
 async def simulate(
     app: App | str | Path,
     *,
-    nodes: int,
+    nodes: int | None = None,
     backend: str = DEFAULT_BACKEND,
     resources: Resources | None = None,
     run_config: Mapping[str, Any] | str | None = None,
@@ -58,6 +64,7 @@ async def simulate(
     clock: Clock | None = None,
     round_timeout: float | None = None,
     progress: bool = True,
+    federation: str | None = None,
 ) -> SimulationResult:
     """Run ``app`` on ``nodes`` virtual nodes and return what its ServerApp's main returned.
 
@@ -72,6 +79,11 @@ async def simulate(
     (or ``system``) has room for at ``resources`` each, capped by ``max_workers``;
     ``"inline"`` runs them in this process.
 
+    ``nodes`` and ``resources`` default to what an app directory declares
+    (``[tool.fedcore.app.simulation]``, else the Flower federation ``federation`` or
+    its ``default`` names; see :mod:`fedcore.apps.project`); ``nodes`` must come from
+    one or the other. ``resources`` given here is taken whole.
+
     ``round_timeout`` (seconds) is the run-wide default of strategies' own
     ``round_timeout``, for those the ServerApp built without one.
 
@@ -84,10 +96,24 @@ async def simulate(
             "a simulation was started inside a fedcore worker: the module that defines the "
             "ClientApp starts one when imported; put that under `if __name__ == '__main__':`"
         )
-    loaded = load_app(app)
+    loaded = load_app(app, federation=federation)
+    if federation is not None and loaded.path is None:
+        raise UsageError("federation= picks defaults of an app directory; this app is not one")
+    declared = loaded.simulation
+    if nodes is None:
+        nodes = declared.nodes
+        if nodes is None:
+            raise UsageError(_NO_NODE_COUNT)
+        source = f" (from {declared.nodes_from})"
+    else:
+        source = ""
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
         raise UsageError(f"nodes must be a positive number, got {nodes!r}")
-    resources = resources or Resources()
+    if resources is None:
+        resources = Resources(
+            num_cpus=1.0 if declared.num_cpus is None else declared.num_cpus,
+            num_gpus=0.0 if declared.num_gpus is None else declared.num_gpus,
+        )
     for name, given in (("resources", resources), ("system", system)):
         if given is not None and not isinstance(given, Resources):
             raise TypeError(f"{name} must be fedcore.Resources, got {type(given).__name__}")
@@ -108,7 +134,7 @@ async def simulate(
             display = stack.enter_context(
                 showing_progress(sys.stderr, show=logging.INFO, live=sys.stderr.isatty())
             )
-        log.info("simulating %d nodes on the %s backend, seed %d", nodes, backend, seed)
+        log.info("simulating %d nodes%s on the %s backend, seed %d", nodes, source, backend, seed)
         async with (
             InMemoryLinkState(clock, seed=seed) as state,
             create_backend(

@@ -262,8 +262,14 @@ def test_pyproject_cannot_be_left_out(tmp_path: Path) -> None:
     ("pyproject", "message"),
     [
         (None, "has no pyproject.toml"),
-        ('[project]\nname = "x"\n', r"has no \[tool.fedcore.app\] table"),
-        ("[tool.fedcore]\napp = 3\n", r"has no \[tool.fedcore.app\] table"),
+        (
+            '[project]\nname = "x"\n',
+            r"has no \[tool.fedcore.app\] table, nor \[tool.flwr.app.components\]",
+        ),
+        (
+            "[tool.fedcore]\napp = 3\n",
+            r"has no \[tool.fedcore.app\] table, nor \[tool.flwr.app.components\]",
+        ),
         ("[tool.fedcore.app\n", "is not valid TOML"),
     ],
 )

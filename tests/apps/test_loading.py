@@ -21,6 +21,7 @@ from fedcore.errors import AppLoadError, UsageError
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "quickstart-numpy"
 PREFIX = "fcload_"
+NO_APP_TABLE = "pyproject.toml has no [tool.fedcore.app] table, nor [tool.flwr.app.components]"
 
 APP_SOURCE = """\
 import types
@@ -367,7 +368,7 @@ def test_a_pyproject_without_the_app_table_is_refused(app_dir: Path) -> None:
 
     message = load_error(app_dir)
 
-    assert message.endswith("pyproject.toml has no [tool.fedcore.app] table")
+    assert message.endswith(NO_APP_TABLE)
 
 
 @pytest.mark.parametrize(
@@ -378,7 +379,7 @@ def test_a_pyproject_without_the_app_table_is_refused(app_dir: Path) -> None:
 def test_a_misshapen_tool_table_is_refused(app_dir: Path, text: str) -> None:
     (app_dir / "pyproject.toml").write_text(text)
 
-    assert load_error(app_dir).endswith("pyproject.toml has no [tool.fedcore.app] table")
+    assert load_error(app_dir).endswith(NO_APP_TABLE)
 
 
 def test_a_config_that_is_not_a_table_is_refused(app_dir: Path, app_module: str) -> None:

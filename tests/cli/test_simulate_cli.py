@@ -209,7 +209,14 @@ def test_zero_nodes_is_one_clear_line(run_main: RunMain) -> None:
 
 
 def test_missing_nodes_is_one_clear_line(run_main: RunMain) -> None:
-    assert_one_line_error(run_main("simulate", QUICKSTART), "Missing option '--nodes'")
+    # The quickstart declares no node count, so there is none to default to.
+    line = assert_one_line_error(run_main("simulate", QUICKSTART))
+
+    assert line == (
+        "error: how many nodes to simulate? pass --nodes N (nodes=N), or declare it in the "
+        "app's pyproject.toml: nodes = N under [tool.fedcore.app.simulation], or "
+        "options.num-supernodes = N in a [tool.flwr.federations] entry"
+    )
 
 
 def test_a_negative_seed_is_one_clear_line(run_main: RunMain) -> None:

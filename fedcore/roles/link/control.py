@@ -21,7 +21,7 @@ import anyio
 import anyio.to_thread
 
 from fedcore.apps.bundle import unpack_bundle
-from fedcore.apps.loading import app_table
+from fedcore.apps.project import read_project
 from fedcore.domain import LogLine, Run, RunStatus
 from fedcore.errors import AppLoadError, BundleError, UsageError
 from fedcore.state.base import LinkState
@@ -171,13 +171,8 @@ def check_app_bundle(bundle: bytes, bundle_hash: str, cache: Path) -> Path:
 
 def _check_app_table(app_dir: Path) -> None:
     try:
-        table = app_table(app_dir)
-    except AppLoadError:
+        read_project(app_dir)
+    except AppLoadError as exc:
         # The error names the link's cache path, which is not the submitter's business.
-        raise BundleError(
-            "the bundle is not an app: its pyproject.toml is missing, invalid, "
-            "or has no [tool.fedcore.app] table"
-        ) from None
-    for half in ("server", "client"):
-        if not isinstance(table.get(half), str):
-            raise BundleError(f'the bundle\'s [tool.fedcore.app] needs {half} = "module:attr"')
+        reason = str(exc).replace(f"{app_dir}/", "").replace(str(app_dir), "it")
+        raise BundleError(f"the bundle is not an app: {reason}") from None

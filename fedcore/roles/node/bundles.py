@@ -15,8 +15,8 @@ from pathlib import Path
 import anyio.to_thread
 
 from fedcore.apps.bundle import MAX_BUNDLE_BYTES, bundle_dir, unpack_bundle
-from fedcore.apps.loading import app_table
-from fedcore.errors import AppLoadError, BundleError
+from fedcore.apps.project import read_project
+from fedcore.errors import BundleError
 from fedcore.transport.fleet import FleetService
 from fedcore.wire.chunks import Digest
 
@@ -52,13 +52,9 @@ async def fetch_bundle(
 
 
 def client_reference(app_dir: Path) -> str:
-    """The ``module:attr`` of the ClientApp that the app directory's pyproject names.
+    """The ``module:attr`` of the ClientApp that the app directory's pyproject names
+    (fedcore's table or a Flower app's).
 
-    Blocks on file I/O; raises :class:`AppLoadError`.
+    Blocks on file I/O; raises :class:`~fedcore.errors.AppLoadError`.
     """
-    reference = app_table(app_dir).get("client")
-    if not isinstance(reference, str) or ":" not in reference:
-        raise AppLoadError(
-            f'[tool.fedcore.app] in {app_dir / "pyproject.toml"} needs client = "module:attr"'
-        )
-    return reference
+    return read_project(app_dir).client

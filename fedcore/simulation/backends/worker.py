@@ -34,6 +34,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from fedcore.apps.client_app import ClientApp
+from fedcore.apps.flower_imports import install_flower_imports
 from fedcore.apps.loading import load_object
 from fedcore.domain import Error, ErrorCode, Message, RecordDict
 from fedcore.errors import AppLoadError
@@ -133,6 +134,7 @@ def serve(connection: Connection) -> None:
 def _load(spec: WorkerSpec) -> ClientApp:
     ref = spec.client_ref
     if ref.startswith("__main__:"):
+        install_flower_imports()  # load_object installs it for the others
         module_spec = importlib.util.spec_from_file_location(MAIN_ALIAS, spec.main_file)
         if module_spec is None or module_spec.loader is None:
             raise AppLoadError(f"cannot import the main script {spec.main_file!r} in a worker")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
+import zipfile
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -151,14 +154,29 @@ async def _one(data: Buffer) -> AsyncIterator[Buffer]:
 
 
 def make_bundle(root: Path, name: str, client_ref: str = "app:client") -> Bundle:
-    """An app directory named ``name`` whose pyproject names ``client_ref``, packed."""
+    """An app directory named ``name`` whose pyproject names ``client_ref``, packed.
+
+    Packing refuses a ``client_ref`` that is not ``module:attr``; such a bundle (made by
+    something other than fedcore's packer) is written into the zip after packing.
+    """
     app_dir = root / name
     app_dir.mkdir()
-    (app_dir / "pyproject.toml").write_text(
-        f'[tool.fedcore.app]\nserver = "app:server"\nclient = "{client_ref}"\n'
-    )
+    pyproject = f'[tool.fedcore.app]\nserver = "app:server"\nclient = "{client_ref}"\n'
+    (app_dir / "pyproject.toml").write_text(pyproject.replace(client_ref, "app:client"))
     (app_dir / "app.py").write_text(f"# the app of {name}\n")
-    return pack_bundle(app_dir)
+    bundle = pack_bundle(app_dir)
+    if client_ref == "app:client":
+        return bundle
+    buffer = io.BytesIO()
+    with (
+        zipfile.ZipFile(io.BytesIO(bundle.data)) as packed,
+        zipfile.ZipFile(buffer, "w") as rewritten,
+    ):
+        for info in packed.infolist():
+            data = packed.read(info)
+            rewritten.writestr(info, pyproject if info.filename == "pyproject.toml" else data)
+    data = buffer.getvalue()
+    return Bundle(data, hashlib.sha256(data).hexdigest(), bundle.files)
 
 
 class Runners:

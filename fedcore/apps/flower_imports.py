@@ -1,0 +1,212 @@
+"""``import flwr…`` in an app, answered by fedcore: Flower's public names mapped onto fedcore's.
+
+A Flower app imports ``from flwr.app import ArrayRecord``; fedcore runs it as it is by
+answering those imports with its own objects. :func:`install_flower_imports` puts a
+finder first on ``sys.meta_path`` that serves every ``flwr`` module in
+:data:`FLOWER_NAMES` as a module of fedcore's making, whether or not Flower is
+installed. App loading (:mod:`fedcore.apps.loading`) installs it, so it is in place
+in each process that imports an app — the simulation engine, every pool worker, a
+deployment's ServerApp and ClientApp processes — and nowhere else: fedcore ships no
+``flwr`` package and no ``.pth`` file, and ``import flwr`` in any other program means
+what it meant before.
+
+:data:`FLOWER_NAMES` is the one table: each ``flwr`` module, the names it offers, and
+the ``module:attr`` of the fedcore object behind each. The shim modules resolve a name
+when it is first imported, so an app pays for the strategies it uses only, and a name
+fedcore does not provide — absent from the table, or whose fedcore object does not
+exist yet — fails at the import statement with a :class:`FlowerImportError` naming it,
+not rounds later.
+
+If Flower itself is already imported in the process (a program that imported ``flwr``
+and then loads an app in-process), the finder is not installed: that program's
+``flwr`` stays Flower's, and a warning says the app's imports get Flower's objects.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import logging
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+from fedcore.errors import FlowerImportError
+
+_MARK = "__fedcore_flower__"
+
+_DOMAIN = ("ArrayRecord", "ConfigRecord", "Context", "Error", "Message", "Metadata")
+_RECORDS = ("MetricRecord", "RecordDict")
+# Flower names whose fedcore objects are being added; the paths are where they will live.
+_PLANNED_APP = ("Array", "MessageType", "UserConfig", "UserConfigValue")
+_STRATEGIES = (
+    "Bulyan",
+    "DifferentialPrivacyClientSideAdaptiveClipping",
+    "DifferentialPrivacyClientSideFixedClipping",
+    "DifferentialPrivacyServerSideAdaptiveClipping",
+    "DifferentialPrivacyServerSideFixedClipping",
+    "FedAdagrad",
+    "FedAdam",
+    "FedAvg",
+    "FedAvgM",
+    "FedMedian",
+    "FedProx",
+    "FedTrimmedAvg",
+    "FedXgbBagging",
+    "FedXgbCyclic",
+    "FedYogi",
+    "Krum",
+    "MultiKrum",
+    "QFedAvg",
+    "Result",
+    "Strategy",
+)
+_MODS = (
+    "LocalDpMod",
+    "adaptiveclipping_mod",
+    "arrays_size_mod",
+    "fixedclipping_mod",
+    "message_size_mod",
+)
+_ARRAY_TYPES = {
+    "NDArray": "fedcore.domain.records:NDArray",
+    "NDArrays": "fedcore.domain.records:NDArrays",
+}
+_MOD_TYPES = {
+    "ClientAppCallable": "fedcore.apps.client_app:CallNext",
+    "Mod": "fedcore.apps.client_app:Mod",
+}
+_LOG = {"log": "fedcore.apps.flower_imports:log"}
+
+
+def _top(names: Sequence[str]) -> dict[str, str]:
+    return {name: f"fedcore:{name}" for name in names}
+
+
+FLOWER_NAMES: dict[str, dict[str, str]] = {
+    "flwr": {},
+    "flwr.app": _top((*_DOMAIN, *_RECORDS, *_PLANNED_APP)),
+    "flwr.serverapp": _top(("Grid", "ServerApp")),
+    "flwr.serverapp.strategy": {name: f"fedcore.strategy:{name}" for name in _STRATEGIES},
+    "flwr.clientapp": _top(("ClientApp",)),
+    "flwr.clientapp.mod": {name: f"fedcore.mods:{name}" for name in _MODS},
+    "flwr.client": _top(("ClientApp",)),
+    "flwr.client.typing": _MOD_TYPES,
+    "flwr.common": {
+        **_top((*_DOMAIN, *_RECORDS, "Array", "MessageType")),
+        **_ARRAY_TYPES,
+        **_LOG,
+    },
+    "flwr.common.logger": _LOG,
+    "flwr.common.typing": {**_ARRAY_TYPES, **_top(("UserConfig", "UserConfigValue"))},
+}
+"""Each ``flwr`` module fedcore serves -> each of its names -> the fedcore ``module:attr``.
+
+A module's submodules are the table's other keys under it (``flwr.serverapp.strategy``
+is ``flwr.serverapp``'s ``strategy``).
+"""
+
+_flower_log = logging.getLogger("flwr")
+
+
+def log(level: int, msg: object, *args: object, **kwargs: Any) -> None:
+    """Flower's ``flwr.common.logger.log(level, msg, *args)``: a record at ``level``.
+
+    On the ``flwr`` logger, as Flower's, so an app that tunes that logger keeps doing
+    so; the record names the app's line, not this one.
+    """
+    kwargs.setdefault("stacklevel", 2)
+    _flower_log.log(level, msg, *args, **kwargs)
+
+
+def install_flower_imports() -> None:
+    """Answer this process's ``import flwr…`` with fedcore's names, from now on; idempotent."""
+    if any(isinstance(finder, _FlowerFinder) for finder in sys.meta_path):
+        return
+    present = sys.modules.get("flwr")
+    if present is not None and not getattr(present, _MARK, False):
+        logging.getLogger(__name__).warning(
+            "flwr (Flower) is already imported in this process, so the app's `import flwr` "
+            "statements get Flower's objects, not fedcore's; load the app in a process of "
+            "its own (fedcore simulate, fedcore run) to have fedcore's"
+        )
+        return
+    sys.meta_path.insert(0, _FlowerFinder())
+
+
+def unsupported(name: str) -> FlowerImportError:
+    """The error for the Flower name (module or ``module.attr``) ``name``."""
+    return FlowerImportError(f"{name} is a Flower name that fedcore does not support yet")
+
+
+class _FlowerFinder(importlib.abc.MetaPathFinder):
+    """Finds ``flwr`` and its modules in :data:`FLOWER_NAMES`; refuses the others."""
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None,
+        target: ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "flwr" and not fullname.startswith("flwr."):
+            return None
+        if fullname not in FLOWER_NAMES:
+            raise unsupported(fullname)
+        return importlib.util.spec_from_loader(fullname, _LOADER, is_package=True)
+
+
+class _FlowerLoader(importlib.abc.Loader):
+    """Fills a shim module: its ``__all__`` and a ``__getattr__`` that resolves names."""
+
+    def exec_module(self, module: ModuleType) -> None:
+        name = module.__name__
+        names = FLOWER_NAMES[name]
+        prefix = f"{name}."
+        children = sorted(
+            key.removeprefix(prefix)
+            for key in FLOWER_NAMES
+            if key.startswith(prefix) and "." not in key.removeprefix(prefix)
+        )
+        module.__doc__ = f"fedcore's stand-in for Flower's {name}; see {__name__}."
+        setattr(module, "__all__", sorted(names))  # noqa: B010
+        setattr(module, _MARK, True)
+
+        def __getattr__(attr: str) -> object:
+            if attr.startswith("_"):  # dunder probes (inspect, pickle) expect AttributeError
+                raise AttributeError(f"module {name!r} has no attribute {attr!r}")
+            if attr in children:
+                return importlib.import_module(f"{prefix}{attr}")
+            if attr not in names:
+                raise unsupported(f"{prefix}{attr}")
+            value = _resolve(names[attr], f"{prefix}{attr}")
+            setattr(module, attr, value)  # the next lookup is an ordinary one
+            return value
+
+        def __dir__() -> list[str]:
+            return sorted({*vars(module), *names, *children})
+
+        setattr(module, "__getattr__", __getattr__)  # noqa: B010 (a module's hook, by name)
+        setattr(module, "__dir__", __dir__)  # noqa: B010
+
+
+_LOADER = _FlowerLoader()
+
+
+def _resolve(target: str, flower_name: str) -> object:
+    """The object at ``target`` (``module:attr``), or the error for ``flower_name`` if
+    fedcore has no such module or attribute (yet)."""
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing and (module_name == missing or module_name.startswith(f"{missing}.")):
+            raise unsupported(flower_name) from None
+        raise
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise unsupported(flower_name) from None

@@ -1,0 +1,1 @@
+"""A Flower app, as Flower's own examples are written, that fedcore runs unchanged."""
