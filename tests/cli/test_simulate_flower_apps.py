@@ -1,17 +1,21 @@
 """``fedcore simulate`` on Flower app directories, as whole processes: tables, shim, defaults.
 
 The apps are Flower's: ``tests/apps/flower_style`` is written as Flower's examples are
-(Flower's tables only, ``import flwr`` throughout), and ``tests/flower_apps`` holds
-Flower's own examples. ``flwr`` is not installed here, so every ``import flwr`` they
-make is answered by fedcore's shim, in the engine and in the workers.
+(Flower's tables only, ``import flwr`` throughout), and Flower's own examples come
+from a clone of Flower's repository (``tests/flower_apps``). ``flwr`` is not installed
+here, so every ``import flwr`` they make is answered by fedcore's shim, in the engine
+and in the workers.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +23,27 @@ import pytest
 
 TESTS = Path(__file__).resolve().parents[1]
 FLOWER_STYLE = TESTS / "apps" / "flower_style"
-QUICKSTART_NUMPY = TESTS / "flower_apps" / "quickstart-numpy"
+FLOWER_COMMIT = (TESTS / "flower_apps" / "FLOWER_COMMIT").read_text().strip()
 FEDCORE = Path(sys.executable).parent / "fedcore"
 
 pytestmark = pytest.mark.timeout(120)
+
+
+def flower_example(name: str, into: Path) -> Path:
+    """Flower's example ``name``, extracted from $FEDCORE_FLOWER_REPO (tests/flower_apps)."""
+    repo = os.environ.get("FEDCORE_FLOWER_REPO")
+    if not repo:
+        pytest.skip("set FEDCORE_FLOWER_REPO to a clone of adap/flower (tests/flower_apps)")
+    archive = subprocess.run(
+        ["git", "-C", repo, "archive", "--format=tar", FLOWER_COMMIT, f"examples/{name}"],
+        capture_output=True,
+        check=False,
+    )
+    if archive.returncode != 0:
+        pytest.skip(f"{repo} has no examples/{name} at {FLOWER_COMMIT[:10]}")
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(into, filter="data")
+    return into / "examples" / name
 
 
 def simulate(
@@ -144,7 +165,7 @@ def test_a_flower_module_fedcore_lacks_fails_at_import_in_one_line(
 
 @pytest.mark.parametrize("backend", ["process", "inline"])
 def test_flowers_quickstart_numpy_runs_unchanged(tmp_path: Path, backend: str) -> None:
-    app_dir = Path(shutil.copytree(QUICKSTART_NUMPY, tmp_path / "quickstart-numpy"))
+    app_dir = flower_example("quickstart-numpy", tmp_path / "flower")
 
     done = simulate(app_dir, "--nodes", "4", "--backend", backend, cwd=tmp_path)
 
@@ -155,7 +176,7 @@ def test_flowers_quickstart_numpy_runs_unchanged(tmp_path: Path, backend: str) -
 
 
 def test_an_app_that_declares_no_node_count_is_a_usage_error(tmp_path: Path) -> None:
-    app_dir = Path(shutil.copytree(QUICKSTART_NUMPY, tmp_path / "quickstart-numpy"))
+    app_dir = flower_example("quickstart-numpy", tmp_path / "flower")
 
     done = simulate(app_dir, cwd=tmp_path)
 

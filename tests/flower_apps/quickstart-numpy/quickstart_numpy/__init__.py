@@ -1,1 +1,0 @@
-"""quickstart-numpy: A Flower / NumPy app."""
