@@ -5,8 +5,11 @@ for each file (a condition with a deadline, never a fixed sleep), reads the boun
 ports from it, and on leaving kills every process it started — by pid, never by
 name — and waits for them. Output of each process goes to a file under the
 deployment's directory, and a process that dies before it is ready raises with the
-end of that file. The ``fedcore`` commands it runs present the link's control token
-(made by the link in its work directory), as its operator's would.
+end of that file. A SIGTERM to the process holding a Deployment (``kill`` of a pytest
+or benchmark run) ends it through the same cleanup instead of orphaning the servers,
+as long as nothing else had taken SIGTERM. The ``fedcore`` commands it runs present
+the link's control token (made by the link in its work directory), as its operator's
+would.
 """
 
 from __future__ import annotations
@@ -16,11 +19,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any, Self
 
 from fedcore.runtime.addresses import Address
@@ -63,9 +67,16 @@ class Deployment:
         self.link: Server | None = None
         self.link_work_dir = root / "link"
         self._link_flags: list[str] = []
+        self._took_sigterm = False
 
     def __enter__(self) -> Self:
         self.root.mkdir(parents=True, exist_ok=True)
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        ):
+            signal.signal(signal.SIGTERM, _exit_on_sigterm)
+            self._took_sigterm = True
         return self
 
     def __exit__(
@@ -74,10 +85,15 @@ class Deployment:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        for server in reversed(self.servers):
-            self.stop(server)
-        for pid in self.app_pids():
-            _kill_pid(pid)
+        try:
+            for server in reversed(self.servers):
+                self.stop(server)
+            for pid in self.app_pids():
+                _kill_pid(pid)
+        finally:
+            if self._took_sigterm:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                self._took_sigterm = False
 
     @property
     def exec_secret_file(self) -> Path:
@@ -313,3 +329,8 @@ def _kill_pid(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         return
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM, as a SystemExit that unwinds through ``Deployment.__exit__`` (status 143)."""
+    raise SystemExit(128 + signum)
