@@ -72,7 +72,9 @@ def check_array(key: str, value: object, *, where: str | None = None) -> NDArray
             f"{where} has dtype {dtype}; only bool, integer, float (up to 64 bits) "
             "and complex (up to 128 bits) arrays can be sent"
         )
-    return value if type(value) is np.ndarray else value.view(np.ndarray)
+    if type(value) is np.ndarray:
+        return value
+    return value.numpy() if isinstance(value, Array) else value.view(np.ndarray)
 
 
 def _is_tensor(value: object) -> bool:
@@ -147,6 +149,9 @@ class Array(np.ndarray[Any, np.dtype[Any]]):
     ``.data`` is numpy's buffer of the raw bytes, not ``numpy.save`` output, and ``==``
     compares element-wise, as for any ndarray.
     """
+
+    _stored: NDArray
+    """On an item read from a record: the array the record holds (see :meth:`numpy`)."""
 
     def __new__(
         cls,
@@ -224,8 +229,28 @@ class Array(np.ndarray[Any, np.dtype[Any]]):
         return NUMPY_STYPE
 
     def numpy(self) -> NDArray:
-        """The array as a plain ``np.ndarray``: a view, not a copy (read-only if this is)."""
+        """The array as a plain ``np.ndarray``: a view, not a copy (read-only if this is).
+
+        For an item just read from a record it is the very array the record holds, so
+        ``other[key] = record[key]`` stores that same object, as it did before items
+        were Arrays.
+        """
+        stored: NDArray | None = getattr(self, "_stored", None)
+        if (
+            stored is not None
+            and stored.shape == self.shape
+            and stored.strides == self.strides
+            and stored.dtype == self.dtype
+        ):
+            return stored
         return self.view(np.ndarray)
+
+    @classmethod
+    def _viewing(cls, stored: NDArray) -> Array:
+        """An Array viewing ``stored`` that remembers it (see :meth:`numpy`)."""
+        item = stored.view(cls)
+        item._stored = stored
+        return item
 
     def __array_wrap__(
         self, array: NDArray, context: Any = None, return_scalar: bool = False
@@ -368,7 +393,7 @@ class ArrayRecord(_Record[NDArray]):
         return cls(torch_state_dict=state_dict, keep_input=keep_input)
 
     def __getitem__(self, key: str) -> Array:
-        return self._data[key].view(Array)
+        return Array._viewing(self._data[key])
 
     def _check(self, key: str, value: object) -> NDArray:
         if _is_tensor(value):

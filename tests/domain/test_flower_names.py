@@ -63,6 +63,18 @@ def test_record_items_are_arrays_that_view_the_stored_memory() -> None:
     assert [type(a) for a in record.to_numpy_ndarrays()] == [np.ndarray]
 
 
+def test_an_item_moved_to_another_record_is_the_same_array() -> None:
+    w = np.ones(3)
+    record = ArrayRecord({"w": w})
+    assert ArrayRecord({"v": record["w"]}).to_numpy_ndarrays()[0] is w
+    part = ArrayRecord({"v": record["w"][1:]}).to_numpy_ndarrays()[0]
+    assert type(part) is np.ndarray
+    assert same_memory(part, w[1:])
+    reshaped = record["w"]
+    reshaped.shape = (3, 1)
+    assert reshaped.numpy().shape == (3, 1)
+
+
 def test_a_read_only_item_stays_read_only() -> None:
     w = np.zeros(3)
     w.flags.writeable = False

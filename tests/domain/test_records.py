@@ -13,6 +13,7 @@ def test_array_record_from_mapping_keeps_arrays_without_copy() -> None:
     record = ArrayRecord({"w": w})
     # What is stored is the array given; an item read is an Array viewing it.
     assert record.to_numpy_ndarrays()[0] is w
+    assert record["w"].numpy() is w
     assert np.shares_memory(record["w"], w)
     w[0, 0] = 5
     assert record["w"][0, 0] == 5
