@@ -17,15 +17,21 @@ from fedcore.lazy import lazy_attributes as _lazy_attributes
 if _typing.TYPE_CHECKING:
     from fedcore.apps import App, ClientApp, Grid, ServerApp, SyncGrid
     from fedcore.domain import (
+        Array,
         ArrayRecord,
         ConfigRecord,
         Context,
         Error,
         ErrorCode,
         Message,
+        MessageType,
         Metadata,
         MetricRecord,
+        NDArray,
+        NDArrays,
         RecordDict,
+        UserConfig,
+        UserConfigValue,
     )
     from fedcore.simulation import Resources, SimulationResult
     from fedcore.simulation.simulate import run_simulation, simulate
@@ -34,6 +40,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "App",
+    "Array",
     "ArrayRecord",
     "ClientApp",
     "ConfigRecord",
@@ -42,13 +49,18 @@ __all__ = [
     "ErrorCode",
     "Grid",
     "Message",
+    "MessageType",
     "Metadata",
     "MetricRecord",
+    "NDArray",
+    "NDArrays",
     "RecordDict",
     "Resources",
     "ServerApp",
     "SimulationResult",
     "SyncGrid",
+    "UserConfig",
+    "UserConfigValue",
     "run_simulation",
     "simulate",
 ]
@@ -57,15 +69,21 @@ _HOMES = {
     **dict.fromkeys(("App", "ClientApp", "Grid", "ServerApp", "SyncGrid"), "apps"),
     **dict.fromkeys(
         (
+            "Array",
             "ArrayRecord",
             "ConfigRecord",
             "Context",
             "Error",
             "ErrorCode",
             "Message",
+            "MessageType",
             "Metadata",
             "MetricRecord",
+            "NDArray",
+            "NDArrays",
             "RecordDict",
+            "UserConfig",
+            "UserConfigValue",
         ),
         "domain",
     ),

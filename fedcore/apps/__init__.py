@@ -12,17 +12,22 @@ from fedcore.lazy import lazy_attributes as _lazy_attributes
 if _typing.TYPE_CHECKING:
     from fedcore.apps.app import App
     from fedcore.apps.bundle import Bundle, pack_bundle, unpack_bundle
-    from fedcore.apps.client_app import ClientApp
+    from fedcore.apps.client_app import CallNext, ClientApp, ClientAppCallable, Mod
     from fedcore.apps.grid import Grid, SyncGrid
+    from fedcore.apps.lifespan import Lifespan
     from fedcore.apps.loading import LoadedApp, load_app
     from fedcore.apps.server_app import ServerApp
 
 __all__ = [
     "App",
     "Bundle",
+    "CallNext",
     "ClientApp",
+    "ClientAppCallable",
     "Grid",
+    "Lifespan",
     "LoadedApp",
+    "Mod",
     "ServerApp",
     "SyncGrid",
     "load_app",
@@ -33,8 +38,9 @@ __all__ = [
 _MODULES = {
     "app": ("App",),
     "bundle": ("Bundle", "pack_bundle", "unpack_bundle"),
-    "client_app": ("ClientApp",),
+    "client_app": ("CallNext", "ClientApp", "ClientAppCallable", "Mod"),
     "grid": ("Grid", "SyncGrid"),
+    "lifespan": ("Lifespan",),
     "loading": ("LoadedApp", "load_app"),
     "server_app": ("ServerApp",),
 }

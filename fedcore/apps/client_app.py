@@ -3,9 +3,11 @@
 A ClientApp is a routing table from message types (``train``, ``evaluate``,
 ``query``, or ``train.<action>``) to handlers ``(msg, context) -> Message``.
 Handlers may be ``def`` or ``async def``. A lifespan (:meth:`ClientApp.lifespan`)
-runs once per worker process around all the messages that worker serves: the
-place to load a dataset or a model once, not once per message. ClientApps stay
-ephemeral all the same — per-node state lives only in ``Context.state``.
+without arguments runs once per worker process around all the messages that
+worker serves: the place to load a dataset or a model once, not once per message.
+One that takes a ``Context`` (Flower's form) runs around every message instead,
+with that message's context, as Flower runs it. ClientApps stay ephemeral all the
+same — per-node state lives only in ``Context.state``.
 
 Mods (``ClientApp(mods=[...])``) are middleware in Flower's shape: a plain ``def``
 ``mod(msg, context, call_next) -> Message``, where ``call_next(msg, context)`` runs
@@ -32,22 +34,26 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from functools import partial
-from typing import TypeAlias, TypeVar
+from typing import TypeAlias, TypeVar, cast
 
 import anyio.from_thread
 import anyio.lowlevel
 from anyio.lowlevel import EventLoopToken
 
 from fedcore.apps.handler_threads import run_in_thread
+from fedcore.apps.lifespan import Lifespan, takes_context
 from fedcore.domain import Context, Error, ErrorCode, Message
-from fedcore.domain.message import check_message_type
+from fedcore.domain.message import MessageType, check_message_type
 
 Handler: TypeAlias = Callable[[Message, Context], Message | Awaitable[Message]]
 H = TypeVar("H", bound=Handler)
-Lifespan: TypeAlias = Callable[[], Iterator[None]]
 L = TypeVar("L", bound=Lifespan)
 CallNext: TypeAlias = Callable[[Message, Context], Message]
+"""What a mod calls to run the rest of the chain: ``call_next(msg, context) -> reply``."""
+ClientAppCallable: TypeAlias = CallNext
+"""Flower's name for :data:`CallNext` (``flwr.client.typing.ClientAppCallable``)."""
 Mod: TypeAlias = Callable[[Message, Context, CallNext], Message]
+"""A ClientApp mod: ``def mod(msg, context, call_next) -> Message`` (see the module docstring)."""
 Finish: TypeAlias = Callable[[Awaitable[Message]], object]
 """How a chain of mods completes what an ``async def`` handler returned."""
 
@@ -77,49 +83,60 @@ class ClientApp:
         self._mods = _check_mods(mods)
         self._handlers: dict[str, Handler] = {}
         self._lifespan: Lifespan | None = None
+        self._lifespan_takes_context = False
+        # What wraps each handler: a lifespan taking a Context (outermost), then the mods.
+        self._around = self._mods
         self._warned = False
 
     def train(self, action: str | None = None) -> Callable[[H], H]:
         """Register the handler for ``train`` (or ``train.<action>``) messages."""
-        return self._register("train", action)
+        return self._register(MessageType.TRAIN, action)
 
     def evaluate(self, action: str | None = None) -> Callable[[H], H]:
         """Register the handler for ``evaluate`` (or ``evaluate.<action>``) messages."""
-        return self._register("evaluate", action)
+        return self._register(MessageType.EVALUATE, action)
 
     def query(self, action: str | None = None) -> Callable[[H], H]:
         """Register the handler for ``query`` (or ``query.<action>``) messages."""
-        return self._register("query", action)
+        return self._register(MessageType.QUERY, action)
 
     def lifespan(self) -> Callable[[L], L]:
-        """Register a generator to run once per worker, around every message it serves.
+        """Register a generator to run around the messages this app serves.
 
-        Code before ``yield`` runs before the worker's first message (load data,
-        build a model, warm a cache); code after it runs when the worker stops::
+        Without arguments it runs once per worker: code before ``yield`` runs before
+        the worker's first message (load data, build a model, warm a cache), code
+        after it when the worker stops::
 
             @client.lifespan()
             def lifespan():
                 DATA["digits"] = load_digits()
                 yield
                 DATA.clear()
+
+        With one argument (Flower's ``def lifespan(context)``) it runs around every
+        message, outside the mods, and gets that message's :class:`Context`; an
+        exception in it becomes the message's error reply.
         """
 
         def decorator(function: L) -> L:
-            is_generator = inspect.isgeneratorfunction(function)  # no narrowing: keep L
-            if not is_generator:
-                raise TypeError("a lifespan is a generator function: setup, then `yield`")
+            with_context = takes_context(function)
             if self._lifespan is not None:
                 raise ValueError("this ClientApp already has a lifespan")
             self._lifespan = function
+            self._lifespan_takes_context = with_context
+            if with_context:
+                per_message = cast(Callable[[Context], Iterator[None]], function)
+                self._around = [_lifespan_mod(per_message), *self._mods]
             return function
 
         return decorator
 
     def started(self) -> AbstractContextManager[None]:
-        """The lifespan as a context manager (nothing to do if none is registered)."""
-        if self._lifespan is None:
+        """The once-per-worker lifespan as a context manager (nothing to do if there is
+        none, or if the lifespan takes a Context and so runs around each message)."""
+        if self._lifespan is None or self._lifespan_takes_context:
             return contextlib.nullcontext()
-        return contextlib.contextmanager(self._lifespan)()
+        return contextlib.contextmanager(cast(Callable[[], Iterator[None]], self._lifespan))()
 
     @property
     def defining_modules(self) -> list[str]:
@@ -181,7 +198,7 @@ class ClientApp:
         if handler is None:
             return self._unhandled(message)
         try:
-            if self._mods:
+            if self._around:
                 if in_thread or _is_async(handler):
                     finish = partial(_finish_on, anyio.lowlevel.current_token())
                     chain = self._chain(message, handler, finish)
@@ -210,7 +227,7 @@ class ClientApp:
         if handler is None:
             return self._unhandled(message)
         try:
-            if self._mods:
+            if self._around:
                 return self._chain(message, handler, run)(message, context)
             reply = handler(message, context)
             if inspect.isawaitable(reply):
@@ -229,7 +246,7 @@ class ClientApp:
             return _check_reply(msg, finished)
 
         call_next: CallNext = innermost
-        for mod in reversed(self._mods):
+        for mod in reversed(self._around):
             call_next = _link(mod, call_next)
         return call_next
 
@@ -275,6 +292,17 @@ def _is_async(function: object) -> bool:
     return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(
         type(function).__call__
     )
+
+
+def _lifespan_mod(function: Callable[[Context], Iterator[None]]) -> Mod:
+    """A lifespan that takes a Context as the outermost mod, run around every message."""
+    manager = contextlib.contextmanager(function)
+
+    def lifespan(msg: Message, context: Context, call_next: CallNext) -> Message:
+        with manager(context):
+            return call_next(msg, context)
+
+    return lifespan
 
 
 def _check_mods(mods: object) -> list[Mod]:

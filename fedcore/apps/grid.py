@@ -16,7 +16,7 @@ from typing import TypeVar
 import anyio.from_thread
 
 from fedcore.clock import Clock
-from fedcore.domain import Message, Run
+from fedcore.domain import SERVER_NODE_ID, Message, RecordDict, Run
 
 T = TypeVar("T")
 
@@ -33,6 +33,25 @@ class Grid(ABC):
     @abstractmethod
     def clock(self) -> Clock:
         """The clock the run's timeouts and timings follow."""
+
+    def create_message(
+        self,
+        content: RecordDict,
+        message_type: str,
+        dst_node_id: int,
+        group_id: str,
+        ttl: float | None = None,
+    ) -> Message:
+        """A message of this run from the ServerApp to ``dst_node_id`` (Flower's signature).
+
+        The same as ``Message(content, dst_node_id, message_type, group_id=group_id,
+        ttl=ttl)`` with the run id and the sender already filled in; ``ttl=None`` is
+        the default TTL. Nothing is sent until :meth:`push_messages`.
+        """
+        message = Message(content, dst_node_id, message_type, group_id=group_id, ttl=ttl)
+        message.metadata.run_id = self.run.run_id
+        message.metadata.src_node_id = SERVER_NODE_ID
+        return message
 
     @abstractmethod
     async def get_node_ids(self) -> list[int]:
@@ -110,6 +129,16 @@ class SyncGrid:
             return await function()
 
         return anyio.from_thread.run(call)
+
+    def create_message(
+        self,
+        content: RecordDict,
+        message_type: str,
+        dst_node_id: int,
+        group_id: str,
+        ttl: float | None = None,
+    ) -> Message:
+        return self.async_grid.create_message(content, message_type, dst_node_id, group_id, ttl)
 
     def get_node_ids(self) -> list[int]:
         return self._call(self.async_grid.get_node_ids)

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeAlias, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from typing import Any, TypeAlias, TypeVar, cast
 
+import anyio
 import anyio.to_thread
 
 from fedcore.apps.grid import Grid, SyncGrid
+from fedcore.apps.lifespan import Lifespan, takes_context
 from fedcore.domain import Context
 
 Main: TypeAlias = Callable[[Any, Context], Any]
 M = TypeVar("M", bound=Main)
+L = TypeVar("L", bound=Lifespan)
 
 
 class ServerApp:
@@ -21,11 +26,14 @@ class ServerApp:
     An ``async def main`` runs on the event loop and gets the :class:`Grid`; a plain
     ``def main`` runs in a worker thread and gets a :class:`SyncGrid`, whose
     methods have the same names and block instead of returning coroutines.
-    Whatever ``main`` returns becomes the run's result value.
+    Whatever ``main`` returns becomes the run's result value. A lifespan
+    (:meth:`lifespan`) runs around ``main``.
     """
 
     def __init__(self) -> None:
         self._main: Main | None = None
+        self._lifespan: Lifespan | None = None
+        self._lifespan_takes_context = False
 
     def main(self) -> Callable[[M], M]:
         """Register the function that drives the run."""
@@ -40,12 +48,67 @@ class ServerApp:
 
         return decorator
 
+    def lifespan(self) -> Callable[[L], L]:
+        """Register a generator to run around ``main``: setup, ``yield``, teardown.
+
+        It may take the server's :class:`Context` (Flower's ``def lifespan(context)``)
+        or nothing. Its setup and teardown run in a worker thread, so loading a
+        dataset there does not hold the event loop; teardown runs when ``main``
+        returns or raises::
+
+            @server.lifespan()
+            def lifespan(context):
+                EVAL["data"] = load_test_set(context.run_config["data-dir"])
+                yield
+                EVAL.clear()
+        """
+
+        def decorator(function: L) -> L:
+            with_context = takes_context(function)
+            if self._lifespan is not None:
+                raise ValueError("this ServerApp already has a lifespan")
+            self._lifespan = function
+            self._lifespan_takes_context = with_context
+            return function
+
+        return decorator
+
     async def run(self, grid: Grid, context: Context) -> Any:
         """Call ``main`` with the grid and the server's context; return what it returns."""
         if self._main is None:
             raise TypeError("this ServerApp has no main: decorate one with @server.main()")
         main = self._main
-        if inspect.iscoroutinefunction(main):
-            result: Awaitable[Any] = main(grid, context)
-            return await result
-        return await anyio.to_thread.run_sync(main, SyncGrid(grid), context, abandon_on_cancel=True)
+        async with self._started(context):
+            if inspect.iscoroutinefunction(main):
+                result: Awaitable[Any] = main(grid, context)
+                return await result
+            return await anyio.to_thread.run_sync(
+                main, SyncGrid(grid), context, abandon_on_cancel=True
+            )
+
+    def _started(self, context: Context) -> AbstractAsyncContextManager[None]:
+        if self._lifespan is None:
+            return contextlib.nullcontext()
+        if self._lifespan_takes_context:
+            per_run = cast(Callable[[Context], Iterator[None]], self._lifespan)
+            return _in_thread(contextlib.contextmanager(per_run)(context))
+        without = cast(Callable[[], Iterator[None]], self._lifespan)
+        return _in_thread(contextlib.contextmanager(without)())
+
+
+@contextlib.asynccontextmanager
+async def _in_thread(manager: AbstractContextManager[None]) -> AsyncIterator[None]:
+    """Enter and exit ``manager`` in a worker thread; the exit is shielded from cancellation."""
+    await anyio.to_thread.run_sync(manager.__enter__)
+    try:
+        yield
+    except BaseException as exc:
+        with anyio.CancelScope(shield=True):
+            suppressed = await anyio.to_thread.run_sync(
+                manager.__exit__, type(exc), exc, exc.__traceback__
+            )
+        if not suppressed:
+            raise
+    else:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(manager.__exit__, None, None, None)

@@ -9,7 +9,7 @@ import typing as _typing
 from fedcore.lazy import lazy_attributes as _lazy_attributes
 
 if _typing.TYPE_CHECKING:
-    from fedcore.domain.context import Context
+    from fedcore.domain.context import Context, UserConfig, UserConfigValue
     from fedcore.domain.lifecycle import MessageStatus, RunStatus, transition
     from fedcore.domain.message import (
         DEFAULT_TTL,
@@ -17,12 +17,16 @@ if _typing.TYPE_CHECKING:
         Error,
         ErrorCode,
         Message,
+        MessageType,
         Metadata,
     )
     from fedcore.domain.records import (
+        Array,
         ArrayRecord,
         ConfigRecord,
         MetricRecord,
+        NDArray,
+        NDArrays,
         Record,
         RecordDict,
     )
@@ -31,6 +35,7 @@ if _typing.TYPE_CHECKING:
 __all__ = [
     "DEFAULT_TTL",
     "SERVER_NODE_ID",
+    "Array",
     "ArrayRecord",
     "ConfigRecord",
     "Context",
@@ -39,20 +44,42 @@ __all__ = [
     "LogLine",
     "Message",
     "MessageStatus",
+    "MessageType",
     "Metadata",
     "MetricRecord",
+    "NDArray",
+    "NDArrays",
     "Record",
     "RecordDict",
     "Run",
     "RunStatus",
+    "UserConfig",
+    "UserConfigValue",
     "transition",
 ]
 
 _MODULES = {
-    "context": ("Context",),
+    "context": ("Context", "UserConfig", "UserConfigValue"),
     "lifecycle": ("MessageStatus", "RunStatus", "transition"),
-    "message": ("DEFAULT_TTL", "SERVER_NODE_ID", "Error", "ErrorCode", "Message", "Metadata"),
-    "records": ("ArrayRecord", "ConfigRecord", "MetricRecord", "Record", "RecordDict"),
+    "message": (
+        "DEFAULT_TTL",
+        "SERVER_NODE_ID",
+        "Error",
+        "ErrorCode",
+        "Message",
+        "MessageType",
+        "Metadata",
+    ),
+    "records": (
+        "Array",
+        "ArrayRecord",
+        "ConfigRecord",
+        "MetricRecord",
+        "NDArray",
+        "NDArrays",
+        "Record",
+        "RecordDict",
+    ),
     "run": ("LogLine", "Run"),
 }
 _HOMES = {name: module for module, names in _MODULES.items() for name in names}

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 from fedcore.domain.records import RecordDict
+
+UserConfigValue: TypeAlias = bool | float | int | str
+"""A value of a run or node config, as Flower's ``flwr.app.UserConfigValue``."""
+UserConfig: TypeAlias = dict[str, UserConfigValue]
+"""A run or node config (``context.run_config``, ``context.node_config``), as Flower's
+``flwr.app.UserConfig``."""
 
 
 @dataclass

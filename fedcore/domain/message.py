@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from enum import IntEnum
 
 from fedcore.domain.records import RecordDict
@@ -23,6 +24,21 @@ SERVER_NODE_ID = 1
 """The sender id of every message a ServerApp pushes (Flower's SuperLink node id)."""
 
 _MESSAGE_TYPE = re.compile(r"(train|evaluate|query|system)(\.[A-Za-z0-9_][A-Za-z0-9_-]*)?")
+
+
+class MessageType:
+    """The message types a ClientApp answers, as Flower names them: plain ``str`` constants.
+
+    ``Message(content, node_id, MessageType.TRAIN)`` is ``Message(content, node_id,
+    "train")``; an action goes after a dot (``f"{MessageType.TRAIN}.fast"``).
+    """
+
+    TRAIN = "train"
+    EVALUATE = "evaluate"
+    QUERY = "query"
+
+    def __new__(cls) -> MessageType:
+        raise TypeError("MessageType is a namespace of constants; use MessageType.TRAIN etc.")
 
 
 class ErrorCode(IntEnum):
@@ -56,7 +72,13 @@ class Error:
 
 @dataclass(slots=True)
 class Metadata:
-    """Routing and bookkeeping of a message. Stamped by the Grid and the LinkState."""
+    """Routing and bookkeeping of a message. Stamped by the Grid and the LinkState.
+
+    ``delivered_at`` is when fedcore handed the message to the app that reads it — a
+    message to its ClientApp, a reply to its ServerApp — as an ISO 8601 UTC string
+    (Flower's format), and ``""`` before that. Each receiver stamps it on its own
+    copy, so it does not travel and takes no part in equality.
+    """
 
     run_id: int = 0
     message_id: str = ""
@@ -67,11 +89,17 @@ class Metadata:
     created_at: float = 0.0
     ttl: float = DEFAULT_TTL
     message_type: str = ""
+    delivered_at: str = field(default="", compare=False)
 
     @property
     def expires_at(self) -> float:
         """When the message (and any reply to it) stops being deliverable."""
         return self.created_at + self.ttl
+
+
+def mark_delivered(message: Message, at: float) -> None:
+    """Stamp ``message`` as handed to its app at ``at`` (seconds since the epoch)."""
+    message.metadata.delivered_at = datetime.fromtimestamp(at, UTC).isoformat()
 
 
 def check_message_type(message_type: object) -> str:
@@ -96,6 +124,7 @@ class Message:
     From the ServerApp::
 
         Message(content, dst_node_id, "train", group_id="round-1", ttl=600)
+        Message(content, dst_node_id, message_type=MessageType.TRAIN)   # the same type
 
     From a ClientApp, replying to ``msg``::
 

@@ -2,7 +2,8 @@
 
 Three record kinds, each a mutable mapping from ``str`` keys to checked values:
 
-- :class:`ArrayRecord` — numpy arrays (model parameters, gradients);
+- :class:`ArrayRecord` — numpy arrays (model parameters, gradients), read back as
+  :class:`Array`, an ndarray that also answers Flower's ``Array`` API (``.numpy()``);
 - :class:`MetricRecord` — numbers to aggregate: ``int | float | list[int | float]``;
 - :class:`ConfigRecord` — settings: ``bool | int | float | str | bytes`` or a list of one of them;
 
@@ -21,6 +22,7 @@ imported torch cannot hold a tensor. ``import fedcore`` therefore stays free of 
 from __future__ import annotations
 
 import importlib
+import io
 import sys
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
@@ -31,7 +33,7 @@ import numpy.typing as npt
 
 NDArray: TypeAlias = npt.NDArray[Any]
 NDArrays: TypeAlias = list[NDArray]
-"""What :meth:`ArrayRecord.to_numpy_ndarrays` returns (Flower's ``NDArrays``)."""
+"""A list of arrays, as Flower's ``flwr.common.NDArrays``."""
 MetricValue: TypeAlias = int | float | list[int] | list[float] | list[int | float]
 ConfigScalar: TypeAlias = bool | int | float | str | bytes
 ConfigValue: TypeAlias = ConfigScalar | list[ConfigScalar]
@@ -51,24 +53,28 @@ def _check_key(record: str, key: object) -> str:
     return key
 
 
-def check_array(key: str, value: object) -> NDArray:
+def check_array(key: str, value: object, *, where: str | None = None) -> NDArray:
     """Return ``value`` as a plain ndarray if an :class:`ArrayRecord` can hold it, else raise.
 
     Subclasses (``np.memmap``, ``np.matrix``) are stored as plain-ndarray views of the
     same memory; masked arrays are refused, since their mask could not travel.
     Extended-precision floats are refused too: their bytes differ between platforms.
+    Errors name ``ArrayRecord[key]``, or ``where`` when given.
     """
+    where = where or f"ArrayRecord[{key!r}]"
     if not isinstance(value, np.ndarray):
-        raise TypeError(f"ArrayRecord[{key!r}] must be a numpy.ndarray, got {type(value).__name__}")
+        raise TypeError(f"{where} must be a numpy.ndarray, got {type(value).__name__}")
     if isinstance(value, np.ma.MaskedArray):
-        raise TypeError(f"ArrayRecord[{key!r}] is a masked array; send .filled() and the mask")
+        raise TypeError(f"{where} is a masked array; send .filled() and the mask")
     dtype = value.dtype
     if dtype.kind not in ARRAY_KINDS or dtype.fields is not None or dtype.char in "gG":
         raise TypeError(
-            f"ArrayRecord[{key!r}] has dtype {dtype}; only bool, integer, float (up to 64 bits) "
+            f"{where} has dtype {dtype}; only bool, integer, float (up to 64 bits) "
             "and complex (up to 128 bits) arrays can be sent"
         )
-    return value if type(value) is np.ndarray else value.view(np.ndarray)
+    if type(value) is np.ndarray:
+        return value
+    return value.numpy() if isinstance(value, Array) else value.view(np.ndarray)
 
 
 def _is_tensor(value: object) -> bool:
@@ -76,7 +82,7 @@ def _is_tensor(value: object) -> bool:
     return torch is not None and isinstance(value, torch.Tensor)
 
 
-def _tensor_to_array(key: str, tensor: Any) -> NDArray:
+def _tensor_to_array(key: str, tensor: Any, *, where: str | None = None) -> NDArray:
     """The tensor's data as a numpy array: detached, on the CPU, with the same dtype.
 
     A CPU tensor's memory is shared, not copied (as ``Tensor.numpy()`` does); a tensor
@@ -84,11 +90,12 @@ def _tensor_to_array(key: str, tensor: Any) -> NDArray:
     float8, complex32, quantized) are refused rather than converted, so an array
     always comes back with the dtype it was sent with.
     """
+    where = where or f"ArrayRecord[{key!r}]"
     try:
         array: NDArray = tensor.numpy(force=True)
     except (TypeError, RuntimeError) as exc:
         raise TypeError(
-            f"ArrayRecord[{key!r}] is a torch tensor ({tensor.dtype}, {tensor.layout}, "
+            f"{where} is a torch tensor ({tensor.dtype}, {tensor.layout}, "
             f"on {tensor.device}) that numpy cannot hold: {exc}. Convert it first, "
             "e.g. tensor.float() for bfloat16 (exact) or tensor.to_dense() for sparse"
         ) from exc
@@ -109,14 +116,150 @@ def _array_to_tensor(torch: Any, arr: NDArray) -> Any:
     return torch.from_numpy(arr)
 
 
-def _import_torch() -> Any:
+def _import_torch(needed_by: str = "ArrayRecord.to_torch_state_dict") -> Any:
     try:
         return importlib.import_module("torch")
     except ImportError as exc:
         raise ImportError(
-            "ArrayRecord.to_torch_state_dict needs PyTorch: pip install 'fedcore[torch]'",
-            name="torch",
+            f"{needed_by} needs PyTorch: pip install 'fedcore[torch]'", name="torch"
         ) from exc
+
+
+NUMPY_STYPE = "numpy.ndarray"
+"""Flower's name for how an Array's data is serialised (``Array.stype``); the only one."""
+
+
+class Array(np.ndarray[Any, np.dtype[Any]]):
+    """An array in an :class:`ArrayRecord`: a numpy ndarray that also speaks Flower's ``Array``.
+
+    Flower's ArrayRecord holds ``Array`` objects (serialised bytes, read back with
+    ``.numpy()``); fedcore's holds ndarrays. So that code written either way runs,
+    every item read from an ArrayRecord is an ``Array`` — a zero-copy view of the
+    stored ndarray (same memory, same read-only flag) — that is an ``np.ndarray`` for
+    numpy code and answers ``.numpy()``, ``.stype``, :meth:`from_numpy_ndarray` and
+    :meth:`from_torch_tensor` for Flower code. Arithmetic on an Array gives plain
+    ndarrays and numpy scalars, as it would on the array it views, and an Array
+    stored in a record is stored as a plain ndarray: the wire, shared memory and
+    aggregation never see the subclass.
+
+    Built like Flower's: ``Array(ndarray)``, ``Array(torch_tensor)``, or
+    ``Array(dtype, shape, stype, data)`` with ``data`` in ``numpy.save`` format
+    (what Flower's ``Array.data`` holds). What differs on purpose: ``.dtype`` is a
+    ``numpy.dtype`` (it compares equal to Flower's string, ``a.dtype == "float32"``),
+    ``.data`` is numpy's buffer of the raw bytes, not ``numpy.save`` output, and ``==``
+    compares element-wise, as for any ndarray.
+    """
+
+    _stored: NDArray
+    """On an item read from a record: the array the record holds (see :meth:`numpy`)."""
+
+    def __new__(
+        cls,
+        *args: Any,
+        dtype: str | None = None,
+        shape: tuple[int, ...] | None = None,
+        stype: str | None = None,
+        data: bytes | None = None,
+        ndarray: NDArray | None = None,
+        torch_tensor: Any = None,
+    ) -> Array:
+        given = {"dtype": dtype, "shape": shape, "stype": stype, "data": data}
+        fields = {k: v for k, v in given.items() if v is not None}
+        sources = [v for v in (ndarray, torch_tensor) if v is not None]
+        if len(args) == 1 and not fields and not sources:
+            sources = [args[0]]
+        elif len(args) == 4 and not fields and not sources:
+            fields = dict(zip(given, args, strict=True))
+        elif args:
+            raise TypeError(
+                "Array takes one ndarray or torch tensor, or the four fields "
+                "(dtype, shape, stype, data)"
+            )
+        if fields:
+            if sources or len(fields) != len(given):
+                raise TypeError(
+                    "Array(dtype=, shape=, stype=, data=) needs all four, and only them"
+                )
+            return cls._from_fields(**fields)
+        if len(sources) != 1:
+            raise TypeError("Array takes one ndarray or torch tensor")
+        value = sources[0]
+        if _is_tensor(value):
+            return cls.from_torch_tensor(value)
+        return cls.from_numpy_ndarray(value)
+
+    @classmethod
+    def from_numpy_ndarray(cls, ndarray: NDArray) -> Array:
+        """``ndarray`` as an Array: a view of the same memory, not a copy."""
+        return check_array("", ndarray, where="Array").view(cls)
+
+    @classmethod
+    def from_torch_tensor(cls, tensor: Any) -> Array:
+        """A CPU tensor's data as an Array sharing its memory (copied from other devices)."""
+        if not _is_tensor(tensor):
+            raise TypeError(
+                f"Array.from_torch_tensor takes a torch.Tensor, got {type(tensor).__name__}"
+            )
+        array = _tensor_to_array("", tensor, where="Array")
+        return check_array("", array, where="Array").view(cls)
+
+    @classmethod
+    def _from_fields(cls, dtype: object, shape: object, stype: object, data: object) -> Array:
+        if stype != NUMPY_STYPE:
+            raise TypeError(f"Array stype must be {NUMPY_STYPE!r}, got {stype!r}")
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise TypeError(
+                f"Array data must be bytes in numpy.save format, got {type(data).__name__}"
+            )
+        try:
+            loaded = np.load(io.BytesIO(data), allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            raise ValueError(f"Array data is not an array in numpy.save format: {exc}") from exc
+        if not isinstance(loaded, np.ndarray) or str(loaded.dtype) != dtype:
+            raise ValueError(
+                f"Array data holds dtype {getattr(loaded, 'dtype', None)}, not {dtype!r}"
+            )
+        if not isinstance(shape, tuple | list) or tuple(shape) != loaded.shape:
+            raise ValueError(f"Array data holds shape {loaded.shape}, not {shape!r}")
+        return cls.from_numpy_ndarray(loaded)
+
+    @property
+    def stype(self) -> str:
+        """How Flower would serialise the data: always ``"numpy.ndarray"``."""
+        return NUMPY_STYPE
+
+    def numpy(self) -> NDArray:
+        """The array as a plain ``np.ndarray``: a view, not a copy (read-only if this is).
+
+        For an item just read from a record it is the very array the record holds, so
+        ``other[key] = record[key]`` stores that same object, as it did before items
+        were Arrays.
+        """
+        stored: NDArray | None = getattr(self, "_stored", None)
+        if (
+            stored is not None
+            and stored.shape == self.shape
+            and stored.strides == self.strides
+            and stored.dtype == self.dtype
+        ):
+            return stored
+        return self.view(np.ndarray)
+
+    @classmethod
+    def _viewing(cls, stored: NDArray) -> Array:
+        """An Array viewing ``stored`` that remembers it (see :meth:`numpy`)."""
+        item = stored.view(cls)
+        item._stored = stored
+        return item
+
+    def __array_wrap__(
+        self, array: NDArray, context: Any = None, return_scalar: bool = False
+    ) -> Any:
+        # Results of ufuncs and reductions come out as a plain ndarray or numpy scalar,
+        # so computing with record items gives what computing with ndarrays gave.
+        if return_scalar:
+            return array[()]
+        return array if type(array) is np.ndarray else array.view(np.ndarray)
 
 
 class _Record(MutableMapping[str, _T]):
@@ -157,6 +300,13 @@ class ArrayRecord(_Record[NDArray]):
     Arrays that arrive in a message are read-only views (of shared or received
     memory): copy one (``arr.copy()``) before updating it in place.
 
+    Reading an item gives an :class:`Array`: a zero-copy view of the stored array that
+    is an ``np.ndarray`` and also answers Flower's ``.numpy()``. Flower's constructor
+    forms work too — ``ArrayRecord(array_dict=...)``, ``ArrayRecord(numpy_ndarrays=...)``,
+    ``ArrayRecord(torch_state_dict=...)``, the ``from_*`` class methods, and
+    ``keep_input=False``, which empties the list or dict given once its arrays are
+    in the record (the arrays themselves are never copied either way).
+
     Torch tensors are accepted wherever an array is, so ``ArrayRecord(model.state_dict())``
     works: each tensor is stored as a numpy array of the same dtype, detached and on
     the CPU. Like ``Tensor.numpy()``, that array shares a CPU tensor's memory, so
@@ -167,41 +317,118 @@ class ArrayRecord(_Record[NDArray]):
 
     __slots__ = ()
 
-    def __init__(self, arrays: Mapping[str, NDArray] | Iterable[NDArray] | None = None) -> None:
+    def __init__(
+        self,
+        arrays: Mapping[str, NDArray] | Iterable[NDArray] | None = None,
+        *,
+        array_dict: Mapping[str, NDArray] | None = None,
+        numpy_ndarrays: Iterable[NDArray] | None = None,
+        torch_state_dict: Mapping[str, Any] | None = None,
+        keep_input: bool = True,
+    ) -> None:
         super().__init__()
-        if arrays is None:
+        given = [
+            (name, value)
+            for name, value in (
+                ("arrays", arrays),
+                ("array_dict", array_dict),
+                ("numpy_ndarrays", numpy_ndarrays),
+                ("torch_state_dict", torch_state_dict),
+            )
+            if value is not None
+        ]
+        if len(given) > 1:
+            raise TypeError(f"ArrayRecord takes one source of arrays, got {len(given)}")
+        if not given:
             return
-        if isinstance(arrays, ArrayRecord | Mapping):
-            for key, value in arrays.items():
+        name, source = given[0]
+        if isinstance(source, ArrayRecord | Mapping):
+            if name == "numpy_ndarrays":
+                raise TypeError("ArrayRecord(numpy_ndarrays=...) takes a list, not a mapping")
+            for key, value in source.items():
                 self[key] = value
-        elif isinstance(arrays, np.ndarray | str | bytes) or _is_tensor(arrays):
+        elif name in ("array_dict", "torch_state_dict"):
+            raise TypeError(f"ArrayRecord({name}=...) takes a dict, not {type(source).__name__}")
+        elif isinstance(source, np.ndarray | str | bytes) or _is_tensor(source):
             raise TypeError(
                 "ArrayRecord takes a mapping of names to arrays or a list of arrays, "
-                f"not a single {type(arrays).__name__}"
+                f"not a single {type(source).__name__}"
             )
         else:
-            for index, value in enumerate(arrays):
+            for index, value in enumerate(source):
                 self[str(index)] = value
+        clear = getattr(source, "clear", None)
+        if not keep_input and callable(clear):
+            clear()
+
+    @classmethod
+    def from_array_dict(
+        cls, array_dict: Mapping[str, NDArray], *, keep_input: bool = True
+    ) -> ArrayRecord:
+        """A record of the arrays (:class:`Array` or any ndarray) in ``array_dict``, by name."""
+        return cls(array_dict=array_dict, keep_input=keep_input)
+
+    @classmethod
+    def from_numpy_ndarrays(
+        cls, ndarrays: Iterable[NDArray], *, keep_input: bool = True
+    ) -> ArrayRecord:
+        """A record of ``ndarrays`` under the keys ``"0"``, ``"1"``, … in order."""
+        return cls(numpy_ndarrays=ndarrays, keep_input=keep_input)
+
+    @classmethod
+    def from_torch_state_dict(
+        cls, state_dict: Mapping[str, Any], *, keep_input: bool = True
+    ) -> ArrayRecord:
+        """A record of a torch ``state_dict``'s tensors (see the class docstring).
+
+        Needs PyTorch (``pip install 'fedcore[torch]'``): raises ``ImportError`` without
+        it, and ``TypeError`` for a value that is not a tensor.
+        """
+        torch = _import_torch("ArrayRecord.from_torch_state_dict")
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"a state_dict is a dict, not {type(state_dict).__name__}")
+        for key, value in state_dict.items():
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(f"state_dict[{key!r}] is a {type(value).__name__}, not a tensor")
+        return cls(torch_state_dict=state_dict, keep_input=keep_input)
+
+    def __getitem__(self, key: str) -> Array:
+        return Array._viewing(self._data[key])
 
     def _check(self, key: str, value: object) -> NDArray:
         if _is_tensor(value):
             value = _tensor_to_array(key, value)
         return check_array(key, value)
 
-    def to_numpy_ndarrays(self) -> list[NDArray]:
-        """The arrays, in insertion order."""
-        return list(self._data.values())
+    def to_numpy_ndarrays(self, *, keep_input: bool = True) -> list[NDArray]:
+        """The arrays, in insertion order, as plain ndarrays (those stored, not copies).
 
-    def to_torch_state_dict(self) -> OrderedDict[str, Any]:
+        ``keep_input=False`` (Flower's) empties the record as well.
+        """
+        arrays = list(self._data.values())
+        if not keep_input:
+            self._data.clear()
+        return arrays
+
+    def to_torch_state_dict(self, *, keep_input: bool = True) -> OrderedDict[str, Any]:
         """The arrays as CPU torch tensors, in insertion order, for ``model.load_state_dict``.
 
         Dtypes are kept exactly. A tensor shares its array's memory where torch allows
         it; read-only arrays — every array received in a message — are copied, since
         torch cannot protect them from writes. Imports torch, which must be installed
         (``pip install 'fedcore[torch]'``); otherwise raises ``ImportError``.
+        ``keep_input=False`` (Flower's) empties the record as well.
         """
         torch = _import_torch()
-        return OrderedDict((key, _array_to_tensor(torch, arr)) for key, arr in self._data.items())
+        state = OrderedDict((key, _array_to_tensor(torch, arr)) for key, arr in self._data.items())
+        if not keep_input:
+            self._data.clear()
+        return state
+
+    def count_bytes(self) -> int:
+        """Bytes this record holds: its arrays' data plus its keys in UTF-8 (as Flower counts,
+        less the ``numpy.save`` headers Flower's serialised arrays carry)."""
+        return self.nbytes + sum(len(key.encode()) for key in self._data)
 
     @property
     def nbytes(self) -> int:

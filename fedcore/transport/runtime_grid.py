@@ -27,6 +27,7 @@ from fedcore.apps.grid import Grid, pushable
 from fedcore.backoff import Backoff, BackoffPolicy
 from fedcore.clock import Clock
 from fedcore.domain import Message, Run
+from fedcore.domain.message import mark_delivered
 from fedcore.errors import LinkUnavailableError, NotEnoughNodesError
 from fedcore.transport.runtime import RuntimeService
 
@@ -133,6 +134,9 @@ class RuntimeGrid(Grid):
         if replies:
             taken = [reply.metadata.reply_to_message_id for reply in replies]
             await self.call(lambda: self._service.ack_replies(run_id, taken))
+        now = self._clock.now()
+        for reply in replies:
+            mark_delivered(reply, now)
         return replies
 
     async def receive(

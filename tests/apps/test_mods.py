@@ -8,7 +8,7 @@ import math
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio.to_thread
@@ -694,3 +694,84 @@ async def test_fedavg_aggregates_replies_the_stats_mod_touched(context: Context)
     )
     # update (2, 2, 2, 2) of norm 4, clipped to 1: (0.5, 0.5, 0.5, 0.5)
     np.testing.assert_allclose(arrays["w"], [1.5, 1.5, 1.5])
+
+
+# ------------------------------------------------------------------ a lifespan taking a Context
+
+
+def test_the_mod_types_are_public_under_flowers_names_too() -> None:
+    import fedcore.apps
+    import fedcore.mods
+
+    for module in (fedcore.apps, fedcore.mods):
+        assert module.Mod is fedcore.apps.client_app.Mod
+        assert module.CallNext is module.ClientAppCallable is CallNext
+
+
+async def test_a_lifespan_taking_a_context_runs_around_each_message_outside_the_mods(
+    run: Runner, kind: str, context: Context
+) -> None:
+    trace: list[str] = []
+
+    def body(msg: Message, ctx: Context) -> Message:
+        trace.append("handler")
+        return answer(msg, ctx)
+
+    client = app(kind, body, tracing("mod", trace))
+
+    @client.lifespan()
+    def lifespan(ctx: Context) -> Iterator[None]:
+        trace.append(f"setup {ctx.node_id}")
+        yield
+        trace.append("teardown")
+
+    for _ in range(2):
+        assert (await run(client, delivered(), context)).has_content()
+    once = [f"setup {NODE_ID}", "mod in", "handler", "mod out", "teardown"]
+    assert trace == once + once
+    with client.started():  # nothing once per worker: it runs per message instead
+        assert trace == once + once
+
+
+async def test_a_failing_context_lifespan_costs_that_messages_reply(
+    run: Runner, kind: str, context: Context
+) -> None:
+    client = app(kind, answer)
+
+    @client.lifespan()
+    def lifespan(ctx: Context) -> Iterator[None]:
+        raise OSError(f"no data for node {ctx.node_id}")
+        yield
+
+    assert_error(await run(client, delivered(), context), f"OSError: no data for node {NODE_ID}")
+
+
+async def test_a_lifespan_without_arguments_still_runs_once_per_worker(
+    run: Runner, context: Context
+) -> None:
+    trace: list[str] = []
+    client = app("def", answer)
+
+    @client.lifespan()
+    def lifespan() -> Iterator[None]:
+        trace.append("setup")
+        yield
+        trace.append("teardown")
+
+    assert (await run(client, delivered(), context)).has_content()
+    assert trace == []
+    with client.started():
+        assert trace == ["setup"]
+    assert trace == ["setup", "teardown"]
+
+
+def test_a_client_lifespan_takes_no_argument_or_the_context() -> None:
+    client = ClientApp()
+
+    def two(context: Context, extra: int) -> Iterator[None]:
+        yield
+
+    with pytest.raises(TypeError, match="no argument or one"):
+        client.lifespan()(two)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="generator function"):
+        client.lifespan()(lambda context: None)  # type: ignore[arg-type, return-value]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 import pytest
@@ -257,6 +257,116 @@ async def test_a_sync_main_drives_a_real_simulation() -> None:
 
     assert result.value == [0, 1, 2]
     assert result.seed == 0
+
+
+# ------------------------------------------------------------------ lifespan
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("style", ["flower", "fedcore"])
+async def test_a_lifespan_runs_around_main_with_or_without_the_context(
+    server: ServerApp, grid: EchoGrid, context: Context, style: str
+) -> None:
+    events: list[object] = []
+
+    if style == "flower":
+
+        @server.lifespan()
+        def lifespan(ctx: Context) -> Iterator[None]:
+            events.append(("setup", ctx))
+            yield
+            events.append("teardown")
+
+    else:
+
+        @server.lifespan()
+        def lifespan() -> Iterator[None]:
+            events.append(("setup", context))
+            yield
+            events.append("teardown")
+
+    @server.main()
+    async def main(grid: Grid, context: Context) -> int:
+        events.append("main")
+        return 7
+
+    assert await server.run(grid, context) == 7
+    assert events == [("setup", context), "main", "teardown"]
+
+
+@pytest.mark.anyio
+async def test_a_lifespan_tears_down_when_main_raises_and_runs_off_the_loop(
+    server: ServerApp, grid: EchoGrid, context: Context
+) -> None:
+    threads: list[int] = []
+
+    @server.lifespan()
+    def lifespan(context: Context) -> Iterator[None]:
+        threads.append(threading.get_ident())
+        try:
+            yield
+        finally:
+            threads.append(threading.get_ident())
+
+    @server.main()
+    def main(grid: SyncGrid, context: Context) -> None:
+        raise RuntimeError("main failed")
+
+    with pytest.raises(RuntimeError, match="main failed"):
+        await server.run(grid, context)
+    assert len(threads) == 2
+    assert threading.get_ident() not in threads
+
+
+def test_a_lifespan_must_be_a_generator_taking_at_most_the_context(server: ServerApp) -> None:
+    with pytest.raises(TypeError, match="generator function"):
+        server.lifespan()(lambda context: None)  # type: ignore[arg-type, return-value]
+
+    def two(context: Context, extra: int) -> Iterator[None]:
+        yield
+
+    with pytest.raises(TypeError, match="no argument or one"):
+        server.lifespan()(two)  # type: ignore[arg-type]
+
+    def one() -> Iterator[None]:
+        yield
+
+    server.lifespan()(one)
+    with pytest.raises(ValueError, match="already has a lifespan"):
+        server.lifespan()(one)
+
+
+# ------------------------------------------------------------------ Grid.create_message
+
+
+def test_create_message_fills_in_the_run_and_the_sender(grid: EchoGrid) -> None:
+    content = RecordDict({"m": MetricRecord({"v": 1})})
+    message = grid.create_message(content, fc.MessageType.QUERY, 12, "round-2", ttl=30)
+    meta = message.metadata
+    assert message.content is content
+    assert (meta.run_id, meta.src_node_id, meta.dst_node_id) == (5, SERVER_NODE_ID, 12)
+    assert (meta.message_type, meta.group_id, meta.ttl, meta.message_id) == (
+        "query",
+        "round-2",
+        30.0,
+        "",
+    )
+    assert grid.create_message(content, "train", 12, "").metadata.ttl == fc.domain.DEFAULT_TTL
+    with pytest.raises(ValueError, match="message_type"):
+        grid.create_message(content, "fit", 12, "")
+
+
+@pytest.mark.anyio
+async def test_a_sync_grid_creates_messages_too(
+    server: ServerApp, grid: EchoGrid, context: Context
+) -> None:
+    @server.main()
+    def main(grid: SyncGrid, context: Context) -> list[Any]:
+        content = RecordDict({"m": MetricRecord({"v": 3})})
+        messages = [grid.create_message(content, "query", n, "g") for n in grid.get_node_ids()]
+        return [r.content["m"]["v"] for r in grid.send_and_receive(messages)]
+
+    assert await server.run(grid, context) == [3, 3, 3]
 
 
 # ------------------------------------------------------------------ App

@@ -11,7 +11,12 @@ from fedcore import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 def test_array_record_from_mapping_keeps_arrays_without_copy() -> None:
     w = np.ones((2, 3), dtype=np.float32)
     record = ArrayRecord({"w": w})
-    assert record["w"] is w
+    # What is stored is the array given; an item read is an Array viewing it.
+    assert record.to_numpy_ndarrays()[0] is w
+    assert record["w"].numpy() is w
+    assert np.shares_memory(record["w"], w)
+    w[0, 0] = 5
+    assert record["w"][0, 0] == 5
 
 
 def test_array_record_from_list_gets_numbered_keys() -> None:
@@ -104,7 +109,7 @@ def test_records_are_unhashable_mappings() -> None:
 
 def test_array_subclasses_are_stored_as_plain_views(tmp_path: Path) -> None:
     mapped = np.memmap(tmp_path / "w.bin", dtype=np.float32, mode="w+", shape=(3,))
-    stored = ArrayRecord({"m": mapped})["m"]
+    stored = ArrayRecord({"m": mapped}).to_numpy_ndarrays()[0]
     assert type(stored) is np.ndarray
     assert np.shares_memory(stored, mapped)
     del stored, mapped

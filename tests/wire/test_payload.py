@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fedcore.domain.message import Error, ErrorCode, Message, Metadata
-from fedcore.domain.records import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+from fedcore.domain.message import Error, ErrorCode, Message, Metadata, mark_delivered
+from fedcore.domain.records import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from fedcore.errors import DecodeError
 from fedcore.wire import (
     FORMAT_VERSION,
@@ -210,6 +210,49 @@ def test_message_round_trip(msg: Message) -> None:
     assert pack_message(decoded) == payload
 
 
+def as_flower_arrays(records: RecordDict) -> RecordDict:
+    """``records`` rebuilt from Array items, as Flower code builds them (Array(...),
+    ArrayRecord.from_array_dict)."""
+    rebuilt = RecordDict()
+    for name, record in records.items():
+        if isinstance(record, ArrayRecord):
+            rebuilt[name] = ArrayRecord.from_array_dict({k: Array(a) for k, a in record.items()})
+        else:
+            rebuilt[name] = record
+    return rebuilt
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(recorddicts)
+def test_arrays_built_the_flower_way_travel_as_plain_arrays_bit_for_bit(
+    records: RecordDict,
+) -> None:
+    flowery = as_flower_arrays(records)
+    payload = pack_recorddict(flowery)
+    assert payload == pack_recorddict(records)
+    decoded = unpack_recorddict(payload)
+    assert decoded == records
+    for got, want in zip(arrays_of(decoded), arrays_of(records), strict=True):
+        assert type(got) is Array
+        plain = got.numpy()
+        assert type(plain) is np.ndarray
+        assert plain.dtype.str == want.dtype.str
+        assert plain.shape == want.shape
+        assert plain.tobytes() == want.tobytes()
+    check_arrays(decoded, records, payload)
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(messages(), st.floats(0, 4e9))
+def test_delivered_at_stays_with_its_receiver(msg: Message, at: float) -> None:
+    payload = pack_message(msg)
+    mark_delivered(msg, at)
+    assert pack_message(msg) == payload
+    decoded = unpack_message(payload)
+    assert decoded.metadata.delivered_at == ""
+    assert decoded == msg
+
+
 EDGE_ARRAYS = {
     "0-d float": np.array(1.5),
     "0-d big-endian int": np.array(-7, dtype=">i8"),
@@ -336,7 +379,9 @@ def test_message_replies_round_trip() -> None:
 
 
 def test_metadata_field_list_covers_the_dataclass() -> None:
-    assert {name for name, _ in METADATA_FIELDS} == {f.name for f in dataclasses.fields(Metadata)}
+    # delivered_at alone stays behind: each receiver stamps its own copy.
+    sent = {name for name, _ in METADATA_FIELDS}
+    assert sent | {"delivered_at"} == {f.name for f in dataclasses.fields(Metadata)}
 
 
 # ---------------------------------------------------------------- encoder refusals

@@ -32,6 +32,7 @@ from fedcore.domain import (
     Record,
     RecordDict,
 )
+from fedcore.domain.message import mark_delivered
 from fedcore.simulation.backends.base import Backend
 
 INLINE_CONCURRENCY = 64
@@ -99,6 +100,7 @@ class InlineBackend(Backend):
 
     async def run(self, message: Message, context: Context) -> tuple[Message, Context]:
         delivered = message.with_content(read_only_view(message.content))
+        mark_delivered(delivered, self._clock.now())
         meta = message.metadata
         with self._clock.move_on_after(meta.expires_at - self._clock.now()) as deadline:
             return await self._client.handle(delivered, context, in_thread=True), context

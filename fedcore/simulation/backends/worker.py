@@ -36,7 +36,9 @@ from pathlib import Path
 from fedcore.apps.client_app import ClientApp
 from fedcore.apps.flower_imports import install_flower_imports
 from fedcore.apps.loading import load_object
+from fedcore.clock import SystemClock
 from fedcore.domain import Error, ErrorCode, Message, RecordDict
+from fedcore.domain.message import mark_delivered
 from fedcore.errors import AppLoadError
 from fedcore.signals import ENDING_SIGNALS
 from fedcore.simulation.backends.shared_memory import SegmentSpace, map_segment, write_segment
@@ -169,6 +171,7 @@ class _Server:
         self.space = space
         self.inline_limit = inline_limit
         self.loop = asyncio.new_event_loop()
+        self.clock = SystemClock()
         self._contents: OrderedDict[str, mmap.mmap] = OrderedDict()
         self._free: list[str] = []
 
@@ -198,6 +201,7 @@ class _Server:
         else:
             payload = memoryview(map_segment(self.space.root / segment, take=True))
         message, context = unpack_task(payload, self._content)
+        mark_delivered(message, self.clock.now())
         reply = self.client.handle_blocking(message, context, self.loop.run_until_complete)
         try:
             parts = pack_outcome(reply, context.state)

@@ -18,6 +18,7 @@ import anyio
 from fedcore.apps.grid import Grid, pushable
 from fedcore.clock import Clock
 from fedcore.domain import Message, Run
+from fedcore.domain.message import mark_delivered
 from fedcore.errors import NotEnoughNodesError
 from fedcore.state.base import LinkState
 
@@ -90,6 +91,9 @@ class InProcGrid(Grid):
         await self._state.ack_replies(
             self._run.run_id, [reply.metadata.reply_to_message_id for reply in replies]
         )
+        now = self._clock.now()
+        for reply in replies:
+            mark_delivered(reply, now)
         return replies
 
     async def receive(

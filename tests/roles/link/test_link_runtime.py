@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
@@ -272,3 +273,30 @@ async def test_pulling_ids_already_received_answers_code_3_as_the_simulation_doe
             assert again.metadata.reply_to_message_id == message_id
             answers.append((again.error.code, again.metadata.message_type))
     assert answers == [(ErrorCode.MESSAGE_UNAVAILABLE, "system")] * 2
+
+
+@pytest.mark.parametrize("deployed", [True, False], ids=["RuntimeGrid", "InProcGrid"])
+async def test_replies_are_stamped_when_the_grid_hands_them_over(
+    runtime: LinkRuntime,
+    state: InMemoryLinkState,
+    claimed: tuple[Run, str],
+    fake_clock: FakeClock,
+    deployed: bool,
+) -> None:
+    run, _ = claimed
+    grid: Grid = (
+        RuntimeGrid(runtime, run, fake_clock) if deployed else InProcGrid(state, run, fake_clock)
+    )
+    (node,) = await state.create_nodes(1, heartbeat_interval=math.inf)
+    ids = await grid.push_messages([_message(node, 1), _message(node, 2)])
+    for message in await state.pull_messages(node):
+        await state.push_reply(node, Message(RecordDict(), reply_to=message))
+    fake_clock.advance(90.5)
+    (first,) = await grid.pull_messages(ids[:1])
+    fake_clock.advance(1.0)
+    (second,) = [reply async for reply in grid.receive(ids[1:])]
+    start = fake_clock.now() - 91.5
+    for reply, seconds in ((first, 90.5), (second, 91.5)):
+        assert datetime.fromisoformat(reply.metadata.delivered_at) == datetime.fromtimestamp(
+            start + seconds, UTC
+        )

@@ -1,0 +1,40 @@
+"""Lifespans: the generator an app runs around its work, with or without a Context.
+
+fedcore's lifespans take no argument; Flower's take the app's ``Context``
+(``def lifespan(context)``). Both are accepted by :meth:`ClientApp.lifespan
+<fedcore.apps.client_app.ClientApp.lifespan>` and :meth:`ServerApp.lifespan
+<fedcore.apps.server_app.ServerApp.lifespan>`, which look at the signature once,
+when the lifespan is registered, rather than on every call.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from typing import TypeAlias
+
+from fedcore.domain import Context
+
+Lifespan: TypeAlias = Callable[[], Iterator[None]] | Callable[[Context], Iterator[None]]
+
+
+def takes_context(function: object) -> bool:
+    """Whether a lifespan generator ``function`` takes a Context (Flower's form) or
+    nothing (fedcore's); raise ``TypeError`` if it is no generator or takes more."""
+    if not inspect.isgeneratorfunction(function):
+        raise TypeError("a lifespan is a generator function: setup, then `yield`")
+    signature = inspect.signature(function)
+    try:
+        signature.bind()
+    except TypeError:
+        pass
+    else:
+        return False
+    try:
+        signature.bind(None)
+    except TypeError:
+        raise TypeError(
+            "a lifespan takes no argument or one (the Context); "
+            f"{getattr(function, '__name__', function)!r} takes more"
+        ) from None
+    return True
