@@ -40,8 +40,7 @@ _MARK = "__fedcore_flower__"
 
 _DOMAIN = ("ArrayRecord", "ConfigRecord", "Context", "Error", "Message", "Metadata")
 _RECORDS = ("MetricRecord", "RecordDict")
-# Flower names whose fedcore objects are being added; the paths are where they will live.
-_PLANNED_APP = ("Array", "MessageType", "UserConfig", "UserConfigValue")
+_APP_TYPES = ("Array", "MessageType", "UserConfig", "UserConfigValue")
 _STRATEGIES = (
     "Bulyan",
     "DifferentialPrivacyClientSideAdaptiveClipping",
@@ -76,8 +75,8 @@ _ARRAY_TYPES = {
     "NDArrays": "fedcore.domain.records:NDArrays",
 }
 _MOD_TYPES = {
-    "ClientAppCallable": "fedcore.apps.client_app:CallNext",
-    "Mod": "fedcore.apps.client_app:Mod",
+    "ClientAppCallable": "fedcore.mods:ClientAppCallable",
+    "Mod": "fedcore.mods:Mod",
 }
 _LOG = {"log": "fedcore.apps.flower_imports:log"}
 
@@ -88,7 +87,7 @@ def _top(names: Sequence[str]) -> dict[str, str]:
 
 FLOWER_NAMES: dict[str, dict[str, str]] = {
     "flwr": {},
-    "flwr.app": _top((*_DOMAIN, *_RECORDS, *_PLANNED_APP)),
+    "flwr.app": _top((*_DOMAIN, *_RECORDS, *_APP_TYPES)),
     "flwr.serverapp": _top(("Grid", "ServerApp")),
     "flwr.serverapp.strategy": {name: f"fedcore.strategy:{name}" for name in _STRATEGIES},
     "flwr.clientapp": _top(("ClientApp",)),
