@@ -9,41 +9,29 @@ and in the workers.
 
 from __future__ import annotations
 
-import io
 import json
-import os
 import shutil
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from fedcore.testing import flower_examples
+
 TESTS = Path(__file__).resolve().parents[1]
 FLOWER_STYLE = TESTS / "apps" / "flower_style"
-FLOWER_COMMIT = (TESTS / "flower_apps" / "FLOWER_COMMIT").read_text().strip()
 FEDCORE = Path(sys.executable).parent / "fedcore"
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def flower_example(name: str, into: Path) -> Path:
-    """Flower's example ``name``, extracted from $FEDCORE_FLOWER_REPO (tests/flower_apps)."""
-    repo = os.environ.get("FEDCORE_FLOWER_REPO")
-    if not repo:
-        pytest.skip("set FEDCORE_FLOWER_REPO to a clone of adap/flower (tests/flower_apps)")
-    archive = subprocess.run(
-        ["git", "-C", repo, "archive", "--format=tar", FLOWER_COMMIT, f"examples/{name}"],
-        capture_output=True,
-        check=False,
-    )
-    if archive.returncode != 0:
-        pytest.skip(f"{repo} has no examples/{name} at {FLOWER_COMMIT[:10]}")
-    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        tar.extractall(into, filter="data")
-    return into / "examples" / name
+    try:
+        return flower_examples.flower_example(name, into)
+    except flower_examples.FlowerExampleUnavailable as exc:
+        pytest.skip(f"{exc} (tests/flower_apps)")
 
 
 def simulate(
