@@ -27,6 +27,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Write a new node key pair: OUT.key (mode 0600) and OUT.pub.",
     ),
     "log": ("fedcore.cli.runs:log", "Print a run's ServerApp log."),
+    "new": (
+        "fedcore.cli.new:new",
+        "Write a new app directory, NAME, that `fedcore simulate NAME` runs as it is.",
+    ),
     "nodes": (
         "fedcore.cli.nodes:nodes",
         "List, add or remove the public keys of the nodes the link admits.",
