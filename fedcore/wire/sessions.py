@@ -15,8 +15,8 @@ the node's later unary calls carry instead of a signature::
     fedcore-nonce       as a signed call's
     fedcore-mac         base64 of HMAC-SHA256 over the text below
 
-The text is a signed call's six lines with ``fedcore-session-v1`` first and the
-session id in place of the key. So a MAC is good for one method, one body, one
+The text is :mod:`fedcore.wire.stamps`' covered text with ``fedcore-session-v1``
+first and the session id for the claimant. So a MAC is good for one method, one body, one
 moment and one session, and costs microseconds to check.
 
 What it does not weaken: someone who reads the traffic learns both X25519 public
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
 import re
 import secrets
@@ -46,27 +45,19 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from fedcore.errors import AuthenticationError
 from fedcore.wire.frame import Buffer
+from fedcore.wire.stamps import NONCE, TIMESTAMP, covered_text, new_stamp, well_stamped
 
 SESSION = "fedcore-session"
 SESSION_KEY = "fedcore-session-key"
 SESSION_OFFER = "fedcore-session-offer"
-TIMESTAMP = "fedcore-timestamp"
-NONCE = "fedcore-nonce"
 MAC = "fedcore-mac"
 SESSION_SECONDS = 3600.0
 """How long the link admits a session from its opening; a node opens a new one halfway."""
 _VERSION = "fedcore-session-v1"
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{22}")
-_TIMESTAMP = re.compile(r"[0-9]{1,12}")
-_NONCE = re.compile(r"[0-9a-f]{32}")
-_KEY_B64 = re.compile(r"[A-Za-z0-9+/]{43}=")
-_MAC_B64 = _KEY_B64
+_B64_32 = re.compile(r"[A-Za-z0-9+/]{43}=")
+"""32 bytes in base64: an X25519 key, an HMAC-SHA256."""
 _RAW_KEY = 32
-
-
-def _text(method: str, timestamp: str, nonce: str, session_id: str, frame: Buffer) -> bytes:
-    digest = hashlib.sha256(frame).hexdigest()
-    return "\n".join((_VERSION, method, timestamp, nonce, session_id, digest)).encode("ascii")
 
 
 def session_key(
@@ -99,7 +90,7 @@ def encode_key(raw: bytes) -> str:
 
 def decode_key(text: str) -> bytes:
     """A raw X25519 key from its header's base64; ``AuthenticationError`` if malformed."""
-    if not _KEY_B64.fullmatch(text):
+    if not _B64_32.fullmatch(text):
         raise AuthenticationError("the session key header is malformed")
     return base64.b64decode(text)
 
@@ -125,7 +116,8 @@ class MacRequest:
 
     def verify(self, key: bytes, method: str, frame: Buffer) -> None:
         """Return if the MAC is ``key``'s over ``frame`` for ``method``; else raise."""
-        text = _text(method, str(self.timestamp), self.nonce, self.session_id, frame)
+        timestamp = str(self.timestamp)
+        text = covered_text(_VERSION, method, timestamp, self.nonce, self.session_id, frame)
         if not hmac.compare_digest(hmac.digest(key, text, "sha256"), self._mac):
             raise AuthenticationError("the request's MAC is wrong")
 
@@ -134,8 +126,9 @@ def mac_metadata(
     session_id: str, key: bytes, method: str, frame: Buffer, now: float
 ) -> tuple[tuple[str, str], ...]:
     """The metadata that authenticates ``frame`` as a call to ``method`` in a session."""
-    timestamp, nonce = str(int(now)), secrets.token_hex(16)
-    mac = hmac.digest(key, _text(method, timestamp, nonce, session_id, frame), "sha256")
+    timestamp, nonce = new_stamp(now)
+    text = covered_text(_VERSION, method, timestamp, nonce, session_id, frame)
+    mac = hmac.digest(key, text, "sha256")
     return (
         (SESSION, session_id),
         (TIMESTAMP, timestamp),
@@ -149,9 +142,7 @@ def mac_request(values: dict[str, str]) -> MacRequest:
     any of them is missing or malformed."""
     session_id, timestamp = values.get(SESSION, ""), values.get(TIMESTAMP, "")
     nonce, mac = values.get(NONCE, ""), values.get(MAC, "")
-    if not (
-        _TIMESTAMP.fullmatch(timestamp) and _NONCE.fullmatch(nonce) and _MAC_B64.fullmatch(mac)
-    ):
+    if not (well_stamped(timestamp, nonce) and _B64_32.fullmatch(mac)):
         raise AuthenticationError("the request's session headers are malformed")
     try:
         raw = base64.b64decode(mac)

@@ -8,9 +8,10 @@ headers; ASCII)::
     fedcore-nonce       32 hex digits, random, never used twice
     fedcore-signature   base64 of the node key's signature over the text below
 
-The signed text is six lines joined by ``\\n``: ``fedcore-fleet-v1``, the method's
-path (``/fedcore.v1.Fleet/PullMessages``), the timestamp, the nonce, the public key's
-base64 as sent, and the SHA-256 of the frame in hex; and a seventh, when the call
+The signed text is the covered text of :mod:`fedcore.wire.stamps` with
+``fedcore-fleet-v1`` first and the public key's base64 as sent for the claimant —
+six lines: version, the method's path (``/fedcore.v1.Fleet/PullMessages``), the
+timestamp, the nonce, the key, the SHA-256 of the frame in hex — and a seventh, when the call
 offers a session (:mod:`fedcore.wire.sessions`), the offer's header as sent. So a
 signature is good for one method, one body, one moment and one key; a captured
 request replayed, sent to another method, or with its body changed fails, and the
@@ -27,41 +28,26 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import re
-import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from fedcore.errors import AuthenticationError
 from fedcore.wire.frame import Buffer
 from fedcore.wire.keys import MAX_KEY_TEXT, NodeKey, PublicKey
-from fedcore.wire.sessions import (
-    MAC,
-    NONCE,
-    SESSION,
-    SESSION_OFFER,
-    TIMESTAMP,
-    MacRequest,
-    decode_key,
-    mac_request,
-)
+from fedcore.wire.sessions import MAC, SESSION, SESSION_OFFER, MacRequest, decode_key, mac_request
+from fedcore.wire.stamps import NONCE, TIMESTAMP, covered_text, new_stamp, well_stamped
 
 NODE_KEY = "fedcore-node-key"
 SIGNATURE = "fedcore-signature"
 _HEADERS = (NODE_KEY, TIMESTAMP, NONCE, SIGNATURE, SESSION_OFFER, SESSION, MAC)
 _VERSION = "fedcore-fleet-v1"
-_TIMESTAMP = re.compile(r"[0-9]{1,12}")
-_NONCE = re.compile(r"[0-9a-f]{32}")
 _BASE64 = re.compile(r"[A-Za-z0-9+/]{4,4096}={0,2}")
 
 
-def _signed_text(
-    method: str, timestamp: str, nonce: str, key: str, frame: Buffer, offer: str
-) -> bytes:
-    digest = hashlib.sha256(frame).hexdigest()
-    lines = (_VERSION, method, timestamp, nonce, key, digest, *((offer,) if offer else ()))
-    return "\n".join(lines).encode("ascii")
+def _offered(offer: str) -> tuple[str, ...]:
+    """The line a session offer adds to the signed text: none without one."""
+    return (offer,) if offer else ()
 
 
 def sign(
@@ -70,8 +56,9 @@ def sign(
     """The metadata that signs ``frame`` as the first request of a call to ``method``,
     offering a session when ``offer`` (an X25519 key's header value) is given."""
     encoded_key = base64.b64encode(key.public.der).decode("ascii")
-    timestamp, nonce = str(int(now)), secrets.token_hex(16)
-    signature = key.sign(_signed_text(method, timestamp, nonce, encoded_key, frame, offer))
+    timestamp, nonce = new_stamp(now)
+    text = covered_text(_VERSION, method, timestamp, nonce, encoded_key, frame, *_offered(offer))
+    signature = key.sign(text)
     return (
         (NODE_KEY, encoded_key),
         (TIMESTAMP, timestamp),
@@ -96,8 +83,9 @@ class SignedRequest:
 
     def verify(self, method: str, frame: Buffer) -> None:
         """Return if the signature signs ``frame`` for ``method``; else ``AuthenticationError``."""
-        text = _signed_text(
-            method, str(self.timestamp), self.nonce, self._encoded_key, frame, self._offer
+        timestamp, offered = str(self.timestamp), _offered(self._offer)
+        text = covered_text(
+            _VERSION, method, timestamp, self.nonce, self._encoded_key, frame, *offered
         )
         self.public_key.verify(self._signature, text)
 
@@ -109,12 +97,6 @@ def credentials(metadata: Iterable[tuple[str, str | bytes]]) -> SignedRequest | 
     if SESSION in values:
         return mac_request(values)
     return _signed(values)
-
-
-def signed_request(metadata: Iterable[tuple[str, str | bytes]]) -> SignedRequest:
-    """The signature a call's metadata carries; ``AuthenticationError`` if there is none
-    or it is malformed (each entry present once, in its form)."""
-    return _signed(_headers(metadata))
 
 
 def _headers(metadata: Iterable[tuple[str, str | bytes]]) -> dict[str, str]:
@@ -132,8 +114,7 @@ def _signed(values: dict[str, str]) -> SignedRequest:
     if not (
         len(key) <= MAX_KEY_TEXT
         and _BASE64.fullmatch(key)
-        and _TIMESTAMP.fullmatch(timestamp)
-        and _NONCE.fullmatch(nonce)
+        and well_stamped(timestamp, nonce)
         and _BASE64.fullmatch(signature)
     ):
         raise AuthenticationError("the request is not signed (fleet requests carry a node key)")

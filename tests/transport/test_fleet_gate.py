@@ -11,7 +11,7 @@ from fedcore.transport.fleet_gate import NodeGate
 from fedcore.wire.keys import NodeKey
 from fedcore.wire.rpc import FleetMethod
 from fedcore.wire.sessions import SESSION_SECONDS, ClientSession, Offer
-from fedcore.wire.signatures import credentials, sign, signed_request
+from fedcore.wire.signatures import credentials, sign
 
 pytestmark = pytest.mark.anyio
 
@@ -26,7 +26,7 @@ async def state(fake_clock: FakeClock) -> InMemoryLinkState:
 
 
 def signed(key: NodeKey, clock: FakeClock, method: str = HEARTBEAT, frame: bytes = FRAME):
-    return signed_request(sign(key, method, frame, clock.now()))
+    return credentials(sign(key, method, frame, clock.now()))
 
 
 async def test_a_signed_request_is_admitted_once(
@@ -44,9 +44,9 @@ async def test_a_stale_or_future_timestamp_is_refused(
     state: InMemoryLinkState, fake_clock: FakeClock
 ) -> None:
     gate, key = NodeGate(state, fake_clock), NodeKey.generate()
-    stale = signed_request(sign(key, HEARTBEAT, FRAME, fake_clock.now() - 31))
-    future = signed_request(sign(key, HEARTBEAT, FRAME, fake_clock.now() + 31))
-    edge = signed_request(sign(key, HEARTBEAT, FRAME, fake_clock.now() - 29))
+    stale = credentials(sign(key, HEARTBEAT, FRAME, fake_clock.now() - 31))
+    future = credentials(sign(key, HEARTBEAT, FRAME, fake_clock.now() + 31))
+    edge = credentials(sign(key, HEARTBEAT, FRAME, fake_clock.now() - 29))
     for request in (stale, future):
         with pytest.raises(AuthenticationError, match="off the receiver's clock"):
             await gate.admit(HEARTBEAT, FRAME, request)
@@ -112,13 +112,13 @@ async def test_with_an_authorized_list_only_its_keys_are_admitted(
 )  # fmt: skip
 def test_missing_or_malformed_signatures_are_refused(metadata: tuple[tuple[str, str], ...]) -> None:
     with pytest.raises(AuthenticationError):
-        signed_request(metadata)
+        credentials(metadata)
 
 
 def test_a_repeated_signature_header_is_refused() -> None:
     headers = sign(NodeKey.generate(), HEARTBEAT, FRAME, 1_700_000_000.0)
     with pytest.raises(AuthenticationError, match="not signed"):
-        signed_request((*headers, headers[0]))
+        credentials((*headers, headers[0]))
 
 
 async def _open(gate: NodeGate, key: NodeKey, clock: FakeClock) -> ClientSession:
