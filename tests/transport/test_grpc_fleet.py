@@ -503,3 +503,24 @@ async def test_calls_after_the_first_are_macd_and_a_lost_session_is_signed_again
         assert restarted.presented == ["mac", "signed+offer"]
         await client.heartbeat(node_id, 1.0)
         assert restarted.presented[-1] == "mac"
+
+
+class _NoSessions(_Recording):
+    """A link's gate that admits signed calls and never opens a session."""
+
+    async def admit(self, method: str, frame: Buffer, presented: Any) -> Admission:
+        admission = await super().admit(method, frame, presented)
+        return Admission(admission.public_key)
+
+
+async def test_against_a_link_that_opens_no_session_the_client_signs_and_stops_offering() -> None:
+    fleet = fake_with_run()
+    gate = _NoSessions(fleet)
+    async with (
+        serve_fleet(fleet, "127.0.0.1", 0, gate=gate) as listener,
+        GrpcFleetClient(listener.host, listener.port) as client,
+    ):
+        node_id = await client.register_node({}, 1.0)
+        await client.heartbeat(node_id, 1.0)
+        await client.heartbeat(node_id, 1.0)
+    assert gate.presented == ["signed+offer", "signed", "signed"]
