@@ -38,3 +38,13 @@ def flower_example(name: str, into: Path) -> Path:
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(into, filter="data")
     return into / "examples" / name
+
+
+def flower_example_or_skip(name: str, into: Path) -> Path:
+    """:func:`flower_example`, or the calling test skipped with the reason it is not there."""
+    import pytest
+
+    try:
+        return flower_example(name, into)
+    except FlowerExampleUnavailable as exc:
+        pytest.skip(f"{exc} (tests/flower_apps)")

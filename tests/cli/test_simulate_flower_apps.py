@@ -18,20 +18,13 @@ from typing import Any
 
 import pytest
 
-from fedcore.testing import flower_examples
+from fedcore.testing.flower_examples import flower_example_or_skip
 
 TESTS = Path(__file__).resolve().parents[1]
 FLOWER_STYLE = TESTS / "apps" / "flower_style"
 FEDCORE = Path(sys.executable).parent / "fedcore"
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def flower_example(name: str, into: Path) -> Path:
-    try:
-        return flower_examples.flower_example(name, into)
-    except flower_examples.FlowerExampleUnavailable as exc:
-        pytest.skip(f"{exc} (tests/flower_apps)")
 
 
 def simulate(
@@ -153,7 +146,7 @@ def test_a_flower_module_fedcore_lacks_fails_at_import_in_one_line(
 
 @pytest.mark.parametrize("backend", ["process", "inline"])
 def test_flowers_quickstart_numpy_runs_unchanged(tmp_path: Path, backend: str) -> None:
-    app_dir = flower_example("quickstart-numpy", tmp_path / "flower")
+    app_dir = flower_example_or_skip("quickstart-numpy", tmp_path / "flower")
 
     done = simulate(app_dir, "--nodes", "4", "--backend", backend, cwd=tmp_path)
 
@@ -164,7 +157,7 @@ def test_flowers_quickstart_numpy_runs_unchanged(tmp_path: Path, backend: str) -
 
 
 def test_an_app_that_declares_no_node_count_is_a_usage_error(tmp_path: Path) -> None:
-    app_dir = flower_example("quickstart-numpy", tmp_path / "flower")
+    app_dir = flower_example_or_skip("quickstart-numpy", tmp_path / "flower")
 
     done = simulate(app_dir, cwd=tmp_path)
 

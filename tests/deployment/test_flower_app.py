@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fedcore.testing.deployment import Deployment, printed_objects
-from fedcore.testing.flower_examples import FlowerExampleUnavailable, flower_example
+from fedcore.testing.flower_examples import flower_example_or_skip
 
 FLOWER_STYLE = Path(__file__).resolve().parents[1] / "apps" / "flower_style"
 
@@ -36,10 +36,7 @@ def test_a_flower_app_runs_as_it_is_on_a_link_with_two_nodes(tmp_path: Path) -> 
 
 
 def test_flowers_quickstart_numpy_runs_as_it_is_on_a_link_with_two_nodes(tmp_path: Path) -> None:
-    try:
-        app_dir = flower_example("quickstart-numpy", tmp_path / "flower")
-    except FlowerExampleUnavailable as exc:
-        pytest.skip(f"{exc} (tests/flower_apps)")
+    app_dir = flower_example_or_skip("quickstart-numpy", tmp_path / "flower")
     with Deployment(tmp_path / "deployment", heartbeat_interval=1.0) as deployment:
         deployment.start_link()
         for index in range(2):
