@@ -187,8 +187,9 @@ def test_the_rendered_code_passes_the_repository_s_ruff_and_mypy(
         text=True,
         check=False,
         env={"MYPYPATH": ":".join(paths), "PATH": str(BIN)},
-        cwd=pytestconfig.cache.mkdir("mypy-templates") if pytestconfig.cache else tmp_path,
-    )
+        cwd=cache.mkdir("mypy-templates") if (cache := getattr(pytestconfig, "cache", None))
+        else tmp_path,  # mypy's cache, kept between runs where pytest keeps one
+    )  # fmt: skip
     assert mypy.returncode == 0, mypy.stdout + mypy.stderr
 
 
