@@ -34,7 +34,7 @@ from fedcore.wire.fleet import ConfigValue, PayloadRef, PushedReply
 from fedcore.wire.frame import Buffer, slices
 from fedcore.wire.keys import PublicKey
 from fedcore.wire.rpc import LeasedMessage, PulledMessages
-from fedcore.wire.sessions import MacRequest
+from fedcore.wire.sessions import FrameSeal, MacRequest
 from fedcore.wire.signatures import SignedRequest
 
 __all__ = [
@@ -91,10 +91,13 @@ async def sliced(parts: Sequence[Buffer], chunk_size: int) -> AsyncIterator[Buff
 @dataclass(frozen=True, slots=True)
 class Admission:
     """An admitted call: the node key it proved, and headers for the response, if any
-    (the answer to a session offer)."""
+    (the answer to a session offer). A call MAC'd in a session also has the session's
+    id and the seal its later frames carry (:class:`~fedcore.wire.sessions.FrameSeal`)."""
 
     public_key: PublicKey
     headers: tuple[tuple[str, str], ...] = ()
+    session_id: str | None = None
+    seal: FrameSeal | None = None
 
 
 class FleetGate(ABC):
@@ -110,6 +113,17 @@ class FleetGate(ABC):
         :class:`~fedcore.errors.AuthenticationError` for a bad signature or MAC, a
         stale timestamp, a replayed nonce or a key the link does not admit, and
         :class:`~fedcore.errors.UnknownSessionError` for a session it does not hold.
+        """
+
+    @abstractmethod
+    def check_session(self, admission: Admission) -> None:
+        """Return if the session an admitted call was MAC'd in still admits calls now.
+
+        A long call asks before each frame after its first: the session may have
+        ended, been replaced, or its key been taken off the authorized list since.
+        Raises :class:`~fedcore.errors.UnknownSessionError` for a session the gate no
+        longer holds, :class:`~fedcore.errors.AuthenticationError` for a key it no
+        longer admits.
         """
 
     @abstractmethod

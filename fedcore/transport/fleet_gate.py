@@ -10,8 +10,12 @@ Every fleet request is signed with its node's key (:mod:`fedcore.wire.signatures
   check at most, and nothing of it is kept. A signed request may open a session
   (:mod:`fedcore.wire.sessions`); a request MAC'd in one is admitted the same way,
   with the session's key for the signer's, at the cost of an HMAC. The gate holds
-  one session per node key, at most :data:`MAX_SESSIONS` (the oldest go first: its
-  node signs again), each for :data:`~fedcore.wire.sessions.SESSION_SECONDS`.
+  up to :data:`SESSIONS_PER_KEY` sessions per node key (a node calls on two
+  connections, each with its own) and :data:`MAX_SESSIONS` in all — the oldest go
+  first: their node signs again — each for
+  :data:`~fedcore.wire.sessions.SESSION_SECONDS`.
+- **check_session**, before each later frame of a long call in a session: the
+  session is still held and its key still admitted.
 - **check_speaks_for**, once the request's node id is read: the signer's key is the
   one that node registered with. The binding lives in the LinkState (it survives a
   restart on SQLite) or whatever else answers :class:`KeyBindings`; the gate keeps
@@ -56,6 +60,9 @@ HASH_OFF_LOOP = 64 * 1024
 would hold the event loop for milliseconds."""
 MAX_SESSIONS = 100_000
 """Sessions the gate holds at once: some 200 bytes each."""
+SESSIONS_PER_KEY = 4
+"""Sessions one node key may hold at once: a node's own connections each open one (its
+calls and its heartbeats go on two), and one that opens a fifth ends its oldest."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +102,8 @@ class NodeGate(FleetGate):
         """The node of each key seen since start (a cache of the state's bindings)."""
         self._sessions: dict[str, _Session] = {}
         """By id, oldest first."""
-        self._session_of: dict[bytes, str] = {}
-        """Each node key's one session."""
+        self._session_of: dict[bytes, list[str]] = {}
+        """Each node key's sessions, oldest first."""
 
     def authorize(self, keys: Iterable[PublicKey] | None) -> None:
         """Admit only ``keys`` from now on (``None``: any key). Nodes already registered
@@ -108,19 +115,32 @@ class NodeGate(FleetGate):
     ) -> Admission:
         self._guard.check_fresh(presented.timestamp)
         if isinstance(presented, MacRequest):
-            session = self._sessions.get(presented.session_id)
-            if session is None or session.ends <= self._clock.now():
-                raise UnknownSessionError("the link holds no such session: sign the call")
+            session = self._held(presented.session_id)
             self._check_authorized(session.public_key)
             await _off_loop_if_large(frame, presented.verify, session.key, method, frame)
             self._guard.use_once(presented.nonce, presented.timestamp)
-            return Admission(session.public_key)
+            seal = presented.seal(session.key)
+            return Admission(session.public_key, session_id=presented.session_id, seal=seal)
         self._check_authorized(presented.public_key)
         await _off_loop_if_large(frame, presented.verify, method, frame)
         self._guard.use_once(presented.nonce, presented.timestamp)
         if presented.offer is None:
             return Admission(presented.public_key)
         return Admission(presented.public_key, self._open_session(presented, presented.offer))
+
+    def check_session(self, admission: Admission) -> None:
+        if admission.session_id is None:
+            raise UnknownSessionError("the call was not made in a session")
+        session = self._held(admission.session_id)
+        if session.public_key != admission.public_key:
+            raise UnknownSessionError("the link holds no such session: sign the call")
+        self._check_authorized(session.public_key)
+
+    def _held(self, session_id: str) -> _Session:
+        session = self._sessions.get(session_id)
+        if session is None or session.ends <= self._clock.now():
+            raise UnknownSessionError("the link holds no such session: sign the call")
+        return session
 
     def _check_authorized(self, key: PublicKey) -> None:
         if self._authorized is not None and key not in self._authorized:
@@ -130,23 +150,32 @@ class NodeGate(FleetGate):
             )
 
     def _open_session(self, signed: SignedRequest, offer: bytes) -> tuple[tuple[str, str], ...]:
-        """A new session for the signer, replacing its last; the headers that answer the offer."""
+        """A new session for the signer, ending its oldest if it holds
+        :data:`SESSIONS_PER_KEY`; the headers that answer the offer."""
         private, answer = new_exchange_key()
         shared = exchange(private, offer)
         session_id = new_session_id()
         der = signed.public_key.der
-        replaced = self._session_of.pop(der, None)
-        if replaced is not None:
-            del self._sessions[replaced]
+        held = self._session_of.setdefault(der, [])
+        if len(held) >= SESSIONS_PER_KEY:
+            del self._sessions[held.pop(0)]
         while len(self._sessions) >= MAX_SESSIONS:
-            oldest = self._sessions.pop(next(iter(self._sessions)))
-            del self._session_of[oldest.public_key.der]
+            self._end_oldest()
         key = session_key(shared, session_id, offer, answer, der)
         self._sessions[session_id] = _Session(
             signed.public_key, key, self._clock.now() + SESSION_SECONDS
         )
-        self._session_of[der] = session_id
+        self._session_of.setdefault(der, []).append(session_id)
         return ((SESSION, session_id), (SESSION_KEY, encode_key(answer)))
+
+    def _end_oldest(self) -> None:
+        session_id, oldest = next(iter(self._sessions.items()))
+        del self._sessions[session_id]
+        der = oldest.public_key.der
+        held = self._session_of[der]
+        held.remove(session_id)
+        if not held:
+            del self._session_of[der]
 
     async def check_speaks_for(self, public_key: PublicKey, node_id: int) -> None:
         key = public_key.der

@@ -59,6 +59,7 @@ class FleetMethod(Enum):
     REGISTER_NODE = "/fedcore.v1.Fleet/RegisterNode"
     UNREGISTER_NODE = "/fedcore.v1.Fleet/UnregisterNode"
     HEARTBEAT = "/fedcore.v1.Fleet/Heartbeat"
+    HEARTBEATS = "/fedcore.v1.Fleet/Heartbeats"
     PULL_MESSAGES = "/fedcore.v1.Fleet/PullMessages"
     PUSH_REPLY = "/fedcore.v1.Fleet/PushReply"
     GET_RUN = "/fedcore.v1.Fleet/GetRun"
@@ -80,6 +81,7 @@ SMALL_REQUEST = 4 * 1024
 _REGISTER_NODE_RESPONSE = FlatCodec(pb.RegisterNodeResponse)
 _UNREGISTER_NODE_REQUEST = FlatCodec(pb.UnregisterNodeRequest)
 _HEARTBEAT_REQUEST = FlatCodec(pb.HeartbeatRequest)
+_HEARTBEAT_FRAME = FlatCodec(pb.HeartbeatFrame)
 _HEARTBEAT_RESPONSE = FlatCodec(pb.HeartbeatResponse)
 _PULL_MESSAGES_REQUEST = FlatCodec(pb.PullMessagesRequest)
 
@@ -87,6 +89,7 @@ REQUEST_CAPS: dict[FleetMethod, int] = {
     FleetMethod.REGISTER_NODE: 64 * 1024,
     FleetMethod.UNREGISTER_NODE: SMALL_REQUEST,
     FleetMethod.HEARTBEAT: 64 * 1024,
+    FleetMethod.HEARTBEATS: 64 * 1024 + 64,
     FleetMethod.PULL_MESSAGES: SMALL_REQUEST,
     FleetMethod.PUSH_REPLY: MAX_INLINE_CONTENT + 64 * 1024,
     FleetMethod.GET_RUN: SMALL_REQUEST,
@@ -213,6 +216,17 @@ def decode_heartbeat_request(frame: Buffer) -> tuple[int, float, list[str], floa
     ids: list[str] = request["message_ids"]
     lease = _decoded_seconds("lease_seconds", request["lease_seconds"], zero=False) if ids else None
     return _decoded_node_id(request["node_id"]), interval, ids, lease
+
+
+def encode_heartbeat_frame(request: bytes, mac: bytes) -> bytes:
+    """One frame of a Heartbeats call: an encoded heartbeat request and its MAC."""
+    return _HEARTBEAT_FRAME.encode(request=request, mac=mac)
+
+
+def decode_heartbeat_frame(frame: Buffer) -> tuple[bytes, bytes]:
+    """The encoded heartbeat request a Heartbeats frame carries, and its MAC (unchecked)."""
+    decoded = _HEARTBEAT_FRAME.decode(frame)
+    return decoded["request"], decoded["mac"]
 
 
 def encode_heartbeat_response(*, known: bool, released: Sequence[str] = ()) -> bytes:

@@ -19,6 +19,11 @@ The text is :mod:`fedcore.wire.stamps`' covered text with ``fedcore-session-v1``
 first and the session id for the claimant. So a MAC is good for one method, one body, one
 moment and one session, and costs microseconds to check.
 
+A call that carries many frames in a session (the Heartbeats stream) MACs each of
+them too, in band (:class:`FrameSeal`): over ``fedcore-frame-v1``, the call's nonce,
+the frame's number in the call and the frame's SHA-256, so a frame is good for one
+place in one call only.
+
 What it does not weaken: someone who reads the traffic learns both X25519 public
 keys and not the session key; someone who rewrites the link's answer ends with a
 key the link does not have, so every MAC'd call of the node is refused, and the
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import hmac
 import re
 import secrets
@@ -54,6 +60,7 @@ MAC = "fedcore-mac"
 SESSION_SECONDS = 3600.0
 """How long the link admits a session from its opening; a node opens a new one halfway."""
 _VERSION = "fedcore-session-v1"
+_FRAME_VERSION = "fedcore-frame-v1"
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{22}")
 _B64_32 = re.compile(r"[A-Za-z0-9+/]{43}=")
 """32 bytes in base64: an X25519 key, an HMAC-SHA256."""
@@ -121,12 +128,41 @@ class MacRequest:
         if not hmac.compare_digest(hmac.digest(key, text, "sha256"), self._mac):
             raise AuthenticationError("the request's MAC is wrong")
 
+    def seal(self, key: bytes) -> FrameSeal:
+        """The seal of this call's frames, once ``key`` admitted its first."""
+        return FrameSeal(key, self.nonce)
+
+
+@dataclass(frozen=True, slots=True)
+class FrameSeal:
+    """The MACs of the frames of one call in a session: the call's nonce names the call."""
+
+    key: bytes
+    nonce: str
+
+    def mac(self, number: int, frame: Buffer) -> bytes:
+        """The MAC of ``frame`` as the call's frame ``number`` (0 first)."""
+        digest = hashlib.sha256(frame).hexdigest()
+        text = "\n".join((_FRAME_VERSION, self.nonce, str(number), digest)).encode("ascii")
+        return hmac.digest(self.key, text, "sha256")
+
+    def verify(self, number: int, frame: Buffer, mac: bytes) -> None:
+        """Return if ``mac`` is this seal's for ``frame`` as frame ``number``; else raise."""
+        if not hmac.compare_digest(self.mac(number, frame), mac):
+            raise AuthenticationError(f"the MAC of the call's frame {number} is wrong")
+
 
 def mac_metadata(
-    session_id: str, key: bytes, method: str, frame: Buffer, now: float
+    session_id: str,
+    key: bytes,
+    method: str,
+    frame: Buffer,
+    now: float,
+    stamp: tuple[str, str] | None = None,
 ) -> tuple[tuple[str, str], ...]:
-    """The metadata that authenticates ``frame`` as a call to ``method`` in a session."""
-    timestamp, nonce = new_stamp(now)
+    """The metadata that authenticates ``frame`` as a call to ``method`` in a session,
+    stamped with ``stamp`` (a timestamp and nonce from :func:`new_stamp`) or a new one."""
+    timestamp, nonce = stamp or new_stamp(now)
     text = covered_text(_VERSION, method, timestamp, nonce, session_id, frame)
     mac = hmac.digest(key, text, "sha256")
     return (
@@ -183,5 +219,11 @@ class ClientSession:
     key: bytes
     renew_at: float
 
-    def metadata(self, method: str, frame: Buffer, now: float) -> tuple[tuple[str, str], ...]:
-        return mac_metadata(self.session_id, self.key, method, frame, now)
+    def metadata(
+        self, method: str, frame: Buffer, now: float, stamp: tuple[str, str] | None = None
+    ) -> tuple[tuple[str, str], ...]:
+        return mac_metadata(self.session_id, self.key, method, frame, now, stamp)
+
+    def seal(self, nonce: str) -> FrameSeal:
+        """The seal of the frames of a call stamped with ``nonce``."""
+        return FrameSeal(self.key, nonce)

@@ -7,10 +7,11 @@ import pytest
 from fedcore.errors import AuthenticationError, NodeNotFoundError, UnknownSessionError
 from fedcore.state.memory import InMemoryLinkState
 from fedcore.testing import FakeClock
-from fedcore.transport.fleet_gate import NodeGate
+from fedcore.transport import fleet_gate
+from fedcore.transport.fleet_gate import SESSIONS_PER_KEY, NodeGate
 from fedcore.wire.keys import NodeKey
 from fedcore.wire.rpc import FleetMethod
-from fedcore.wire.sessions import SESSION_SECONDS, ClientSession, Offer
+from fedcore.wire.sessions import SESSION_SECONDS, ClientSession, FrameSeal, Offer
 from fedcore.wire.signatures import credentials, sign
 
 pytestmark = pytest.mark.anyio
@@ -169,19 +170,78 @@ async def test_a_session_someone_else_derived_is_refused(
         await gate.admit(HEARTBEAT, FRAME, macd(unknown, fake_clock))
 
 
-async def test_a_session_ends_when_replaced_or_after_its_time(
+async def test_a_key_holds_a_few_sessions_and_a_new_one_ends_the_oldest(
     state: InMemoryLinkState, fake_clock: FakeClock
 ) -> None:
     gate, key = NodeGate(state, fake_clock), NodeKey.generate()
-    first = await _open(gate, key, fake_clock)
-    second = await _open(gate, key, fake_clock)  # one session per key: the first ends
+    # A node's calls and its heartbeats go on two connections, each with a session.
+    sessions = [await _open(gate, key, fake_clock) for _ in range(SESSIONS_PER_KEY)]
+    for session in sessions:
+        await gate.admit(HEARTBEAT, FRAME, macd(session, fake_clock))
+    newest = await _open(gate, key, fake_clock)
     with pytest.raises(UnknownSessionError):
-        await gate.admit(HEARTBEAT, FRAME, macd(first, fake_clock))
-    await gate.admit(HEARTBEAT, FRAME, macd(second, fake_clock))
-    assert second.renew_at == fake_clock.now() + SESSION_SECONDS / 2
+        await gate.admit(HEARTBEAT, FRAME, macd(sessions[0], fake_clock))
+    for session in [*sessions[1:], newest]:
+        await gate.admit(HEARTBEAT, FRAME, macd(session, fake_clock))
+
+
+async def test_a_session_ends_after_its_time(
+    state: InMemoryLinkState, fake_clock: FakeClock
+) -> None:
+    gate, key = NodeGate(state, fake_clock), NodeKey.generate()
+    session = await _open(gate, key, fake_clock)
+    admission = await gate.admit(HEARTBEAT, FRAME, macd(session, fake_clock))
+    assert session.renew_at == fake_clock.now() + SESSION_SECONDS / 2
     fake_clock.advance(SESSION_SECONDS)
     with pytest.raises(UnknownSessionError):
-        await gate.admit(HEARTBEAT, FRAME, macd(second, fake_clock))
+        await gate.admit(HEARTBEAT, FRAME, macd(session, fake_clock))
+    with pytest.raises(UnknownSessionError):
+        gate.check_session(admission)
+
+
+async def test_the_gate_holds_at_most_max_sessions_and_ends_the_oldest_first(
+    state: InMemoryLinkState, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fleet_gate, "MAX_SESSIONS", 3)
+    gate = NodeGate(state, fake_clock)
+    keys = [NodeKey.generate() for _ in range(4)]
+    sessions = [await _open(gate, key, fake_clock) for key in keys]
+    with pytest.raises(UnknownSessionError):
+        await gate.admit(HEARTBEAT, FRAME, macd(sessions[0], fake_clock))
+    for session in sessions[1:]:
+        await gate.admit(HEARTBEAT, FRAME, macd(session, fake_clock))
+    again = await _open(gate, keys[0], fake_clock)  # its key lost its only session: a new one
+    await gate.admit(HEARTBEAT, FRAME, macd(again, fake_clock))
+
+
+async def test_a_long_call_is_checked_against_its_session_frame_by_frame(
+    state: InMemoryLinkState, fake_clock: FakeClock
+) -> None:
+    key = NodeKey.generate()
+    gate = NodeGate(state, fake_clock, authorized=[key.public])
+    session = await _open(gate, key, fake_clock)
+    admission = await gate.admit(HEARTBEAT, FRAME, macd(session, fake_clock))
+    gate.check_session(admission)
+    signed = await gate.admit(
+        HEARTBEAT, FRAME, credentials(sign(key, HEARTBEAT, FRAME, fake_clock.now()))
+    )
+    assert signed.seal is None
+    with pytest.raises(UnknownSessionError, match="not made in a session"):
+        gate.check_session(signed)
+    gate.authorize([])
+    with pytest.raises(AuthenticationError, match="not among"):
+        gate.check_session(admission)
+
+
+def test_a_frame_seal_is_good_for_one_place_in_one_call() -> None:
+    seal, other = FrameSeal(bytes(32), "a" * 32), FrameSeal(bytes(32), "b" * 32)
+    mac = seal.mac(3, FRAME)
+    seal.verify(3, FRAME, mac)
+    for number, frame, checked_by in ((2, FRAME, seal), (3, FRAME + b"!", seal), (3, FRAME, other)):
+        with pytest.raises(AuthenticationError, match="MAC of the call's frame"):
+            checked_by.verify(number, frame, mac)
+    with pytest.raises(AuthenticationError):
+        FrameSeal(bytes(range(32)), "a" * 32).verify(3, FRAME, mac)
 
 
 async def test_a_session_of_a_key_taken_off_the_authorized_list_is_refused(

@@ -466,15 +466,16 @@ async def test_a_link_that_goes_away_mid_call_is_link_unavailable() -> None:
 
 
 class _Recording(NodeGate):
-    """The link's gate, noting how each call was authenticated."""
+    """The link's gate, noting each call it admitted: its method and how it was authenticated."""
 
     def __init__(self, fleet: FakeFleet) -> None:
         super().__init__(fleet, SystemClock())
-        self.presented: list[str] = []
+        self.presented: list[tuple[str, str]] = []
 
     async def admit(self, method: str, frame: Buffer, presented: Any) -> Admission:
         kind = "mac" if isinstance(presented, MacRequest) else "signed"
-        self.presented.append(kind + ("+offer" if getattr(presented, "offer", None) else ""))
+        kind += "+offer" if getattr(presented, "offer", None) else ""
+        self.presented.append((method.rsplit("/", 1)[-1], kind))
         return await super().admit(method, frame, presented)
 
 
@@ -486,12 +487,16 @@ async def test_calls_after_the_first_are_macd_and_a_lost_session_is_signed_again
         client = await stack.enter_async_context(GrpcFleetClient(listener.host, listener.port))
         node_id = await client.register_node({}, 1.0)
         fleet.send(RUN_ID, message_for(node_id))
-        await client.heartbeat(node_id, 1.0)
         await client.pull_messages(node_id)
-        assert gate.presented == ["signed+offer", "mac", "mac"]
+        await client.get_run(node_id, RUN_ID)
+        assert gate.presented == [
+            ("RegisterNode", "signed+offer"),
+            ("PullMessages", "mac"),
+            ("GetRun", "mac"),
+        ]
         await collect(client.get_bundle(node_id, RUN_ID))  # streams are always signed
-        await client.heartbeat(node_id, 1.0)  # and leave the session as it was
-        assert gate.presented[-2:] == ["signed", "mac"]
+        await client.pull_messages(node_id)  # and leave the session as it was
+        assert gate.presented[-2:] == [("GetBundle", "signed"), ("PullMessages", "mac")]
         # The link restarts on the same port, holding no session.
         await stack.aclose()
         restarted = _Recording(fleet)
@@ -499,10 +504,10 @@ async def test_calls_after_the_first_are_macd_and_a_lost_session_is_signed_again
             serve_fleet(fleet, "127.0.0.1", listener.port, gate=restarted)
         )
         await stack.enter_async_context(client)
-        await client.heartbeat(node_id, 1.0)
-        assert restarted.presented == ["mac", "signed+offer"]
-        await client.heartbeat(node_id, 1.0)
-        assert restarted.presented[-1] == "mac"
+        await client.pull_messages(node_id)
+        assert restarted.presented == [("PullMessages", "mac"), ("PullMessages", "signed+offer")]
+        await client.pull_messages(node_id)
+        assert restarted.presented[-1] == ("PullMessages", "mac")
 
 
 class _NoSessions(_Recording):
@@ -523,4 +528,19 @@ async def test_against_a_link_that_opens_no_session_the_client_signs_and_stops_o
         node_id = await client.register_node({}, 1.0)
         await client.heartbeat(node_id, 1.0)
         await client.heartbeat(node_id, 1.0)
-    assert gate.presented == ["signed+offer", "signed", "signed"]
+    assert [kind for _, kind in gate.presented] == ["signed+offer", "signed", "signed"]
+
+
+async def test_two_connections_of_one_node_keep_a_session_each() -> None:
+    fleet = fake_with_run()
+    gate = _Recording(fleet)
+    async with serve_fleet(fleet, "127.0.0.1", 0, gate=gate) as listener:
+        calls = GrpcFleetClient(listener.host, listener.port)
+        beats = GrpcFleetClient(listener.host, listener.port, key=calls.key)
+        async with calls, beats:
+            node_id = await calls.register_node({}, 1.0)
+            for _ in range(3):  # as a node's pulls and heartbeats alternate
+                await calls.pull_messages(node_id)
+                await beats.pull_messages(node_id)
+    kinds = [kind for _, kind in gate.presented]
+    assert kinds == ["signed+offer", "mac", "signed+offer", "mac", "mac", "mac", "mac"]

@@ -18,6 +18,7 @@ from fedcore.wire.protobuf import parse
 
 FLAT: list[type[betterproto.Message]] = [
     pb.HeartbeatRequest,
+    pb.HeartbeatFrame,
     pb.HeartbeatResponse,
     pb.PullMessagesRequest,
     pb.RegisterNodeResponse,

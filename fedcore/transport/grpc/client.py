@@ -47,6 +47,7 @@ from fedcore.errors import (
 )
 from fedcore.transport.fleet import Buffer, FleetService, Transfer, each_chunk
 from fedcore.transport.grpc.frames import ERROR_TRAILER, RawCodec, cardinality
+from fedcore.transport.grpc.heartbeats import HeartbeatCall
 from fedcore.wire import rpc as wire
 from fedcore.wire.chunks import Digest
 from fedcore.wire.fleet import ConfigValue, PayloadRef, PushedReply
@@ -83,7 +84,9 @@ class GrpcFleetClient(FleetService):
     life) and stamped with ``clock``'s time. The first signed call offers a session
     (:mod:`fedcore.wire.sessions`); once the link has answered, unary calls are
     MAC'd in it instead, at a fraction of the cost, and a call the link refuses as
-    of an unknown session (it restarted) is signed and sent again.
+    of an unknown session (it restarted) is signed and sent again. Heartbeats in a
+    session go on one long call (:mod:`~fedcore.transport.grpc.heartbeats`); a beat
+    that fails there, or finds it busy with another, is sent as a call of its own.
     """
 
     def __init__(
@@ -104,6 +107,11 @@ class GrpcFleetClient(FleetService):
         """A call that offers a session is under way: the others sign without one."""
         self._sessions = True
         """False once the link answered an offer without a session: it does not hold any."""
+        self._beats: HeartbeatCall | None = None
+        self._beating = False
+        """A heartbeat is on ``_beats`` now: another goes as a call of its own."""
+        self._streamed_beats = True
+        """False once the link answered UNIMPLEMENTED to a Heartbeats call."""
 
     async def __aenter__(self) -> Self:
         self._channel = grpclib.client.Channel(
@@ -117,6 +125,9 @@ class GrpcFleetClient(FleetService):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._beats is not None:
+            await self._beats.close()
+            self._beats = None
         if self._channel is not None:
             self._channel.close()
             self._channel = None
@@ -149,7 +160,9 @@ class GrpcFleetClient(FleetService):
         request = wire.encode_heartbeat_request(
             node_id, heartbeat_interval, working_message_ids, lease_seconds
         )
-        response = await self._unary(FleetMethod.HEARTBEAT, request)
+        response = await self._streamed_beat(request)
+        if response is None:
+            response = await self._unary(FleetMethod.HEARTBEAT, request)
         return wire.decode_heartbeat_response(response, node_id)
 
     async def pull_messages(
@@ -223,6 +236,38 @@ class GrpcFleetClient(FleetService):
         return wire.decode_push_payload_response(_present(response))
 
     # The calls ------------------------------------------------------------------------
+
+    async def _streamed_beat(self, request: bytes) -> bytes | None:
+        """The answer to ``request`` sent on the heartbeats call, or None if it should
+        go as a call of its own: no session, a beat already on the call, or the call
+        failed (a heartbeat is safe to send twice)."""
+        session = self._current_session()
+        if session is None or self._beating or not self._streamed_beats:
+            return None
+        self._beating = True
+        try:
+            call = self._beats
+            if call is not None and (call.broken or call.session is not session):
+                self._beats = None
+                await call.close()
+            if self._beats is None:
+                if self._channel is None:
+                    raise RuntimeError("GrpcFleetClient is used outside its `async with` block")
+                self._beats = HeartbeatCall(self._channel, session, self._clock)
+            call = self._beats
+            try:
+                return await call.beat(request)
+            except _LINK_ERRORS as exc:
+                if call.stream is not None:
+                    _take_back_native_cancel(call.stream)
+                    refused = self._translated(exc, call.stream)
+                    if isinstance(refused, UnknownSessionError) and self._session is session:
+                        self._session = None  # the call of its own signs, and offers anew
+                if isinstance(exc, GRPCError) and exc.status is grpclib.const.Status.UNIMPLEMENTED:
+                    self._streamed_beats = False
+                return None
+        finally:
+            self._beating = False
 
     async def _unary(self, method: FleetMethod, request: bytes) -> bytes:
         session = self._current_session()

@@ -47,6 +47,7 @@ ERROR_TRAILER = "fedcore-error"
 """Trailing metadata naming the error class of a NOT_FOUND or UNAUTHENTICATED status."""
 
 STREAMING = {
+    FleetMethod.HEARTBEATS: grpclib.const.Cardinality.STREAM_STREAM,
     FleetMethod.GET_BUNDLE: grpclib.const.Cardinality.UNARY_STREAM,
     FleetMethod.PULL_PAYLOAD: grpclib.const.Cardinality.UNARY_STREAM,
     FleetMethod.PUSH_PAYLOAD: grpclib.const.Cardinality.STREAM_UNARY,

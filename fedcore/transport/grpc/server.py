@@ -55,7 +55,7 @@ from fedcore.errors import (
     ReplyRejectedError,
     RunFinishedError,
 )
-from fedcore.transport.fleet import FleetGate, FleetService, Transfer
+from fedcore.transport.fleet import Admission, FleetGate, FleetService, Transfer
 from fedcore.transport.grpc.frames import ERROR_TRAILER, RawCodec, cardinality, decoded, receive
 from fedcore.transport.grpc.guard import (
     DEFAULT_FLEET_LIMITS,
@@ -68,7 +68,6 @@ from fedcore.wire import DEFAULT_LIMITS
 from fedcore.wire import rpc as wire
 from fedcore.wire.fleet import PushedReply
 from fedcore.wire.frame import MAX_DETAIL
-from fedcore.wire.keys import PublicKey
 from fedcore.wire.protobuf import FRAME_CAP
 from fedcore.wire.rpc import REQUEST_CAPS, ChunkReader, ChunkWriter, FleetMethod
 from fedcore.wire.signatures import credentials
@@ -155,6 +154,7 @@ class _FleetHandlers:
         self._cap = frame_cap
         self._max_payload = max_payload
         self._timeout = limits.body_timeout
+        self._idle_timeout = limits.idle_timeout
         self._rates = PeerRates(limits.requests_per_second, limits.request_burst)
         self.flood = FloodLog()
         self.closing = False
@@ -171,6 +171,7 @@ class _FleetHandlers:
             FleetMethod.REGISTER_NODE: self._register_node,
             FleetMethod.UNREGISTER_NODE: self._unregister_node,
             FleetMethod.HEARTBEAT: self._heartbeat,
+            FleetMethod.HEARTBEATS: self._heartbeats,
             FleetMethod.PULL_MESSAGES: self._pull_messages,
             FleetMethod.PUSH_REPLY: self._push_reply,
             FleetMethod.GET_RUN: self._get_run,
@@ -230,9 +231,9 @@ class _FleetHandlers:
         await _end(stream, grpclib.const.Status.RESOURCE_EXHAUSTED, "too many requests")
         return False
 
-    async def _request(self, stream: _Stream, method: FleetMethod) -> tuple[bytes, PublicKey]:
+    async def _request(self, stream: _Stream, method: FleetMethod) -> tuple[bytes, Admission]:
         """The call's first frame, once the gate admitted the signature (or MAC) over it;
-        the node key it proved.
+        the gate's admission (the node key it proved, the session).
 
         The signature is read from the headers before any of the frame; the frame is
         read under the method's own cap and within the body timeout. The answer to a
@@ -245,7 +246,7 @@ class _FleetHandlers:
         admission = await self._gate.admit(method.value, frame, presented)
         if admission.headers:
             await stream.send_initial_metadata(metadata=admission.headers)
-        return frame, admission.public_key
+        return frame, admission
 
     async def _node_request(
         self, stream: _Stream, method: FleetMethod, decode: Callable[[bytes], _T]
@@ -254,16 +255,17 @@ class _FleetHandlers:
 
         ``decode`` returns the node id, or a tuple of the node id and the rest.
         """
-        frame, key = await self._request(stream, method)
+        frame, admission = await self._request(stream, method)
         request = await decoded(decode, frame)
         node_id = request[0] if isinstance(request, tuple) else request
         assert isinstance(node_id, int), "a node request decodes to its node id first"
-        await self._gate.check_speaks_for(key, node_id)
+        await self._gate.check_speaks_for(admission.public_key, node_id)
         return request
 
     async def _register_node(self, stream: _Stream) -> None:
-        frame, key = await self._request(stream, FleetMethod.REGISTER_NODE)
+        frame, admission = await self._request(stream, FleetMethod.REGISTER_NODE)
         node_config, interval = await decoded(wire.decode_register_node_request, frame)
+        key = admission.public_key
         node_id = await self._service.register_node(node_config, interval, key.der)
         self._gate.registered(key, node_id)
         await stream.send_message(wire.encode_register_node_response(node_id))
@@ -276,16 +278,44 @@ class _FleetHandlers:
         await stream.send_message(wire.encode_unregister_node_response())
 
     async def _heartbeat(self, stream: _Stream) -> None:
-        node_id, interval, ids, lease = await self._node_request(
+        request = await self._node_request(
             stream, FleetMethod.HEARTBEAT, wire.decode_heartbeat_request
         )
+        await stream.send_message(await self._beat(*request))
+
+    async def _heartbeats(self, stream: _Stream) -> None:
+        """Heartbeats on one call: each frame MAC'd in the call's session, each answered.
+
+        The frames after the first wait up to the idle timeout, not the body
+        timeout: a node sends one per heartbeat interval. Each counts against the
+        peer's request rate as a call would.
+        """
+        frame, admission = await self._request(stream, FleetMethod.HEARTBEATS)
+        cap = min(self._cap, REQUEST_CAPS[FleetMethod.HEARTBEATS])
+        number = 0
+        while True:
+            encoded, mac = wire.decode_heartbeat_frame(frame)
+            if admission.seal is None:
+                raise AuthenticationError("a Heartbeats call is made in a session, not signed")
+            admission.seal.verify(number, encoded, mac)
+            request = wire.decode_heartbeat_request(encoded)
+            await self._gate.check_speaks_for(admission.public_key, request[0])
+            await stream.send_message(await self._beat(*request))
+            next_frame = await receive(stream, cap, self._idle_timeout)
+            if next_frame is None or not await self._admit(stream):
+                return
+            self._gate.check_session(admission)
+            frame, number = next_frame, number + 1
+
+    async def _beat(
+        self, node_id: int, interval: float, ids: list[str], lease: float | None
+    ) -> bytes:
+        """The encoded answer to one heartbeat."""
         try:
             released = await self._service.heartbeat(node_id, interval, ids, lease)
         except NodeNotFoundError:
-            response = wire.encode_heartbeat_response(known=False)
-        else:
-            response = wire.encode_heartbeat_response(known=True, released=released)
-        await stream.send_message(response)
+            return wire.encode_heartbeat_response(known=False)
+        return wire.encode_heartbeat_response(known=True, released=released)
 
     async def _pull_messages(self, stream: _Stream) -> None:
         node_id, limit, lease, wait = await self._node_request(
@@ -337,7 +367,7 @@ class _FleetHandlers:
 
     async def _push_payload(self, stream: _Stream) -> None:
         reader = ChunkReader(max_size=self._max_payload)
-        frame, key = await self._request(stream, FleetMethod.PUSH_PAYLOAD)
+        frame, admission = await self._request(stream, FleetMethod.PUSH_PAYLOAD)
         first = await decoded(reader.upload, frame)
         done = False
 
@@ -352,7 +382,7 @@ class _FleetHandlers:
             done = True
 
         node_id, message_id = reader.upload_ids
-        await self._gate.check_speaks_for(key, node_id)
+        await self._gate.check_speaks_for(admission.public_key, node_id)
         async with aclosing(chunks()) as data:
             payload_id = await self._service.push_payload(node_id, message_id, reader.digest, data)
         if not done:

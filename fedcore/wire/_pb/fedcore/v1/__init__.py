@@ -408,6 +408,27 @@ class HeartbeatRequest(betterproto.Message):
 
 
 @dataclass(eq=False, repr=False)
+class HeartbeatFrame(betterproto.Message):
+    """
+    One heartbeat of a Heartbeats call. The call is MAC'd in a session like any
+     unary call in one (its headers cover the first frame), and every frame, the
+     first included, carries its own MAC in that session's key, over the text
+     "fedcore-frame-v1", the call's fedcore-nonce, the frame's number (0 for the
+     first, then 1, 2, …, in decimal) and the SHA-256 of request in hex, joined by
+     newlines. So a frame is good for one place in one call: it cannot be replayed,
+     reordered or moved to another call. The link ends the call UNAUTHENTICATED
+     (with UnknownSessionError in the fedcore-error trailer once the session ends)
+     at the first frame it refuses, and after idle_timeout seconds with no frame.
+    """
+
+    request: bytes = betterproto.bytes_field(1)
+    """A HeartbeatRequest, encoded: what the MAC covers."""
+
+    mac: bytes = betterproto.bytes_field(2)
+    """HMAC-SHA256, 32 bytes."""
+
+
+@dataclass(eq=False, repr=False)
 class HeartbeatResponse(betterproto.Message):
     """Heartbeat's response."""
 
@@ -654,6 +675,25 @@ class FleetStub(betterproto.ServiceStub):
             metadata=metadata,
         )
 
+    async def heartbeats(
+        self,
+        heartbeat_frame_iterator: "AsyncIterable[HeartbeatFrame] | Iterable[HeartbeatFrame]",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None
+    ) -> "AsyncIterator[HeartbeatResponse]":
+        async for response in self._stream_stream(
+            "/fedcore.v1.Fleet/Heartbeats",
+            heartbeat_frame_iterator,
+            HeartbeatFrame,
+            HeartbeatResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        ):
+            yield response
+
     async def pull_messages(
         self,
         pull_messages_request: "PullMessagesRequest",
@@ -777,6 +817,12 @@ class FleetBase(ServiceBase):
     ) -> "HeartbeatResponse":
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
+    async def heartbeats(
+        self, heartbeat_frame_iterator: "AsyncIterator[HeartbeatFrame]"
+    ) -> "AsyncIterator[HeartbeatResponse]":
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+        yield HeartbeatResponse()
+
     async def pull_messages(
         self, pull_messages_request: "PullMessagesRequest"
     ) -> "PullMessagesResponse":
@@ -828,6 +874,16 @@ class FleetBase(ServiceBase):
         request = await stream.recv_message()
         response = await self.heartbeat(request)
         await stream.send_message(response)
+
+    async def __rpc_heartbeats(
+        self, stream: "grpclib.server.Stream[HeartbeatFrame, HeartbeatResponse]"
+    ) -> None:
+        request = stream.__aiter__()
+        await self._call_rpc_handler_server_stream(
+            self.heartbeats,
+            stream,
+            request,
+        )
 
     async def __rpc_pull_messages(
         self, stream: "grpclib.server.Stream[PullMessagesRequest, PullMessagesResponse]"
@@ -895,6 +951,12 @@ class FleetBase(ServiceBase):
                 self.__rpc_heartbeat,
                 grpclib.const.Cardinality.UNARY_UNARY,
                 HeartbeatRequest,
+                HeartbeatResponse,
+            ),
+            "/fedcore.v1.Fleet/Heartbeats": grpclib.const.Handler(
+                self.__rpc_heartbeats,
+                grpclib.const.Cardinality.STREAM_STREAM,
+                HeartbeatFrame,
                 HeartbeatResponse,
             ),
             "/fedcore.v1.Fleet/PullMessages": grpclib.const.Handler(
