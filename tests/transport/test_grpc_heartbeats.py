@@ -7,6 +7,7 @@ and a beat the call cannot carry goes as a Heartbeat call of its own.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -160,13 +161,31 @@ async def test_a_key_taken_off_the_authorized_list_is_refused_on_the_call() -> N
     assert fleet.beats == 2
 
 
+class _Logged(logging.Handler):
+    """Sets ``seen`` once a log record has ``text`` in its message."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text, self.seen = text, anyio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.seen.set()
+
+
 async def test_a_call_idle_past_the_idle_timeout_is_ended_and_the_next_beat_gets_through() -> None:
     fleet = _CountingFleet()
     gate = _Recording(fleet)
+    ended = _Logged("did not arrive within 0.2 s")  # the link's only sign that it ended the call
+    logging.getLogger("fedcore").addHandler(ended)
     async with link(fleet, gate, FleetLimits(idle_timeout=0.2)) as client:
         node_id = await client.register_node({}, 1.0)
         await client.heartbeat(node_id, 1.0)
-        await anyio.sleep(0.5)  # the time the test is about, not a wait for readiness
+        try:
+            with anyio.fail_after(10):
+                await ended.seen.wait()
+        finally:
+            logging.getLogger("fedcore").removeHandler(ended)
         await client.heartbeat(node_id, 1.0)
         await client.heartbeat(node_id, 1.0)
     assert fleet.beats == 3
