@@ -33,17 +33,19 @@ ALLOWED: dict[str, set[str]] = {
     "strategy": BASE | {"domain", "apps", "privacy"},
     "transport": BASE | {"domain", "wire", "state", "apps"},
     "roles": BASE | {"domain", "wire", "state", "transport", "apps"},
+    # strategy: a run's record holds the round driver's RoundReports and a Result's model.
+    "results": BASE | {"domain", "strategy"},
     # strategy: the progress display renders the round driver's RoundReports.
-    "simulation": BASE | {"domain", "wire", "state", "transport", "apps", "strategy"},
+    "simulation": BASE | {"domain", "wire", "state", "transport", "apps", "strategy", "results"},
     # strategy: the ServerApp process reads its strategy's last RoundReport.
     "runtime": BASE
     | {"domain", "wire", "state", "transport", "apps", "roles", "simulation", "strategy"},
     "cli": BASE
     | {"domain", "wire", "state", "transport", "apps", "roles", "simulation", "runtime"}
-    | {"strategy", "mods", "__init__"},
+    | {"strategy", "mods", "results", "__init__"},
     "testing": BASE
     | {"domain", "wire", "state", "transport", "apps", "simulation", "strategy", "mods"}
-    | {"runtime"},
+    | {"runtime", "results"},
     "__init__": {"apps", "domain", "simulation", "lazy"},
 }
 

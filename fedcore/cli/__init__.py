@@ -36,6 +36,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "List, add or remove the public keys of the nodes the link admits.",
     ),
     "ls": ("fedcore.cli.runs:ls", "List the link's runs (newest last), or its online nodes."),
+    "plot": (
+        "fedcore.cli.plot:plot",
+        "Draw each metric of the RUNS (results directories) over rounds, on one figure.",
+    ),
     "run": (
         "fedcore.cli.runs:run",
         "Pack APP_DIR (default: here), submit it to the link as a new run, print its id.",

@@ -110,6 +110,18 @@ DEFAULT_ROUND_TIMEOUT = 600.0
     help="Append to this file one JSON line for the run (run id, seed, config, start "
     "time, fedcore version), then one line of metrics per round.",
 )
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("results"),
+    show_default=True,
+    envvar="FEDCORE_RESULTS",
+    show_envvar=True,
+    help="Keep the run's results directory under this one: run.json, metrics.jsonl, "
+    "log.txt, model.npz (when main returns a model) and summary.png, in "
+    "<UTC time>-<app>-<seed>/.",
+)
+@click.option("--no-save", is_flag=True, help="Keep no results directory.")
 @click.option("--verbose", "-v", is_flag=True, help="Show debug logs.")
 @click.option("--quiet", "-q", is_flag=True, help="Show only warnings, errors and the summary.")
 def simulate(
@@ -126,6 +138,8 @@ def simulate(
     seed: int | None,
     round_timeout: float | None,
     metrics_out: Path | None,
+    out: Path,
+    no_save: bool,
     verbose: bool,
     quiet: bool,
 ) -> None:
@@ -178,8 +192,13 @@ def simulate(
             seed=seed,
             round_timeout=round_timeout,
             progress=False,
+            out=None if no_save else out,
         )
     click.echo(summary(display.reports, time.monotonic() - started, result.seed))
+    if result.out is not None:
+        picture = result.out / "summary.png"
+        shown = f" (picture: {picture})" if picture.exists() else ""
+        click.echo(f"results: {result.out}{shown}", err=True)
     if display.reports and display.reports[-1].trained_nothing:
         raise click.ClickException(display.reports[-1].untrained_reason())
 

@@ -17,6 +17,7 @@ import dataclasses
 import logging
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -49,11 +50,13 @@ class RunStarted:
 
 @dataclass
 class SimulationResult:
-    """What a simulation returns: ``value`` is whatever ``main`` returned."""
+    """What a simulation returns: ``value`` is whatever ``main`` returned; ``out`` is the
+    run's results directory, if it kept one."""
 
     value: Any
     context: Context
     seed: int
+    out: Path | None = None
 
 
 class SimulationEngine:

@@ -17,16 +17,14 @@ no empty file behind.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+from fedcore.results.metrics import round_row, run_header
 from fedcore.simulation.engine import RunStarted
 from fedcore.strategy.result import ReplyProgress, RoundReport, failures_text
 
@@ -73,7 +71,7 @@ class ProgressDisplay(logging.Handler):
 
     def _record(self, report: RoundReport) -> None:
         self.reports.append(report)
-        self._write(_as_json(report))
+        self._write(round_row(report))
         if self.live:
             self._live_line = ""
 
@@ -123,36 +121,7 @@ class ProgressDisplay(logging.Handler):
 
 
 def _header(run: RunStarted) -> dict[str, Any]:
-    """The line that opens a run in ``--metrics-out``; per-round lines have a ``round`` key,
-    this one a ``run`` key instead, so a reader tells them apart."""
-    return {
-        "run": run.run_id,
-        "seed": run.seed,
-        "config": run.run_config,
-        "started": datetime.fromtimestamp(run.started, UTC).isoformat(timespec="seconds"),
-        "fedcore": _version(),
-    }
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("fedcore")
-    except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
-        return "unknown"
-
-
-def _as_json(report: RoundReport) -> dict[str, Any]:
-    row = asdict(report)
-    return {
-        "round": row.pop("server_round"),
-        "num_rounds": row["num_rounds"],
-        "replies": report.replies,
-        "failures": report.failures,
-        "elapsed": row["elapsed"],
-        "train": row["train_metrics"],
-        "evaluate": row["evaluate_metrics"],
-        "server": row["server_metrics"],
-    }
+    return run_header(run.run_id, run.seed, run.run_config, run.started)
 
 
 def summary(reports: list[RoundReport], wall_time: float, seed: int, max_rows: int = 12) -> str:

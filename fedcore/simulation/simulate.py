@@ -26,12 +26,15 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 
 from fedcore.apps.app import App
 from fedcore.apps.loading import load_app
 from fedcore.apps.run_config import RunConfig, resolve_run_config
 from fedcore.clock import Clock, SystemClock
 from fedcore.errors import UsageError
+from fedcore.results.directory import ResultsRecorder, new_run_directory, recording
+from fedcore.results.plot import draw_summary
 from fedcore.signals import Ending
 from fedcore.simulation.backends import DEFAULT_BACKEND, create_backend
 from fedcore.simulation.backends.shared_memory import remove_process_segments
@@ -65,6 +68,7 @@ async def simulate(
     round_timeout: float | None = None,
     progress: bool = True,
     federation: str | None = None,
+    out: str | Path | None = None,
 ) -> SimulationResult:
     """Run ``app`` on ``nodes`` virtual nodes and return what its ServerApp's main returned.
 
@@ -90,6 +94,11 @@ async def simulate(
     Unless ``progress=False`` or the caller configured logging (a handler on the
     root or ``fedcore`` logger, as ``logging.basicConfig`` adds), each round is logged
     to stderr and a summary printed at the end, as ``fedcore simulate`` shows them.
+
+    ``out`` (a directory, made if need be) keeps the run's results directory under it,
+    named ``<UTC time>-<app>-<seed>`` (:mod:`fedcore.results`), as ``fedcore simulate``
+    does under ``results/``; ``result.out`` names it. fedcore's INFO records are
+    produced while it runs, for the record, whatever the loggers' levels were.
     """
     if os.environ.get(WORKER_ENV):
         raise UsageError(
@@ -134,24 +143,59 @@ async def simulate(
             display = stack.enter_context(
                 showing_progress(sys.stderr, show=logging.INFO, live=sys.stderr.isatty())
             )
+        recorder = None
+        if out is not None:
+            description = {
+                "app": _app_name(app, loaded.path),
+                "config": config,
+                "seed": seed,
+                "backend": backend,
+                "nodes": nodes,
+                "resources": {"num_cpus": resources.num_cpus, "num_gpus": resources.num_gpus},
+            }
+            path = new_run_directory(Path(out), str(description["app"]), seed, started)
+            recorder = stack.enter_context(recording(ResultsRecorder(path, description, started)))
         log.info("simulating %d nodes%s on the %s backend, seed %d", nodes, source, backend, seed)
-        async with (
-            InMemoryLinkState(clock, seed=seed) as state,
-            create_backend(
-                backend, loaded, resources, clock, system=system, max_workers=max_workers
-            ) as runner,
-        ):
-            engine = SimulationEngine(state, runner, clock)
-            result = await engine.run(
-                loaded.app.server,
-                num_nodes=nodes,
-                run_config=config,
-                seed=seed,
-                round_timeout=round_timeout,
-            )
+        try:
+            async with (
+                InMemoryLinkState(clock, seed=seed) as state,
+                create_backend(
+                    backend, loaded, resources, clock, system=system, max_workers=max_workers
+                ) as runner,
+            ):
+                engine = SimulationEngine(state, runner, clock)
+                result = await engine.run(
+                    loaded.app.server,
+                    num_nodes=nodes,
+                    run_config=config,
+                    seed=seed,
+                    round_timeout=round_timeout,
+                )
+        except BaseException as exc:
+            if recorder is not None:
+                status = "failed" if isinstance(exc, Exception) else "interrupted"
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(
+                        recorder.finish, None, status, clock.now(), f"{type(exc).__name__}: {exc}"
+                    )
+            raise
+        if recorder is not None:
+            await anyio.to_thread.run_sync(recorder.finish, result.value, "completed", clock.now())
+            await anyio.to_thread.run_sync(draw_summary, recorder.path)
+            result.out = recorder.path
+            log.info("results in %s", recorder.path)
     if display is not None:
         print(summary(display.reports, clock.now() - started, result.seed))
     return result
+
+
+def _app_name(app: App | str | Path, path: Path | None) -> str:
+    """What a results directory calls the app: its directory's name, else its module."""
+    if path is not None:
+        return path.resolve().name
+    if isinstance(app, str):
+        return app.partition(":")[0].rsplit(".", 1)[-1]
+    return "app"
 
 
 def run_simulation(app: App | str | Path, **options: Any) -> SimulationResult:

@@ -5,16 +5,22 @@ pyproject.toml). Async tests run on asyncio with debug mode on, and a test fails
 the event loop reports a callback that held it for longer than
 ``BLOCKING_THRESHOLD`` seconds: code that blocks the loop stalls every node and
 reply in a simulation, so it is a bug even when the test's assertions pass.
+
+The simulations a test session runs keep their results directories in one
+temporary directory (``$FEDCORE_RESULTS``, which the processes they start inherit),
+not in whatever directory the tests run from.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from fedcore.results.directory import RESULTS_ENV
 from fedcore.testing.clock import FakeClock
 
 BLOCKING_THRESHOLD = 0.5
@@ -23,6 +29,19 @@ BLOCKING_THRESHOLD = 0.5
 @pytest.fixture
 def anyio_backend() -> tuple[str, dict[str, Any]]:
     return "asyncio", {"debug": True}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _results_out_of_the_way(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    saved = os.environ.get(RESULTS_ENV)
+    os.environ[RESULTS_ENV] = str(tmp_path_factory.mktemp("results"))
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ[RESULTS_ENV]
+        else:
+            os.environ[RESULTS_ENV] = saved
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ ROUND_FIELDS = {
     "num_rounds",
     "replies",
     "failures",
+    "failures_by_label",
     "elapsed",
     "train",
     "evaluate",
