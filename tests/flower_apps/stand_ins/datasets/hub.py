@@ -64,8 +64,8 @@ def _iris(name: str, split: str) -> Dataset:
     )
 
 
-_CIFAR10 = _Images("img", (32, 32, 3), {"train": 400, "test": 100})
-_FASHION_MNIST = _Images("image", (28, 28), {"train": 400, "test": 100})
+_CIFAR10 = _Images("img", (32, 32, 3), {"train": 240, "test": 60})
+_FASHION_MNIST = _Images("image", (28, 28), {"train": 240, "test": 60})
 
 CATALOG: dict[str, tuple[tuple[str, ...], Callable[[str, str], Dataset]]] = {
     "uoft-cs/cifar10": (("train", "test"), _CIFAR10.split),
