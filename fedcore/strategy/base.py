@@ -240,7 +240,7 @@ def log_strategy_start_info(
     ``start`` of its own calls before its rounds, as Flower's ``start`` does.
     """
     log.info("├── rounds: %d", num_rounds)
-    log.info("├── arrays: %d, %.2f MB", len(arrays), arrays.count_bytes() / 2**20)
+    log.info("├── arrays: %d (%.2f MB)", len(arrays), arrays.count_bytes() / 2**20)
     for phase, config in (("train", train_config), ("evaluate", evaluate_config)):
         shown = config_to_str(config) if config else "(empty)"
         log.info("%s── %s config: %s", "└" if phase == "evaluate" else "├", phase, shown)

@@ -137,11 +137,9 @@ def test_flowers_custom_mods_runs_unchanged(tmp_path: Path, backend: str) -> Non
     assert done.returncode == 0, done.stderr
     # fraction-evaluate 0.4 of 3 nodes is FedAvg's minimum of 2.
     assert "3 rounds · 15 replies (9 train, 6 evaluate) · 0 failures" in done.stdout
-    # Its TensorBoard mod wrapped every reply: printed its metrics, and wrote one event
-    # file per reply under the run's directory, one directory per node.
-    printed = [line for line in done.stdout.splitlines() if line.startswith("{'")]
-    assert sum(line.startswith("{'train_loss'") for line in printed) == 9
-    assert sum(line.startswith("{'eval_loss'") for line in printed) == 6
+    # Its TensorBoard mod wrapped every reply: one event file per reply under the run's
+    # directory, one directory per node. (What it prints is not counted: two workers'
+    # buffered output may interleave mid-line.)
     event_files = tensorboard_event_files(tmp_path)
     assert len(event_files) == 3
     written = [path.read_bytes() for paths in event_files.values() for path in paths]

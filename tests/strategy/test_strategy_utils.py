@@ -154,7 +154,7 @@ def test_log_strategy_start_info_logs_what_a_run_starts_with(
 
     assert caplog.messages == [
         "├── rounds: 10",
-        "├── arrays: 1, 1.00 MB",
+        "├── arrays: 1 (1.00 MB)",
         "├── train config: {'lr': 0.1}",
         "└── evaluate config: (empty)",
     ]
