@@ -33,6 +33,8 @@ them, as Python code is expected to.
     │   └── ClaimLostError          a fencing token that is no longer the run's claim
     ├── NotEnoughNodesError (TimeoutError)
     │                               waited for nodes past the timeout
+    ├── InconsistentRepliesError (ValueError)
+    │                               a round's replies that cannot be aggregated together
     ├── ResourceError               the machine has no room for it (shared memory, disk)
     └── LinkUnavailableError (ConnectionError)
                                     the link cannot be reached now; retry with backoff
@@ -158,6 +160,11 @@ class ClaimLostError(StateError):
 
 class NotEnoughNodesError(FedcoreError, TimeoutError):
     """Waiting for a minimum number of nodes ran past its timeout."""
+
+
+class InconsistentRepliesError(FedcoreError, ValueError):
+    """A round's replies that cannot be aggregated together: one lacks its weight, or
+    their records disagree (Flower's ``InconsistentMessageReplies``)."""
 
 
 class ResourceError(FedcoreError):

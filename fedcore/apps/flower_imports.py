@@ -79,6 +79,17 @@ _MOD_TYPES = {
     "Mod": "fedcore.mods:Mod",
 }
 _LOG = {"log": "fedcore.apps.flower_imports:log"}
+_STRATEGY_UTILS = {
+    "aggregate_arrayrecords": "fedcore.strategy.aggregate:aggregate_arrayrecords",
+    "aggregate_bagging": "fedcore.strategy.xgboost_trees:bag",
+    "aggregate_metricrecords": "fedcore.strategy.aggregate:aggregate_metricrecords",
+    "config_to_str": "fedcore.strategy.base:config_to_str",
+    "log_strategy_start_info": "fedcore.strategy.base:log_strategy_start_info",
+    "sample_nodes": "fedcore.strategy.sampling:sample_nodes",
+    "validate_message_reply_consistency": (
+        "fedcore.strategy.fedavg:validate_message_reply_consistency"
+    ),
+}
 
 
 def _top(names: Sequence[str]) -> dict[str, str]:
@@ -90,6 +101,10 @@ FLOWER_NAMES: dict[str, dict[str, str]] = {
     "flwr.app": _top((*_DOMAIN, *_RECORDS, *_APP_TYPES)),
     "flwr.serverapp": _top(("Grid", "ServerApp")),
     "flwr.serverapp.strategy": {name: f"fedcore.strategy:{name}" for name in _STRATEGIES},
+    "flwr.serverapp.strategy.strategy_utils": _STRATEGY_UTILS,
+    "flwr.serverapp.exception": {
+        "InconsistentMessageReplies": "fedcore.errors:InconsistentRepliesError"
+    },
     "flwr.clientapp": _top(("ClientApp",)),
     "flwr.clientapp.mod": {name: f"fedcore.mods:{name}" for name in _MODS},
     "flwr.client": _top(("ClientApp",)),

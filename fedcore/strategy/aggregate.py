@@ -11,6 +11,10 @@ to rounding in the running sum. Integer arrays (counters such as a batch-norm
 The order of the inputs fixes the result bit for bit; callers pass them in a
 deterministic order.
 
+:func:`aggregate_arrayrecords` and :func:`aggregate_metricrecords` are the same means
+over reply contents weighted by one of their metrics, under Flower's
+``strategy_utils`` names, for a strategy written the Flower way.
+
 The robust rules — coordinate-wise median and trimmed mean, Krum's scores, Bulyan's
 mean around the median — compare the records with one another, so they take them
 all at once. They read them a block of coordinates at a time (every record's values
@@ -25,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from fedcore.domain import ArrayRecord, MetricRecord
+from fedcore.domain import ArrayRecord, MetricRecord, RecordDict
 from fedcore.domain.records import NDArray
 
 
@@ -188,6 +192,59 @@ def weighted_average_metrics(
     for record, weight in zip(records, weights, strict=True):
         mean.add(record, weight)
     return mean.result()
+
+
+def reply_weight(content: RecordDict, weighted_by_key: str) -> float:
+    """The weight of a reply: metric ``weighted_by_key`` of its (first) MetricRecord;
+    ``ValueError`` if it has none, or it is not a number."""
+    metrics = next(iter(content.metric_records.values()), MetricRecord())
+    value = metrics.get(weighted_by_key)
+    if isinstance(value, list) or value is None:
+        raise ValueError(f"a reply's metric {weighted_by_key!r} must be a number, got {value!r}")
+    return float(value)
+
+
+def metric_mean(
+    contents: Sequence[RecordDict], weights: Sequence[float], exclude: str
+) -> MetricRecord:
+    """The weighted mean of the contents' first MetricRecords, but for ``exclude``; with
+    equal weights when every reply weighs nothing (FedAvg's metrics)."""
+    if sum(weights) <= 0:
+        weights = [1.0] * len(weights)
+    records = [next(iter(content.metric_records.values())) for content in contents]
+    return weighted_average_metrics(records, weights, exclude=exclude)
+
+
+def aggregate_arrayrecords(
+    records: Sequence[RecordDict], weighting_metric_name: str
+) -> ArrayRecord:
+    """The mean of the replies' arrays (those of all their ArrayRecords, as one),
+    weighted by their metric ``weighting_metric_name`` (Flower's ``strategy_utils`` name).
+
+    As :func:`weighted_average_arrays`: float64 sums, each array back in its dtype;
+    ``ValueError`` for no replies, weights summing to nothing, or arrays that differ.
+    """
+    weights = [reply_weight(record, weighting_metric_name) for record in records]
+    arrays = [
+        ArrayRecord(
+            {key: array for item in record.array_records.values() for key, array in item.items()}
+        )
+        for record in records
+    ]
+    return weighted_average_arrays(arrays, weights)
+
+
+def aggregate_metricrecords(
+    records: Sequence[RecordDict], weighting_metric_name: str
+) -> MetricRecord:
+    """The mean of every metric of the replies but ``weighting_metric_name``, weighted
+    by it (Flower's ``strategy_utils`` name; FedAvg's default ``*_metrics_aggr_fn``).
+
+    Lists are averaged element by element; a metric some replies lack is averaged over
+    those that have it; replies that all weigh nothing count equally.
+    """
+    weights = [reply_weight(record, weighting_metric_name) for record in records]
+    return metric_mean(records, weights, weighting_metric_name)
 
 
 _BLOCK = 1 << 20

@@ -7,7 +7,9 @@ lists, and :meth:`Strategy.start`, which hands them to the one round driver in
 ids already shuffled with the run's seed and take them in that order, so the
 sampling is reproducible without the strategy touching a random generator. They
 also take a Grid instead, as Flower's do, and then sample through it the same way
-(:mod:`fedcore.strategy.sampling`). :meth:`Strategy.summary` logs the settings.
+(:mod:`fedcore.strategy.sampling`). :meth:`Strategy.summary` logs the settings, and
+:func:`log_strategy_start_info` what a run starts with, for a ``start`` of one's own
+(Flower's ``strategy_utils`` names).
 """
 
 from __future__ import annotations
@@ -213,6 +215,35 @@ class Strategy(ABC):
 
 
 _VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+
+
+def config_to_str(config: ConfigRecord) -> str:
+    """``config`` as one line for a log, each bytes value shown by its size only (a
+    serialised model or a key has no place in a log): ``{'lr': 0.1, 'blob': <3 bytes>}``."""
+    items = (
+        f"{key!r}: {f'<{len(value)} bytes>' if isinstance(value, bytes) else repr(value)}"
+        for key, value in config.items()
+    )
+    return "{" + ", ".join(items) + "}"
+
+
+def log_strategy_start_info(
+    num_rounds: int,
+    arrays: ArrayRecord,
+    train_config: ConfigRecord | None,
+    evaluate_config: ConfigRecord | None,
+) -> None:
+    """Log at INFO on ``fedcore.strategy`` what a run starts with: its rounds, the size
+    of its initial arrays, its train and evaluate configs (:func:`config_to_str`).
+
+    Flower's ``strategy_utils.log_strategy_start_info``, which a strategy with a
+    ``start`` of its own calls before its rounds, as Flower's ``start`` does.
+    """
+    log.info("├── rounds: %d", num_rounds)
+    log.info("├── arrays: %d (%.2f MB)", len(arrays), arrays.count_bytes() / 2**20)
+    for phase, config in (("train", train_config), ("evaluate", evaluate_config)):
+        shown = config_to_str(config) if config else "(empty)"
+        log.info("%s── %s config: %s", "└" if phase == "evaluate" else "├", phase, shown)
 
 
 def _summary_lines(strategy: Strategy) -> list[str]:

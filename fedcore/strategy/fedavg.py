@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from typing import TypedDict
 
 from fedcore.domain import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from fedcore.errors import InconsistentRepliesError
 from fedcore.strategy import arguments
-from fedcore.strategy.aggregate import ArrayMean, check_same_layout, weighted_average_metrics
+from fedcore.strategy.aggregate import ArrayMean, check_same_layout, metric_mean, reply_weight
 from fedcore.strategy.base import Aggregation, Strategy
 from fedcore.strategy.result import Phase
 from fedcore.strategy.sampling import Nodes, candidates
@@ -214,7 +215,7 @@ class FedAvg(Strategy):
             return None
         if self.train_metrics_aggr_fn is not None:
             return self.train_metrics_aggr_fn(list(records), self.weighted_by_key)
-        return _metric_mean(list(records), list(weights), self.weighted_by_key)
+        return metric_mean(list(records), list(weights), self.weighted_by_key)
 
     def aggregate_evaluate(
         self, server_round: int, replies: Sequence[Message]
@@ -232,13 +233,12 @@ class FedAvg(Strategy):
             return None
         if self.evaluate_metrics_aggr_fn is not None:
             return self.evaluate_metrics_aggr_fn(valid, self.weighted_by_key)
-        return _metric_mean(
+        return metric_mean(
             valid, [self._weight(content) for content in valid], self.weighted_by_key
         )
 
     def _weight(self, content: RecordDict) -> float:
-        metrics = next(iter(content.metric_records.values()))
-        return float(metrics[self.weighted_by_key])  # type: ignore[arg-type]
+        return reply_weight(content, self.weighted_by_key)
 
     def _log_skipped(self, server_round: int, phase: Phase, reply: Message, problem: str) -> None:
         log.warning(
@@ -250,23 +250,51 @@ class FedAvg(Strategy):
         )
 
     def _problem(self, content: RecordDict, phase: Phase) -> str | None:
-        metrics = content.metric_records
-        if len(metrics) != 1:
-            return f"expected one MetricRecord, found {len(metrics)}"
-        value = next(iter(metrics.values())).get(self.weighted_by_key)
-        if isinstance(value, list) or value is None or value < 0:
-            return f"metric {self.weighted_by_key!r} must be a non-negative number, got {value!r}"
-        if phase == "train" and len(content.array_records) != 1:
-            return f"expected one ArrayRecord, found {len(content.array_records)}"
-        return None
+        return reply_problem(content, self.weighted_by_key, arrays=phase == "train")
 
 
-def _metric_mean(contents: list[RecordDict], weights: list[float], exclude: str) -> MetricRecord:
-    """Weighted by example count; equal weights when every reply weighs nothing."""
-    if sum(weights) <= 0:
-        weights = [1.0] * len(weights)
-    records = [next(iter(content.metric_records.values())) for content in contents]
-    return weighted_average_metrics(records, weights, exclude=exclude)
+def reply_problem(content: RecordDict, weighted_by_key: str, *, arrays: bool) -> str | None:
+    """Why a reply's content cannot be aggregated (``None``: it can): it must hold one
+    MetricRecord whose ``weighted_by_key`` is a non-negative number and, when ``arrays``,
+    one ArrayRecord."""
+    metrics = content.metric_records
+    if len(metrics) != 1:
+        return f"expected one MetricRecord, found {len(metrics)}"
+    value = next(iter(metrics.values())).get(weighted_by_key)
+    if isinstance(value, list) or value is None or value < 0:
+        return f"metric {weighted_by_key!r} must be a non-negative number, got {value!r}"
+    if arrays and len(content.array_records) != 1:
+        return f"expected one ArrayRecord, found {len(content.array_records)}"
+    return None
+
+
+def validate_message_reply_consistency(
+    replies: Sequence[RecordDict], weighted_by_key: str, check_arrayrecord: bool
+) -> None:
+    """Raise :class:`~fedcore.errors.InconsistentRepliesError` unless every reply can be
+    aggregated (:func:`reply_problem`) and they agree: the same metric names and, when
+    ``check_arrayrecord``, the same array names.
+
+    Flower's ``strategy_utils`` name, for a strategy that checks a round's replies all
+    at once; FedAvg checks each reply as it comes and leaves out the ones that fail.
+    """
+    for index, content in enumerate(replies):
+        problem = reply_problem(content, weighted_by_key, arrays=check_arrayrecord)
+        if problem is not None:
+            raise InconsistentRepliesError(f"reply {index}: {problem}")
+    kinds = ["metric", "array"] if check_arrayrecord else ["metric"]
+    for kind in kinds:
+        names = [_record_keys(content, kind) for content in replies]
+        for index, keys in enumerate(names[1:], start=1):
+            if keys != names[0]:
+                raise InconsistentRepliesError(
+                    f"reply {index} has the {kind}s {sorted(keys)}, reply 0 {sorted(names[0])}"
+                )
+
+
+def _record_keys(content: RecordDict, kind: str) -> set[str]:
+    records = content.metric_records if kind == "metric" else content.array_records
+    return set(next(iter(records.values())))
 
 
 class _Averaging(Aggregation):

@@ -14,13 +14,20 @@ Waiting blocks, as Flower's does: a :class:`~fedcore.apps.grid.SyncGrid` (what a
 plain ``def main`` gets) or an async :class:`~fedcore.apps.grid.Grid` used from a
 worker thread. In the event loop itself a blocking wait would freeze every other
 task, so there an async Grid is refused with a message saying what to pass instead.
+
+:func:`sample_nodes` is Flower's ``strategy_utils`` helper of the same name, for a
+strategy that samples by itself: bounded in the same way, and seeded by the run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypeAlias
+
+import numpy as np
 
 from fedcore.apps.grid import Grid, SyncGrid
 from fedcore.strategy.result import Phase
@@ -50,14 +57,7 @@ def candidates(
     raises :class:`~fedcore.errors.NotEnoughNodesError`, as ``start`` does.
     """
     if isinstance(nodes, Grid):
-        if _in_event_loop():
-            raise TypeError(
-                f"{type(strategy).__name__}.configure_{phase} was given an async Grid in the "
-                "event loop, where waiting for nodes would block every task; pass it the "
-                "node ids (await grid.wait_for_nodes(...)) or call it from a plain "
-                "`def main`, whose grid waits in a worker thread"
-            )
-        nodes = SyncGrid(nodes)
+        nodes = _blocking(nodes, f"{type(strategy).__name__}.configure_{phase}")
     if isinstance(nodes, SyncGrid):
         needed = strategy.min_nodes(phase)
         if needed <= 0:
@@ -70,6 +70,52 @@ def candidates(
             f"got {type(nodes).__name__}"
         )
     return nodes
+
+
+_draws: weakref.WeakKeyDictionary[Grid, itertools.count[int]] = weakref.WeakKeyDictionary()
+"""How many samples each run's Grid has drawn: the next one's stream of the run's seed."""
+
+
+def sample_nodes(
+    grid: Grid | SyncGrid,
+    min_available_nodes: int,
+    sample_size: int,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> tuple[list[int], list[int]]:
+    """``sample_size`` nodes drawn from those online, and all those online, once at
+    least ``max(min_available_nodes, sample_size)`` are (Flower's ``strategy_utils``
+    name and arguments).
+
+    Waits at most ``timeout`` seconds, then raises
+    :class:`~fedcore.errors.NotEnoughNodesError`, where Flower's waits for ever. Each
+    call draws anew, as Flower's ``random.sample`` does, but from the run's seed (its
+    ``n``-th call from the ``n``-th stream), so a seeded run samples the same nodes
+    every time; an unseeded one at random.
+    """
+    if sample_size < 0:
+        raise ValueError(f"sample_size must be >= 0, got {sample_size}")
+    if isinstance(grid, Grid):
+        grid = _blocking(grid, "sample_nodes")
+    online = grid.wait_for_nodes(max(min_available_nodes, sample_size), timeout=timeout)
+    seed = sampling_seed(grid.run)
+    draw = next(_draws.setdefault(grid.async_grid, itertools.count()))
+    ordered = sorted(online)
+    rng = np.random.default_rng(None if seed is None else [seed, draw])
+    picked = rng.choice(len(ordered), size=sample_size, replace=False)
+    return [ordered[int(index)] for index in picked], online
+
+
+def _blocking(grid: Grid, caller: str) -> SyncGrid:
+    """``grid`` as a blocking Grid, outside the event loop; a ``TypeError`` saying what
+    to do instead inside it."""
+    if _in_event_loop():
+        raise TypeError(
+            f"{caller} was given an async Grid in the event loop, where waiting for nodes "
+            "would block every task; pass it the node ids (await grid.wait_for_nodes(...)) "
+            "or call it from a plain `def main`, whose grid waits in a worker thread"
+        )
+    return SyncGrid(grid)
 
 
 def _in_event_loop() -> bool:

@@ -4,19 +4,43 @@ The tests that run Flower's examples as they are (and the side-by-side benchmark
 extract each one with ``git archive`` from the repository ``$FEDCORE_FLOWER_REPO``
 names — a work tree or a bare git directory of adap/flower — at
 :data:`FLOWER_COMMIT`, so every run sees the same code.
+
+Most examples load their data from the Hugging Face hub, which the tests cannot
+reach. :func:`offline_environment` is the environment they run them in instead: the
+tests' stand-ins for the data-loading libraries first on ``PYTHONPATH``, and W&B
+switched off (tests/flower_apps/README.md says what each example needs).
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
+import re
 import subprocess
+import sys
 import tarfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 FLOWER_REPO_ENV = "FEDCORE_FLOWER_REPO"
 FLOWER_COMMIT = "fdef7afb1dca3030553be302366cfd285ed6632c"
 """The commit of adap/flower whose examples the tests run."""
+
+
+OFFLINE_VARIABLES = {"WANDB_MODE": "disabled"}
+"""Set for a Flower example's processes: W&B's own switch that makes ``wandb.init`` and
+``wandb.log`` do nothing, as they must with no W&B account and no network."""
+
+
+def offline_environment(
+    stand_ins: Path, inherited: Mapping[str, str] = os.environ
+) -> dict[str, str]:
+    """``inherited`` with ``stand_ins`` (the directory holding the stand-in packages)
+    first on ``PYTHONPATH`` and :data:`OFFLINE_VARIABLES` set."""
+    path = [str(stand_ins), *filter(None, inherited.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**inherited, "PYTHONPATH": os.pathsep.join(path), **OFFLINE_VARIABLES}
 
 
 class FlowerExampleUnavailable(Exception):
@@ -48,3 +72,74 @@ def flower_example_or_skip(name: str, into: Path) -> Path:
         return flower_example(name, into)
     except FlowerExampleUnavailable as exc:
         pytest.skip(f"{exc} (tests/flower_apps)")
+
+
+# What Flower's examples leave behind, checked the same way whichever runtime ran them.
+
+IRIS_FEATURES = ("SepalLengthCm", "SepalWidthCm")
+"""The columns quickstart-pandas histograms."""
+
+
+def logged_histograms(log_text: str) -> list[dict[str, list[int]]]:
+    """quickstart-pandas' ``Aggregated histogram: {...}`` log lines, one dict a round."""
+    rounds = []
+    for line in log_text.splitlines():
+        _, found, rest = line.partition("Aggregated histogram: ")
+        if found:
+            counts = re.findall(r"'(\w+)': array\(\[([\d\s,]*)\]\)", rest)
+            rounds.append({name: [int(n) for n in re.findall(r"\d+", c)] for name, c in counts})
+    return rounds
+
+
+def iris_histograms(stand_ins: Path) -> dict[str, list[int]]:
+    """The histograms of the stand-in iris table, whole: what quickstart-pandas must
+    aggregate from its nodes' partitions. Computed in a process of its own, where the
+    stand-in ``datasets`` package is importable, with the example's bins."""
+    code = (
+        "import json, numpy as np\n"
+        "from datasets import load_dataset\n"
+        "table = load_dataset('scikit-learn/iris', split='train').with_format('pandas')[:]\n"
+        f"print(json.dumps({{c: np.histogram(table[c], bins=np.linspace(2.0, 10.0, 10))[0]"
+        f".tolist() for c in {list(IRIS_FEATURES)!r}}}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=offline_environment(stand_ins),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    histograms: dict[str, list[int]] = json.loads(done.stdout)
+    return histograms
+
+
+def tensorboard_event_files(root: Path) -> dict[str, list[Path]]:
+    """custom-mods' TensorBoard mod output under ``root`` (its ``.runs_history/RUN``):
+    each node's directory name -> its event files."""
+    [run] = (root / ".runs_history").iterdir()
+    return {node.name: sorted(node.glob("events.out.tfevents.*")) for node in run.iterdir()}
+
+
+def advanced_pytorch_results(
+    outputs: Path,
+) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
+    """advanced-pytorch's one run directory under ``outputs`` (``outputs/DATE/TIME``):
+    its results.json (one entry a round), its run_config.json and the names of the
+    checkpoints it saved."""
+    [run_dir] = outputs.glob("*/*")
+    results: list[dict[str, Any]] = json.loads((run_dir / "results.json").read_text())
+    config: dict[str, Any] = json.loads((run_dir / "run_config.json").read_text())
+    checkpoints = sorted(path.name for path in run_dir.glob("model_state_acc_*.pth"))
+    return results, config, checkpoints
+
+
+def advanced_pytorch_best_rounds(results: list[dict[str, Any]]) -> list[str]:
+    """The checkpoints advanced-pytorch's strategy must have saved, worked out from its
+    results: one for each round whose server accuracy beat every earlier round's."""
+    best, names = 0.0, []
+    for entry in results:
+        accuracy = entry["evaluate_metrics_serverapp"]["accuracy"]
+        if accuracy > best:
+            best = accuracy
+            names.append(f"model_state_acc_{accuracy}_round_{entry['round']}.pth")
+    return sorted(names)

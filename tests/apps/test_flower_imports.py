@@ -15,6 +15,8 @@ import fedcore
 import fedcore.apps.client_app
 import fedcore.mods
 import fedcore.strategy
+import fedcore.strategy.base
+from fedcore import errors
 from fedcore.apps import flower_imports
 from fedcore.apps.flower_imports import FLOWER_NAMES, install_flower_imports
 from fedcore.domain import records
@@ -34,6 +36,9 @@ USED_BY_APPS = {
     "flwr.serverapp.strategy": {
         "FedAvg": fedcore.strategy.FedAvg,
         "Result": fedcore.strategy.Result,
+    },
+    "flwr.serverapp.strategy.strategy_utils": {
+        "log_strategy_start_info": fedcore.strategy.base.log_strategy_start_info,
     },
     "flwr.clientapp": {"ClientApp": fedcore.ClientApp},
     "flwr.clientapp.mod": {"fixedclipping_mod": fedcore.mods.fixedclipping_mod},
@@ -95,6 +100,42 @@ def test_every_public_name_of_the_flower_modules_apps_use_is_served() -> None:
         assert names <= FLOWER_NAMES[module].keys(), module
     assert len(FLOWER_NAMES["flwr.serverapp.strategy"]) == 20
     assert FLOWER_NAMES["flwr.serverapp.strategy"].keys() <= strategies
+
+
+def test_every_strategy_utils_helper_is_served() -> None:
+    """Flower 1.42's public ``strategy_utils`` functions, each from fedcore's module of
+    its concept (tests/strategy/test_strategy_utils.py checks what they do)."""
+    from fedcore.strategy import aggregate, fedavg, sampling, xgboost_trees
+
+    namespace: dict[str, object] = {}
+    exec(
+        "from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords, "
+        "aggregate_bagging, aggregate_metricrecords, config_to_str, log_strategy_start_info, "
+        "sample_nodes, validate_message_reply_consistency\n"
+        "from flwr.serverapp.exception import InconsistentMessageReplies",
+        namespace,
+    )
+
+    assert namespace["aggregate_arrayrecords"] is aggregate.aggregate_arrayrecords
+    assert namespace["aggregate_metricrecords"] is aggregate.aggregate_metricrecords
+    assert namespace["aggregate_bagging"] is xgboost_trees.bag
+    assert namespace["config_to_str"] is fedcore.strategy.base.config_to_str
+    assert namespace["log_strategy_start_info"] is fedcore.strategy.base.log_strategy_start_info
+    assert namespace["sample_nodes"] is sampling.sample_nodes
+    assert (
+        namespace["validate_message_reply_consistency"] is fedavg.validate_message_reply_consistency
+    )
+    assert namespace["InconsistentMessageReplies"] is errors.InconsistentRepliesError
+
+
+def test_flwr_common_logger_is_a_module_with_log() -> None:
+    """advanced-pytorch: ``from flwr.common import log, logger`` then ``logger.log(...)``."""
+    namespace: dict[str, object] = {}
+    exec("from flwr.common import log, logger", namespace)
+
+    assert namespace["log"] is flower_imports.log
+    assert isinstance(namespace["logger"], ModuleType)
+    assert namespace["logger"].log is flower_imports.log  # type: ignore[attr-defined]
 
 
 def test_import_flwr_reaches_submodules_as_attributes() -> None:

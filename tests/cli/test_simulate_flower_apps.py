@@ -144,18 +144,6 @@ def test_a_flower_module_fedcore_lacks_fails_at_import_in_one_line(
     )
 
 
-@pytest.mark.parametrize("backend", ["process", "inline"])
-def test_flowers_quickstart_numpy_runs_unchanged(tmp_path: Path, backend: str) -> None:
-    app_dir = flower_example_or_skip("quickstart-numpy", tmp_path / "flower")
-
-    done = simulate(app_dir, "--nodes", "4", "--backend", backend, cwd=tmp_path)
-
-    assert done.returncode == 0, done.stderr
-    assert "3 rounds · 24 replies (12 train, 12 evaluate) · 0 failures" in done.stdout
-    assert "Saving final model to disk..." in done.stdout
-    assert (tmp_path / "final_model.npz").is_file()  # its ServerApp's np.savez, in the cwd
-
-
 def test_an_app_that_declares_no_node_count_is_a_usage_error(tmp_path: Path) -> None:
     app_dir = flower_example_or_skip("quickstart-numpy", tmp_path / "flower")
 

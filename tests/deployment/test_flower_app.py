@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from fedcore.testing.deployment import Deployment, printed_objects
-from fedcore.testing.flower_examples import flower_example_or_skip
 
 FLOWER_STYLE = Path(__file__).resolve().parents[1] / "apps" / "flower_style"
 
@@ -33,16 +32,3 @@ def test_a_flower_app_runs_as_it_is_on_a_link_with_two_nodes(tmp_path: Path) -> 
     # FedAvg waits for its two nodes; 2 rounds (the app's config) adding 0.5 each.
     assert printed_objects(done.stdout.splitlines()) == [{"nodes": 2, "weights": [1.0, 1.0, 1.0]}]
     assert "flower-style: final weights [1.0, 1.0, 1.0]" in done.stdout
-
-
-def test_flowers_quickstart_numpy_runs_as_it_is_on_a_link_with_two_nodes(tmp_path: Path) -> None:
-    app_dir = flower_example_or_skip("quickstart-numpy", tmp_path / "flower")
-    with Deployment(tmp_path / "deployment", heartbeat_interval=1.0) as deployment:
-        deployment.start_link()
-        for index in range(2):
-            deployment.start_node(f"partition-id={index} num-partitions=2")
-        done = deployment.fedcore("run", str(app_dir), "--stream", timeout=150)
-
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert re.search(r"run \d+ finished:completed", done.stderr)
-    assert "Saving final model to disk..." in done.stdout

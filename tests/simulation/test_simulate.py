@@ -65,6 +65,15 @@ def order(msg: fc.Message, context: fc.Context) -> fc.Message:
     return _reply(msg, seen=seen["i"])  # type: ignore[arg-type]
 
 
+@contract.query("head")
+def head(msg: fc.Message, context: fc.Context) -> fc.Message:
+    """Keeps an ArrayRecord in its state, as Flower's advanced-pytorch keeps a layer."""
+    state = context.state
+    w = state["head"]["w"] + 1 if "head" in state else np.zeros(2, dtype=np.float32)
+    state["head"] = fc.ArrayRecord({"w": w})
+    return _reply(msg, w=[float(x) for x in w])
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     name: str = request.param
@@ -106,6 +115,18 @@ async def test_node_config_and_state_persist_across_rounds(backend: str) -> None
     assert sorted(m["partition"] for m in last) == [0, 1, 2, 3, 4]
     assert {m["partitions"] for m in last} == {5}
     assert {m["calls"] for m in last} == {3}
+
+
+async def test_an_array_record_in_the_state_persists_across_rounds(backend: str) -> None:
+    async def main(grid: fc.Grid, context: fc.Context) -> list[list[fc.Message]]:
+        return [await _ask_all(grid, "query.head") for _ in range(3)]
+
+    rounds = (await fc.simulate(_app(main), nodes=2, seed=0, backend=backend)).value
+    assert [[reply.content["metrics"]["w"] for reply in replies] for replies in rounds] == [
+        [[0.0, 0.0]] * 2,
+        [[1.0, 1.0]] * 2,
+        [[2.0, 2.0]] * 2,
+    ]
 
 
 async def test_client_exception_becomes_error_reply(backend: str) -> None:

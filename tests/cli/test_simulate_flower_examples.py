@@ -1,0 +1,183 @@
+"""Flower's own example apps under ``fedcore simulate``, unchanged, on both backends.
+
+Each example is extracted from a clone of Flower's repository (tests/flower_apps) and
+run as a whole ``fedcore simulate`` process in a temporary directory, which is its
+working directory: what it writes (a model, TensorBoard logs, result files) lands
+there. Only its data loading is replaced: the processes run in
+:func:`~fedcore.testing.flower_examples.offline_environment`, where the stand-ins of
+``tests/flower_apps/stand_ins`` answer ``datasets``, ``flwr_datasets`` and
+``torchvision.transforms`` with small synthetic data, and W&B is switched off.
+Everything else — ``flwr`` answered by fedcore's shim, torch, pandas, TensorBoard,
+wandb — is real.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedcore.testing.flower_examples import (
+    IRIS_FEATURES,
+    advanced_pytorch_best_rounds,
+    advanced_pytorch_results,
+    flower_example_or_skip,
+    iris_histograms,
+    logged_histograms,
+    offline_environment,
+    tensorboard_event_files,
+)
+
+TESTS = Path(__file__).resolve().parents[1]
+STAND_INS = TESTS / "flower_apps" / "stand_ins"
+FEDCORE = Path(sys.executable).parent / "fedcore"
+BACKENDS = ["process", "inline"]
+
+# quickstart-pytorch's Net and custom-mods' (the same CNN), as its state_dict names them
+CIFAR_NET = {
+    "conv1.weight": [6, 3, 5, 5],
+    "conv1.bias": [6],
+    "conv2.weight": [16, 6, 5, 5],
+    "conv2.bias": [16],
+    "fc1.weight": [120, 400],
+    "fc1.bias": [120],
+    "fc2.weight": [84, 120],
+    "fc2.bias": [84],
+    "fc3.weight": [10, 84],
+    "fc3.bias": [10],
+}
+
+# advanced-pytorch's Net (Fashion-MNIST)
+FASHION_NET = {
+    "conv1.weight": [16, 1, 5, 5],
+    "conv1.bias": [16],
+    "conv2.weight": [32, 16, 5, 5],
+    "conv2.bias": [32],
+    "fc1.weight": [128, 512],
+    "fc1.bias": [128],
+    "fc2.weight": [10, 128],
+    "fc2.bias": [10],
+}
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def simulate(app_dir: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(FEDCORE), "simulate", str(app_dir), "--seed", "0", *args],
+        capture_output=True,
+        text=True,
+        timeout=110,
+        cwd=cwd,
+        env=offline_environment(STAND_INS),
+        check=False,
+    )
+
+
+def saved_state_dict(path: Path) -> dict[str, list[int]]:
+    """The shapes of the state_dict a ServerApp saved with ``torch.save``."""
+    import torch
+
+    return {key: list(tensor.shape) for key, tensor in torch.load(path).items()}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_flowers_quickstart_numpy_runs_unchanged(tmp_path: Path, backend: str) -> None:
+    app_dir = flower_example_or_skip("quickstart-numpy", tmp_path / "flower")
+
+    done = simulate(app_dir, "--nodes", "4", "--backend", backend, cwd=tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    assert "3 rounds · 24 replies (12 train, 12 evaluate) · 0 failures" in done.stdout
+    assert "Saving final model to disk..." in done.stdout
+    assert (tmp_path / "final_model.npz").is_file()  # its ServerApp's np.savez, in the cwd
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_flowers_quickstart_pytorch_runs_unchanged(tmp_path: Path, backend: str) -> None:
+    pytest.importorskip("torch")
+    app_dir = flower_example_or_skip("quickstart-pytorch", tmp_path / "flower")
+
+    done = simulate(app_dir, "--nodes", "3", "--backend", backend, cwd=tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    # Its 3 rounds; every node trains, fraction-evaluate 0.5 of 3 is FedAvg's minimum of 2.
+    assert "3 rounds · 15 replies (9 train, 6 evaluate) · 0 failures" in done.stdout
+    assert done.stderr.count("server accuracy=") == 3  # its evaluate_fn, after every round
+    assert "Saving final model to disk..." in done.stdout
+    assert saved_state_dict(tmp_path / "final_model.pt") == CIFAR_NET
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_flowers_quickstart_pandas_runs_unchanged(tmp_path: Path, backend: str) -> None:
+    pytest.importorskip("pandas")
+    app_dir = flower_example_or_skip("quickstart-pandas", tmp_path / "flower")
+
+    done = simulate(app_dir, "--nodes", "3", "--backend", backend, cwd=tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("Received 3/3 results") == 3  # MessageType.QUERY to all 3
+    # The three partitions' histograms add up to the whole table's, every round.
+    whole = iris_histograms(STAND_INS)
+    assert sum(whole[IRIS_FEATURES[0]]) == 150
+    assert logged_histograms(done.stderr) == [whole] * 3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_flowers_custom_mods_runs_unchanged(tmp_path: Path, backend: str) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("tensorboard")
+    pytest.importorskip("wandb")
+    app_dir = flower_example_or_skip("custom-mods", tmp_path / "flower")
+
+    done = simulate(app_dir, "--nodes", "3", "--backend", backend, cwd=tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    # fraction-evaluate 0.4 of 3 nodes is FedAvg's minimum of 2.
+    assert "3 rounds · 15 replies (9 train, 6 evaluate) · 0 failures" in done.stdout
+    # Its TensorBoard mod wrapped every reply: one event file per reply under the run's
+    # directory, one directory per node. (What it prints is not counted: two workers'
+    # buffered output may interleave mid-line.)
+    event_files = tensorboard_event_files(tmp_path)
+    assert len(event_files) == 3
+    written = [path.read_bytes() for paths in event_files.values() for path in paths]
+    assert sum(b"fit_time" in data and b"train_loss" in data for data in written) == 9
+    assert sum(b"eval_time" in data and b"eval_acc" in data for data in written) == 6
+    assert saved_state_dict(tmp_path / "final_model.pt") == CIFAR_NET
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_flowers_advanced_pytorch_runs_unchanged(tmp_path: Path, backend: str) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("wandb")
+    app_dir = flower_example_or_skip("advanced-pytorch", tmp_path / "flower")
+
+    done = simulate(app_dir, "--nodes", "4", "--backend", backend, cwd=tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    log = done.stderr
+    # CustomFedAvg.start, its own loop: the start info, summary() and 10 rounds (its config)
+    assert "Starting CustomFedAvg strategy:" in log
+    assert "├── rounds: 10" in log  # log_strategy_start_info
+    assert "├── fraction_train: 0.25" in log  # self.summary()
+    assert log.count("[ROUND ") == 10
+    # Its configure_train halves the learning rate at round 5, then calls super()'s.
+    assert log.count("Adjusted learning rate to 0.050000") == 1
+    assert "Strategy execution finished" in log
+    results, config, checkpoints = advanced_pytorch_results(tmp_path / "outputs")
+    assert [entry["round"] for entry in results] == list(range(1, 11))
+    for entry in results:
+        assert set(entry["train_metrics"]) == {"train_loss"}
+        assert set(entry["evaluate_metrics_clientapp"]) == {"eval_loss", "eval_acc"}
+        assert set(entry["evaluate_metrics_serverapp"]) == {"accuracy", "loss"}
+    assert config == {
+        "num-server-rounds": 10,
+        "fraction-train": 0.25,
+        "fraction-evaluate": 0.5,
+        "local-epochs": 1,
+        "server-device": "cpu",
+    }
+    assert checkpoints == advanced_pytorch_best_rounds(results)
+    assert saved_state_dict(tmp_path / "final_model.pt") == FASHION_NET
