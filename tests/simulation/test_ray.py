@@ -24,6 +24,7 @@ import anyio
 import numpy as np
 import pytest
 from pool_apps import client
+from w3_models import same_bits, w3_model
 
 import fedcore as fc
 from fedcore.domain import ErrorCode
@@ -34,8 +35,6 @@ from fedcore.simulation.backends.threads import THREAD_VARIABLES
 from fedcore.testing.backends import SHARED_CPUS
 
 pytestmark = [pytest.mark.anyio, pytest.mark.ray]
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "quickstart-numpy"
 
 
 def _app(main: Any, app_client: fc.ClientApp = client) -> fc.App:
@@ -298,20 +297,6 @@ async def test_a_lifespan_that_fails_is_one_clear_error(tmp_path: Path) -> None:
 async def test_a_request_no_node_can_meet_is_refused_at_once() -> None:
     with pytest.raises(UsageError, match="no node of the Ray cluster has that many"):
         await ray_run(_app(_ask("query.whoami")), nodes=1, resources=fc.Resources(num_cpus=3))
-
-
-@functools.cache
-def w3_model(backend: str) -> dict[str, np.ndarray]:
-    """W3's final model (the quickstart-numpy example, seed 0) on ``backend``."""
-    result = fc.run_simulation(EXAMPLE, nodes=100, seed=0, backend=backend, progress=False)
-    return dict(result.value)
-
-
-def same_bits(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
-    return a.keys() == b.keys() and all(
-        a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and a[k].tobytes() == b[k].tobytes()
-        for k in a
-    )
 
 
 def test_w3_ends_with_the_same_model_bit_for_bit_on_every_backend() -> None:

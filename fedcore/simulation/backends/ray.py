@@ -22,13 +22,15 @@ over as a view of its shared memory, and the reply's arrays are views of that, s
 each reply costs its own size, until the strategy has folded it in and let it go.
 Nothing of the app's is pickled either way.
 
-The app reaches every node. When the target is an app directory and the Ray is not
-one this run started, the directory is the actors' ``runtime_env`` working
-directory: Ray ships it to each node (``.gitignore`` and ``.rayignore`` leave files
-out), and the actors import the app from there. A ``module:attr`` target or an
-``App`` object is imported by its module name, which every node must then be able to
-import (installed there, or on a shared file system); the engine's ``sys.path`` comes
-along, as it does to the process backend's workers.
+The app reaches every node. Run on a cluster (an address), an app directory target
+is the Ray job's working directory: Ray ships it to each node (``.gitignore`` and
+``.rayignore`` leave files out) and the actors start in their node's copy, importing
+the app from there. A ``module:attr`` target or an ``App`` object is imported by its
+module name, which every node must then be able to import (installed there, or on a
+shared file system); the engine's ``sys.path`` comes along, as it does to the
+process backend's workers. So does it on a Ray of the run's own, where the app is
+already, and on a Ray this process connected to itself (the job is its own, its
+working directory too).
 
 Failures. A ClientApp exception is the actor's business: it answers with an error
 reply (code 2). An actor that dies — killed, its process crashed, its node gone —
@@ -166,14 +168,14 @@ class RayBackend(Backend):
         return max(self._count, 1) * PIPELINE_DEPTH
 
     async def __aenter__(self) -> Self:
-        self._session = await open_session(self._address, self._system)
+        self._session = await open_session(self._address, self._system, self._app_dir)
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
         try:
             nodes = await cluster_nodes()
             self._names = _node_names(nodes)
             self._count = plan_actors(self._resources, nodes, self._max_workers)
-            self._options = self._actor_options(ship=not self._session.local)
+            self._options = self._actor_options(shipped=self._session.shipped == self._app_dir)
             with anyio.fail_after(START_TIMEOUT):
                 async with anyio.create_task_group() as starting:
                     for _ in range(self._count):
@@ -238,13 +240,12 @@ class RayBackend(Backend):
 
     # Actors -------------------------------------------------------------------------
 
-    def _actor_options(self, *, ship: bool) -> dict[str, Any]:
+    def _actor_options(self, *, shipped: bool) -> dict[str, Any]:
+        """How actors are made; ``shipped`` when they start in Ray's copy of the app directory."""
         threads = str(thread_count(self._resources.num_cpus))
         environment = {name: os.environ.get(name) or threads for name in THREAD_VARIABLES}
         runtime_env: dict[str, Any] = {"env_vars": {**environment, WORKER_ENV: "1"}}
-        shipped = ship and self._app_dir is not None
-        if shipped:
-            runtime_env["working_dir"] = str(self._app_dir)
+        shipped = shipped and self._app_dir is not None
         main = sys.modules.get("__main__")
         search_path = "" if shipped else str(self._app_dir or Path.cwd())
         self._arguments = (
@@ -263,7 +264,7 @@ class RayBackend(Backend):
         }
 
     async def _start_actor(self) -> None:
-        def create() -> Any:  # packing and shipping the app directory takes a while
+        def create() -> Any:
             return _actor_class().options(**self._options).remote(*self._arguments)
 
         with anyio.CancelScope(shield=True):  # once created, an actor is ours to kill

@@ -34,7 +34,9 @@ import math
 import os
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -59,12 +61,13 @@ _RAY_LOGGING = logging.WARNING
 
 @dataclass(frozen=True)
 class RaySession:
-    """The Ray a backend runs on: ``owned`` when this module opened it and must close it,
-    ``local`` when it is a Ray of the run's own, on this machine alone."""
+    """The Ray a backend runs on: ``owned`` when this module opened it and must close it;
+    ``shipped``, the app directory Ray ships to every node (the job's working
+    directory), if any."""
 
     address: str
     owned: bool
-    local: bool = False
+    shipped: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -82,15 +85,22 @@ class _Opened:
     """The Ray this module opened: the thread holding it, and the simulations on it."""
 
     thread: _RayThread
-    local: bool
+    shipped: Path | None
     users: int = 1
 
 
 _opened: _Opened | None = None
 
 
-async def open_session(address: str | None, system: Resources | None) -> RaySession:
-    """Connect to (or start) the Ray the run uses; see the module's docstring for which."""
+async def open_session(
+    address: str | None, system: Resources | None, app_dir: Path | None = None
+) -> RaySession:
+    """Connect to (or start) the Ray the run uses; see the module's docstring for which.
+
+    Connecting to a cluster, ``app_dir`` becomes the job's working directory, which Ray
+    ships to every node (only a job's can be a local directory, not an actor's). A Ray
+    of the run's own runs on this machine alone, where the app is already.
+    """
     global _opened
     if _opened is not None:  # open, or being opened by another simulation: share it
         opened = _opened
@@ -102,7 +112,7 @@ async def open_session(address: str | None, system: Resources | None) -> RaySess
             opened.users -= 1
             raise
         _not_used(address)
-        return RaySession(_current_address(), owned=True, local=opened.local)
+        return RaySession(_current_address(), owned=True, shipped=opened.shipped)
     if ray.is_initialized():
         _not_used(address)
         log.info("ray: using the Ray cluster this process is connected to")
@@ -120,18 +130,21 @@ async def open_session(address: str | None, system: Resources | None) -> RaySess
         options |= {"address": "local", "num_cpus": cpus, "num_gpus": gpus}
         options["include_dashboard"] = False
         label, timeout = "a Ray of this run's own", START_TIMEOUT
+        app_dir = None
     else:
         await _probe(address)
         options["address"] = address
+        if app_dir is not None:
+            options["runtime_env"] = {"working_dir": str(app_dir)}
         label, timeout = f"the Ray cluster at {address}", CONNECT_TIMEOUT
-    opened = _opened = _Opened(_RayThread(options), local=address is None)
+    opened = _opened = _Opened(_RayThread(options), shipped=app_dir)
     try:
         await _start(opened.thread, label, timeout)
     except BaseException:
         _opened = None
         opened.thread.abandon()
         raise
-    session = RaySession(_current_address(), owned=True, local=opened.local)
+    session = RaySession(_current_address(), owned=True, shipped=app_dir)
     log.info("ray: connected to %s (%s)", label, session.address)
     return session
 
@@ -203,11 +216,14 @@ class _RayThread(threading.Thread):
         self._stop = threading.Event()
 
     def run(self) -> None:
+        before = dict(os.environ)
         try:
             ray.init(**self._options)
         except BaseException as exc:
             self.started.set_exception(exc)
             return
+        finally:
+            _restore(before, keep=lambda name: name.startswith("RAY_"))
         self.started.set_result(None)
         self._stop.wait()
         try:
@@ -216,6 +232,8 @@ class _RayThread(threading.Thread):
             self.stopped.set_exception(exc)
         else:
             self.stopped.set_result(None)
+        finally:
+            _restore(before, keep=lambda name: False)
 
     async def stop(self) -> None:
         """``ray.shutdown()``, in this thread; wait for it."""
@@ -225,6 +243,23 @@ class _RayThread(threading.Thread):
     def abandon(self) -> None:
         """Shut down as soon as ``init`` returns, if it ever does: nobody waits for it now."""
         self._stop.set()
+
+
+def _restore(before: dict[str, str], keep: Callable[[str], bool]) -> None:
+    """Put back the environment variables ``ray.init`` changed, but those ``keep`` names.
+
+    ``init`` leaves some in this process for good: ``PYTHONBREAKPOINT``, which would send
+    a ``breakpoint()`` in the ServerApp to Ray's remote debugger, is put back at once;
+    Ray's own (``RAY_AUTH_MODE``), which it may read again while connected, once it has
+    shut down.
+    """
+    for name in set(os.environ) | set(before):
+        if keep(name) or os.environ.get(name) == before.get(name):
+            continue
+        if name in before:
+            os.environ[name] = before[name]
+        else:
+            del os.environ[name]
 
 
 async def _start(thread: _RayThread, label: str, timeout: float) -> None:
