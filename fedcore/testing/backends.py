@@ -3,7 +3,7 @@
 :func:`backend_params` is :data:`~fedcore.simulation.backends.BACKENDS` as pytest
 parameters, ``ray`` carrying the ``ray`` marker. The plugin
 (:mod:`fedcore.testing.plugin`) skips tests so marked where Ray is not installed, and
-opens, for the first of them that runs, one Ray of fedcore's own for the rest of the
+opens, for the first of them (they run last), one Ray of fedcore's own for the rest of the
 session: each simulation on the ``ray`` backend then starts its actors on that Ray
 instead of starting (for seconds) and stopping a Ray of its own — as several
 simulations of one process share the Ray the first one opened. The tests still see

@@ -7,9 +7,10 @@ the event loop reports a callback that held it for longer than
 ``BLOCKING_THRESHOLD`` seconds: code that blocks the loop stalls every node and
 reply in a simulation, so it is a bug even when the test's assertions pass.
 
-Tests marked ``ray`` are skipped where Ray is not installed, and share one Ray
-(:mod:`fedcore.testing.backends`). Ray's usage statistics, which it would send out
-over the network, are off for the session and the processes it starts.
+Tests marked ``ray`` run after all the others, share one Ray
+(:mod:`fedcore.testing.backends`), and are skipped where Ray is not installed. Ray's
+usage statistics, which it would send out over the network, are off for the session
+and the processes it starts.
 """
 
 from __future__ import annotations
@@ -86,9 +87,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if backends.ray_installed():
-        return
-    skip = pytest.mark.skip(reason="Ray is not installed: pip install 'fedcore[ray]'")
-    for item in items:
-        if item.get_closest_marker(backends.RAY_MARKER) is not None:
+    """Tests marked ``ray`` run last, together, or are skipped where Ray is not installed.
+
+    Last: the shared Ray's processes (children of this one) then live beside no other
+    test — one that counts or kills this process's children, say — and cost no CPU
+    while the rest of the suite runs.
+    """
+    marked = [item for item in items if item.get_closest_marker(backends.RAY_MARKER)]
+    if not backends.ray_installed():
+        skip = pytest.mark.skip(reason="Ray is not installed: pip install 'fedcore[ray]'")
+        for item in marked:
             item.add_marker(skip)
+    chosen = set(marked)
+    items[:] = [item for item in items if item not in chosen] + marked

@@ -161,6 +161,7 @@ class RayBackend(Backend):
         self._jobs_in, self._jobs_out = anyio.create_memory_object_stream[_Job](math.inf)
         self._task_group: TaskGroup | None = None
         self._options: dict[str, Any] = {}
+        self._arguments: tuple[Any, ...] = ()
 
     @property
     def concurrency(self) -> int:
@@ -175,7 +176,8 @@ class RayBackend(Backend):
             nodes = await cluster_nodes()
             self._names = _node_names(nodes)
             self._count = plan_actors(self._resources, nodes, self._max_workers)
-            self._options = self._actor_options(shipped=self._session.shipped == self._app_dir)
+            shipped = self._app_dir is not None and self._session.shipped == self._app_dir
+            self._options, self._arguments = self._actor_setup(shipped=shipped)
             with anyio.fail_after(START_TIMEOUT):
                 async with anyio.create_task_group() as starting:
                     for _ in range(self._count):
@@ -240,21 +242,24 @@ class RayBackend(Backend):
 
     # Actors -------------------------------------------------------------------------
 
-    def _actor_options(self, *, shipped: bool) -> dict[str, Any]:
-        """How actors are made; ``shipped`` when they start in Ray's copy of the app directory."""
+    def _actor_setup(self, *, shipped: bool) -> tuple[dict[str, Any], tuple[Any, ...]]:
+        """The options actors are made with, and their arguments (those of
+        :class:`ClientActor`); ``shipped`` when they start in Ray's copy of the app directory.
+
+        A thread variable set here (where ``fedcore simulate`` runs) is passed on as it
+        is; the others get the cap.
+        """
         threads = str(thread_count(self._resources.num_cpus))
         environment = {name: os.environ.get(name) or threads for name in THREAD_VARIABLES}
         runtime_env: dict[str, Any] = {"env_vars": {**environment, WORKER_ENV: "1"}}
-        shipped = shipped and self._app_dir is not None
         main = sys.modules.get("__main__")
-        search_path = "" if shipped else str(self._app_dir or Path.cwd())
-        self._arguments = (
+        arguments = (
             self._client_ref,
-            search_path,
+            "" if shipped else str(self._app_dir or Path.cwd()),
             [os.path.abspath(p) if p else os.getcwd() for p in sys.path],
             str(getattr(main, "__file__", "") or ""),
         )
-        return {
+        options = {
             "num_cpus": self._resources.num_cpus,
             "num_gpus": self._resources.num_gpus,
             "max_restarts": 0,
@@ -262,6 +267,7 @@ class RayBackend(Backend):
             "max_concurrency": 1,
             "runtime_env": runtime_env,
         }
+        return options, arguments
 
     async def _start_actor(self) -> None:
         def create() -> Any:
@@ -384,10 +390,17 @@ class RayBackend(Backend):
             if array_bytes <= STORE_THRESHOLD:
                 return None
             entry = self._stored[id(content)] = _Stored()
+            try:
+                entry.ref = await anyio.to_thread.run_sync(_put, content)
+            except BaseException:
+                del self._stored[id(content)]  # the next message of it tries again
+                raise
+            finally:
+                entry.ready.set()
             weakref.finalize(content, self._stored.pop, id(content), None)
-            entry.ref = await anyio.to_thread.run_sync(_put, content)
-            entry.ready.set()
         await entry.ready.wait()
+        if entry.ref is None:  # the put failed, and its message's runner says why
+            return await self._store(content)
         return entry.ref
 
     def _placement(self) -> str:
