@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "fedcore needs Python >= 3.11, found " + sys.version.split()[0]'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,examples,plots]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,examples,plots,ray]'
 	@touch $@
 
 demo: $(STAMP)  ## 100 simulated nodes learn to read digits: 30 rounds, 10 nodes per round; results/ keeps the record and its picture

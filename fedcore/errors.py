@@ -36,8 +36,11 @@ them, as Python code is expected to.
     ├── InconsistentRepliesError (ValueError)
     │                               a round's replies that cannot be aggregated together
     ├── ResourceError               the machine has no room for it (shared memory, disk)
-    └── LinkUnavailableError (ConnectionError)
-                                    the link cannot be reached now; retry with backoff
+    ├── LinkUnavailableError (ConnectionError)
+    │                               the link cannot be reached now; retry with backoff
+    └── ClusterUnavailableError (ConnectionError)
+                                    the Ray cluster a simulation was pointed at does not
+                                    answer (in time)
 """
 
 from __future__ import annotations
@@ -180,6 +183,16 @@ class LinkUnavailableError(FedcoreError, ConnectionError):
 
     The one failure of a fleet call that a node retries (with backoff): everything
     else the link answers is final for that request.
+    """
+
+
+class ClusterUnavailableError(FedcoreError, ConnectionError):
+    """The Ray cluster a simulation's ``ray`` backend was pointed at does not answer.
+
+    Nothing listens at the address, or what listens did not let Ray connect within
+    its deadline. The message names the address: a silent hang in ``ray.init`` is
+    the failure this replaces. Not a UsageError: the address may be right and the
+    cluster still starting.
     """
 
 

@@ -3,7 +3,7 @@
 The app below is the design's snippet verbatim, except that its ``...`` line (the
 author's training code) is filled in with a toy update that defines ``new`` and
 ``n``, and ``w0`` is defined. The ``simulate`` call is the design's, run on every
-backend (``process``, the design's, and ``inline``).
+backend (``process``, the design's, ``inline`` and ``ray``).
 
 As written, the snippet's ``main`` passes no ``train_config``, so ``lr`` is missing
 from every training message, and its ClientApp has no evaluate handler: every reply
@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 import fedcore as fc
-from fedcore.simulation.backends import BACKENDS
 from fedcore.strategy import FedAvg
 from fedcore.testing import round_reports
+from fedcore.testing.backends import backend_params
 
 w0 = np.zeros(4, dtype=np.float32)
 
@@ -60,7 +60,7 @@ app = fc.App(server=server, client=client)
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", backend_params())
 async def test_simulate_as_written(backend: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="fedcore")
     # embedding: inside any running event loop (Jupyter, an async research script)

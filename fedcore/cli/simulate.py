@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 # The simulation is imported when the command runs, not here: `fedcore simulate --help`
 # needs none of it. So what the help shows is written out; a test checks each against
 # its home (tests/cli/test_written_out_defaults.py).
-BACKENDS = ("process", "inline")
+BACKENDS = ("process", "inline", "ray")
 """``fedcore.simulation.backends.BACKENDS``."""
 DEFAULT_BACKEND = "process"
 """``fedcore.simulation.backends.DEFAULT_BACKEND``."""
@@ -49,33 +49,43 @@ DEFAULT_ROUND_TIMEOUT = 600.0
     show_default=True,
     help="Where ClientApps run: 'process' in a pool of worker processes sized by the "
     "resources below; 'inline' in this process (async handlers on the event loop, "
-    "plain ones in threads).",
+    "plain ones in threads); 'ray' in Ray actors sized by the same resources, on a Ray "
+    "cluster or a Ray of the run's own (pip install 'fedcore[ray]').",
+)
+@click.option(
+    "--ray-address",
+    metavar="HOST:PORT",
+    help="The Ray cluster the ray backend runs on: its head's address, as `ray start "
+    "--head` prints it (default: $RAY_ADDRESS, else a Ray started on this machine for "
+    "the run and stopped after it).",
 )
 @click.option(
     "--num-cpus",
     type=click.FloatRange(min=0, min_open=True),
-    help="CPUs each ClientApp needs (process backend; default: the app directory's, "
-    "else 1). Each worker gets OMP_NUM_THREADS, "
+    help="CPUs each ClientApp needs (process and ray backends; default: the app "
+    "directory's, else 1). Each worker gets OMP_NUM_THREADS, "
     "MKL_NUM_THREADS and OPENBLAS_NUM_THREADS (so BLAS, OpenMP and torch) set to this, "
     "rounded up; one already set in the environment is kept.",
 )
 @click.option(
     "--num-gpus",
     type=click.FloatRange(min=0),
-    help="GPUs each ClientApp needs; 0.25 packs four workers on a device (process backend; "
-    "default: the app directory's, else 0). The app directory's defaults are num-cpus and "
-    "num-gpus under [tool.fedcore.app.simulation], else its Flower federation's "
+    help="GPUs each ClientApp needs; 0.25 packs four workers on a device (process and ray "
+    "backends; default: the app directory's, else 0). The app directory's defaults are "
+    "num-cpus and num-gpus under [tool.fedcore.app.simulation], else its Flower federation's "
     "options.backend.client-resources.",
 )
 @click.option(
     "--max-workers",
     type=click.IntRange(min=1),
-    help="At most this many worker processes (default: as many as the resources allow).",
+    help="At most this many worker processes or Ray actors (default: as many as the "
+    "resources allow).",
 )
 @click.option(
     "--system-cpus",
     type=click.FloatRange(min=0, min_open=True),
-    help="CPUs the pool may use (default: those this process may run on).",
+    help="CPUs the pool (or a Ray of the run's own) may use (default: those this process "
+    "may run on).",
 )
 @click.option(
     "--system-gpus",
@@ -129,6 +139,7 @@ def simulate(
     nodes: int | None,
     federation: str | None,
     backend: str,
+    ray_address: str | None,
     num_cpus: float | None,
     num_gpus: float | None,
     max_workers: int | None,
@@ -158,12 +169,15 @@ def simulate(
       fedcore simulate path/to/flower-app --federation local-sim-gpu
       fedcore simulate my_app:app -n 1000 --run-config "num-server-rounds=5 lr=0.05"
       fedcore simulate my_app:app -n 500 --num-gpus 0.25 --max-workers 8
+      fedcore simulate examples/quickstart-numpy -n 100 --backend ray --ray-address HEAD:6379
     """
     from fedcore.simulation.progress import showing_progress, summary
     from fedcore.simulation.simulate import run_simulation
 
     if nodes is not None and nodes < 1:
         raise click.BadParameter(f"must be at least 1, got {nodes}", param_hint="--nodes")
+    if ray_address is not None and backend != "ray":
+        raise click.BadParameter("is for --backend ray", param_hint="--ray-address")
     for text in run_config:
         try:
             parse_run_config(text)
@@ -184,6 +198,7 @@ def simulate(
             target,
             nodes=nodes,
             backend=backend,
+            ray_address=ray_address,
             resources=_resources(target, federation, num_cpus, num_gpus),
             federation=federation,
             system=_system(system_cpus, system_gpus),

@@ -69,6 +69,7 @@ async def simulate(
     progress: bool = True,
     federation: str | None = None,
     out: str | Path | None = None,
+    ray_address: str | None = None,
 ) -> SimulationResult:
     """Run ``app`` on ``nodes`` virtual nodes and return what its ServerApp's main returned.
 
@@ -81,7 +82,10 @@ async def simulate(
 
     ``backend="process"`` runs ClientApps in worker processes, as many as the machine
     (or ``system``) has room for at ``resources`` each, capped by ``max_workers``;
-    ``"inline"`` runs them in this process.
+    ``"inline"`` runs them in this process; ``"ray"`` runs them in Ray actors, as many as
+    the Ray cluster's nodes have room for, capped by ``max_workers``: the cluster at
+    ``ray_address`` (default: ``$RAY_ADDRESS``), else a Ray started on this machine (or
+    ``system``) for the run and stopped after it (the ``[ray]`` extra).
 
     ``nodes`` and ``resources`` default to what an app directory declares
     (``[tool.fedcore.app.simulation]``, else the Flower federation ``federation`` or
@@ -160,7 +164,13 @@ async def simulate(
             async with (
                 InMemoryLinkState(clock, seed=seed) as state,
                 create_backend(
-                    backend, loaded, resources, clock, system=system, max_workers=max_workers
+                    backend,
+                    loaded,
+                    resources,
+                    clock,
+                    system=system,
+                    max_workers=max_workers,
+                    ray_address=ray_address,
                 ) as runner,
             ):
                 engine = SimulationEngine(state, runner, clock)

@@ -1,4 +1,5 @@
-"""A pytest plugin: anyio on asyncio in debug mode, a fake clock, and a blocked-loop check.
+"""A pytest plugin: anyio on asyncio in debug mode, a fake clock, a blocked-loop check,
+and Ray for the tests marked ``ray``.
 
 Enable it with ``-p fedcore.testing.plugin`` (fedcore's own suite does so in
 pyproject.toml). Async tests run on asyncio with debug mode on, and a test fails if
@@ -9,6 +10,11 @@ reply in a simulation, so it is a bug even when the test's assertions pass.
 The simulations a test session runs keep their results directories in one
 temporary directory (``$FEDCORE_RESULTS``, which the processes they start inherit),
 not in whatever directory the tests run from.
+
+Tests marked ``ray`` run after all the others, share one Ray
+(:mod:`fedcore.testing.backends`), and are skipped where Ray is not installed. Ray's
+usage statistics, which it would send out over the network, are off for the session
+and the processes it starts.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import Any
 import pytest
 
 from fedcore.results.directory import RESULTS_ENV
+from fedcore.testing import backends
 from fedcore.testing.clock import FakeClock
 
 BLOCKING_THRESHOLD = 0.5
@@ -77,7 +84,37 @@ def _event_loop_never_blocks(request: pytest.FixtureRequest) -> Iterator[None]:
         pytest.fail("the event loop was blocked:\n" + "\n".join(handler.reports), pytrace=False)
 
 
+@pytest.fixture(scope="session")
+def shared_ray() -> Iterator[None]:
+    """One Ray for every test marked ``ray`` (:func:`fedcore.testing.backends.shared_ray`)."""
+    yield from backends.shared_ray()
+
+
+@pytest.fixture(autouse=True)
+def _ray_for_ray_tests(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker(backends.RAY_MARKER) is not None:
+        request.getfixturevalue("shared_ray")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "blocks_loop: the test knowingly blocks the event loop (skips the check)"
     )
+    config.addinivalue_line("markers", f"{backends.RAY_MARKER}: needs Ray (the [ray] extra)")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``ray`` run last, together, or are skipped where Ray is not installed.
+
+    Last: the shared Ray's processes (children of this one) then live beside no other
+    test — one that counts or kills this process's children, say — and cost no CPU
+    while the rest of the suite runs.
+    """
+    marked = [item for item in items if item.get_closest_marker(backends.RAY_MARKER)]
+    if not backends.ray_installed():
+        skip = pytest.mark.skip(reason="Ray is not installed: pip install 'fedcore[ray]'")
+        for item in marked:
+            item.add_marker(skip)
+    chosen = set(marked)
+    items[:] = [item for item in items if item not in chosen] + marked

@@ -1,4 +1,4 @@
-"""ClientApps for the process-pool tests; workers import them from here by name."""
+"""ClientApps for the process-pool and Ray tests; workers and actors import them by name."""
 
 from __future__ import annotations
 
@@ -75,3 +75,19 @@ async def hang_everywhere(grid: fc.Grid, context: fc.Context) -> None:
 
 hanging = fc.App(server=hanging_server, client=client)
 """An app whose every ClientApp call on partition 0 hangs: for interrupting."""
+
+
+asking_server = fc.ServerApp()
+
+
+@asking_server.main()
+async def ask_everywhere(grid: fc.Grid, context: fc.Context) -> None:
+    nodes = await grid.get_node_ids()
+    replies = await grid.send_and_receive(
+        [fc.Message(fc.RecordDict(), n, "query.whoami") for n in nodes]
+    )
+    print("replies:", sum(reply.has_content() for reply in replies))
+
+
+asking = fc.App(server=asking_server, client=client)
+"""An app that asks every node who it is, once, and prints how many answered."""

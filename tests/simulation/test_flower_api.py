@@ -1,6 +1,6 @@
-"""Flower's API names at work in a simulation, on both backends: Array items that survive
-workers and shared memory bit for bit, MessageType, Grid.create_message, delivered_at,
-and lifespans that take a Context."""
+"""Flower's API names at work in a simulation, on every backend: Array items that survive
+workers, shared memory and Ray's object store bit for bit, MessageType,
+Grid.create_message, delivered_at, and lifespans that take a Context."""
 
 from __future__ import annotations
 
@@ -13,12 +13,14 @@ import pytest
 from flower_api_apps import client
 
 import fedcore as fc
+from fedcore.testing.backends import backend_params
 
 pytestmark = pytest.mark.anyio
 
 # Bit patterns a float cannot always reproduce by arithmetic (NaN payloads, -0.0,
 # subnormals), and enough of them (256 KiB, over the process backend's 64 KiB inline
-# limit) that contents and replies go through shared memory.
+# limit and the ray backend's 64 KiB store threshold) that contents and replies go
+# through shared memory, or Ray's object store.
 W = np.tile(np.array([0.0, -0.0, np.nan, np.inf, 5e-324, 1.5, -7.25, 1e300], dtype=">f8"), 4096)
 W.view(">u8")[2::8] = 0x7FF8_0000_DEAD_BEEF
 
@@ -45,11 +47,11 @@ def _server(seen: list[str]) -> fc.ServerApp:
     return server
 
 
-@pytest.mark.parametrize("backend", ["inline", "process"])
-async def test_a_flower_style_client_app_runs_on_both_backends(backend: str) -> None:
+@pytest.mark.parametrize("backend", backend_params())
+async def test_a_flower_style_client_app_runs_on_every_backend(backend: str) -> None:
     seen: list[str] = []
     app = fc.App(server=_server(seen), client=client)
-    extra: dict[str, Any] = {"max_workers": 1} if backend == "process" else {}
+    extra: dict[str, Any] = {"max_workers": 1} if backend != "inline" else {}
     result = await fc.simulate(app, nodes=3, backend=backend, seed=0, progress=False, **extra)
     replies: list[fc.Message] = result.value
     assert seen[-1] == "teardown"

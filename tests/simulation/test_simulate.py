@@ -16,7 +16,7 @@ import pytest
 import fedcore as fc
 from fedcore.domain import ErrorCode
 from fedcore.errors import AppLoadError, UsageError
-from fedcore.simulation.backends import BACKENDS
+from fedcore.testing.backends import backend_params
 
 pytestmark = pytest.mark.anyio
 
@@ -74,7 +74,7 @@ def head(msg: fc.Message, context: fc.Context) -> fc.Message:
     return _reply(msg, w=[float(x) for x in w])
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=backend_params())
 def backend(request: pytest.FixtureRequest) -> str:
     name: str = request.param
     return name

@@ -1,7 +1,8 @@
 """Simulation backends; ``create_backend`` picks one by name.
 
 A backend's module is imported when it is chosen, and the package imports none: the
-process pool's workers live here (:mod:`.worker`), and need neither backend.
+process pool's workers live here (:mod:`.worker`), and need neither backend; Ray is
+imported only by the ``ray`` backend, an optional extra.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ if TYPE_CHECKING:
     from fedcore.simulation.backends.base import Backend
     from fedcore.simulation.resources import Resources
 
-BACKENDS = ("process", "inline")
+BACKENDS = ("process", "inline", "ray")
 DEFAULT_BACKEND = "process"
+RAY_EXTRA = "pip install 'fedcore[ray]'"
+"""What installs the ``ray`` backend's Ray."""
 
 
 def create_backend(
@@ -29,20 +32,25 @@ def create_backend(
     *,
     system: Resources | None = None,
     max_workers: int | None = None,
+    ray_address: str | None = None,
 ) -> Backend:
     """The backend called ``name``, ready to enter, for ``app``'s ClientApp."""
+    if name not in BACKENDS:
+        raise UsageError(f"unknown backend {name!r}; choose one of: {', '.join(BACKENDS)}")
+    if ray_address is not None and name != "ray":
+        raise UsageError(f"ray_address is for backend='ray', not {name!r}")
     if name == "inline":
         from fedcore.simulation.backends.inline import InlineBackend
 
         return InlineBackend(app.app.client, clock=clock)
-    if name != "process":
-        raise UsageError(f"unknown backend {name!r}; choose one of: {', '.join(BACKENDS)}")
     if app.client_ref is None:
         raise UsageError(
-            "the process backend imports the ClientApp by name in each worker, and this one "
+            f"the {name} backend imports the ClientApp by name in each worker, and this one "
             "has no importable name (it was made inside a function, or in a notebook): "
             "define it at module level in a file, or use backend='inline'"
         )
+    if name == "ray":
+        return _ray_backend(app, app.client_ref, resources, clock, system, max_workers, ray_address)
     from fedcore.simulation.backends.process_pool import ProcessPoolBackend
     from fedcore.simulation.backends.sizing import plan_pool
 
@@ -50,4 +58,32 @@ def create_backend(
     return ProcessPoolBackend(app.client_ref, app.path or Path.cwd(), plan, clock)
 
 
-__all__ = ["BACKENDS", "DEFAULT_BACKEND", "create_backend"]
+def _ray_backend(
+    app: LoadedApp,
+    client_ref: str,
+    resources: Resources,
+    clock: Clock,
+    system: Resources | None,
+    max_workers: int | None,
+    address: str | None,
+) -> Backend:
+    try:
+        from fedcore.simulation.backends.ray import RayBackend
+    except ModuleNotFoundError as exc:
+        if exc.name != "ray":
+            raise
+        raise UsageError(
+            f"the ray backend needs Ray, which is not installed: {RAY_EXTRA}"
+        ) from None
+    return RayBackend(
+        client_ref,
+        app.path,
+        resources,
+        clock,
+        address=address,
+        system=system,
+        max_workers=max_workers,
+    )
+
+
+__all__ = ["BACKENDS", "DEFAULT_BACKEND", "RAY_EXTRA", "create_backend"]

@@ -99,7 +99,7 @@ def plan_pool(
     cpus = system.num_cpus if system is not None else float(detect_cpus())
     device_ids = _visible_device_ids() if system is None else _system_devices(system)
     gpus = len(device_ids)
-    by_cpu = _whole(cpus, request.num_cpus)
+    by_cpu = fit(cpus, request.num_cpus)
     if by_cpu < 1:
         raise UsageError(
             f"each ClientApp asks for {request.num_cpus:g} CPUs but this machine has {cpus:g}"
@@ -107,7 +107,7 @@ def plan_pool(
     workers = by_cpu
     devices: list[tuple[str, ...]] = []
     if request.num_gpus > 0:
-        by_gpu = _gpu_slots(request.num_gpus, len(device_ids))
+        by_gpu = gpu_slots(request.num_gpus, len(device_ids))
         if by_gpu < 1:
             found = f"{gpus:g} GPUs" if gpus else "no GPU"
             raise UsageError(
@@ -122,9 +122,10 @@ def plan_pool(
     return PoolPlan(workers, tuple(devices), thread_count(request.num_cpus))
 
 
-def _whole(available: float, each: float) -> int:
-    """``floor(available / each)``, in decimal: 7 CPUs at 0.07 each make 100 workers, not
-    the 99 that floating-point division gives."""
+def fit(available: float, each: float) -> int:
+    """How many shares of ``each`` fit in ``available``: ``floor(available / each)``, in
+    decimal: 7 CPUs at 0.07 each make 100 workers, not the 99 that floating-point
+    division gives."""
     return math.floor(Fraction(str(available)) / Fraction(str(each)))
 
 
@@ -142,10 +143,11 @@ def _system_devices(system: Resources) -> list[str]:
     return listed[:count]
 
 
-def _gpu_slots(num_gpus: float, devices: int) -> int:
-    """Workers that fit: ``floor(1 / num_gpus)`` per device, or ``ceil(num_gpus)`` devices each."""
+def gpu_slots(num_gpus: float, devices: int) -> int:
+    """Workers that fit on ``devices`` GPUs: ``floor(1 / num_gpus)`` per device, or
+    ``ceil(num_gpus)`` devices each."""
     if num_gpus < 1:
-        return _whole(1, num_gpus) * devices
+        return fit(1, num_gpus) * devices
     return devices // math.ceil(num_gpus)
 
 

@@ -16,6 +16,10 @@ terminal (Ctrl-C, a hangup), ``docker stop`` or systemd may send to the whole pr
 group: stopping is the engine's decision — it stops its workers, then unlinks their
 segments — so a Ctrl-C never litters the screen with worker tracebacks, and no worker
 dies under a task that the engine would then start a replacement for.
+
+Loading the ClientApp (:func:`load_client`) and running one task into a packed outcome
+(:func:`run_task`) are what every kind of worker does; the Ray backend's actors
+(:mod:`.ray_actor`) call the same two functions.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import os
 import signal
 import sys
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -36,13 +41,13 @@ from pathlib import Path
 from fedcore.apps.client_app import ClientApp
 from fedcore.apps.flower_imports import install_flower_imports
 from fedcore.apps.loading import load_object
-from fedcore.clock import SystemClock
-from fedcore.domain import Error, ErrorCode, Message, RecordDict
+from fedcore.clock import Clock, SystemClock
+from fedcore.domain import Context, Error, ErrorCode, Message, RecordDict
 from fedcore.domain.message import mark_delivered
 from fedcore.errors import AppLoadError
 from fedcore.signals import ENDING_SIGNALS
 from fedcore.simulation.backends.shared_memory import SegmentSpace, map_segment, write_segment
-from fedcore.wire import parts_size, unpack_recorddict
+from fedcore.wire import Parts, parts_size, unpack_recorddict
 from fedcore.wire.worker import (
     HELLO,
     pack_failure,
@@ -111,18 +116,13 @@ def serve(connection: Connection) -> None:
     logging.basicConfig(
         level=logging.WARNING, format=f"%(asctime)s worker {spec.index} %(levelname)s %(message)s"
     )
-    sys.path[:] = [*spec.sys_path, *(p for p in sys.path if p not in spec.sys_path)]
+    adopt_sys_path(spec.sys_path)
     try:
-        client = _load(spec)
+        client = load_client(spec.client_ref, Path(spec.search_path), spec.main_file)
         lifespan = client.started()
         lifespan.__enter__()
-    except AppLoadError as exc:
-        connection.send_bytes(pack_failure(str(exc)))
-        return
     except Exception as exc:
-        connection.send_bytes(
-            pack_failure(f"the ClientApp's lifespan raised {type(exc).__name__}: {exc}")
-        )
+        connection.send_bytes(pack_failure(load_failure(exc)))
         return
     space = SegmentSpace(Path(spec.segment_root), spec.segment_prefix)
     server = _Server(client, space, spec.inline_limit)
@@ -133,13 +133,24 @@ def serve(connection: Connection) -> None:
         lifespan.__exit__(*sys.exc_info())
 
 
-def _load(spec: WorkerSpec) -> ClientApp:
-    ref = spec.client_ref
+def adopt_sys_path(parent: list[str]) -> None:
+    """Put the engine's ``sys.path`` in front of this process's own, each entry once."""
+    sys.path[:] = [*parent, *(p for p in sys.path if p not in parent)]
+
+
+def load_client(client_ref: str, search_path: Path, main_file: str) -> ClientApp:
+    """Import the ClientApp ``client_ref`` names, as the engine's process found it.
+
+    ``__main__:attr`` is an attribute of the engine's main script, ``main_file``: it is
+    imported under :data:`MAIN_ALIAS`, so its ``if __name__ == "__main__":`` part does
+    not run again here.
+    """
+    ref = client_ref
     if ref.startswith("__main__:"):
         install_flower_imports()  # load_object installs it for the others
-        module_spec = importlib.util.spec_from_file_location(MAIN_ALIAS, spec.main_file)
+        module_spec = importlib.util.spec_from_file_location(MAIN_ALIAS, main_file)
         if module_spec is None or module_spec.loader is None:
-            raise AppLoadError(f"cannot import the main script {spec.main_file!r} in a worker")
+            raise AppLoadError(f"cannot import the main script {main_file!r} in a worker")
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[MAIN_ALIAS] = module
         try:
@@ -149,9 +160,38 @@ def _load(spec: WorkerSpec) -> ClientApp:
                 f"cannot load ClientApp {ref!r}: {type(exc).__name__}: {exc}"
             ) from exc
         ref = MAIN_ALIAS + ref.removeprefix("__main__")
-    client = load_object(ref, Path(spec.search_path), ClientApp, "ClientApp")
+    client = load_object(ref, search_path, ClientApp, "ClientApp")
     assert isinstance(client, ClientApp)
     return client
+
+
+def load_failure(exc: Exception) -> str:
+    """The one line a worker sends back when loading its ClientApp (or its lifespan) failed."""
+    if isinstance(exc, AppLoadError):
+        return str(exc)
+    return f"the ClientApp's lifespan raised {type(exc).__name__}: {exc}"
+
+
+def run_task(
+    client: ClientApp,
+    message: Message,
+    context: Context,
+    run_until_complete: Callable[[Awaitable[Message]], Message],
+    clock: Clock,
+) -> Parts:
+    """Run ``client`` on ``message`` and pack the outcome: the reply and the node's state.
+
+    A reply that cannot be encoded (a record holding what no wire can carry) becomes
+    an error reply (code 2) rather than a worker that dies on it.
+    """
+    mark_delivered(message, clock.now())
+    reply = client.handle_blocking(message, context, run_until_complete)
+    try:
+        return pack_outcome(reply, context.state)
+    except (TypeError, ValueError) as exc:
+        reason = f"the reply could not be sent: {exc}"
+        failed = Error(int(ErrorCode.CLIENT_APP_RAISED_EXCEPTION), reason)
+        return pack_outcome(Message(error=failed, reply_to=message), context.state)
 
 
 class _Server:
@@ -201,14 +241,7 @@ class _Server:
         else:
             payload = memoryview(map_segment(self.space.root / segment, take=True))
         message, context = unpack_task(payload, self._content)
-        mark_delivered(message, self.clock.now())
-        reply = self.client.handle_blocking(message, context, self.loop.run_until_complete)
-        try:
-            parts = pack_outcome(reply, context.state)
-        except (TypeError, ValueError) as exc:
-            reason = f"the reply could not be sent: {exc}"
-            failed = Error(int(ErrorCode.CLIENT_APP_RAISED_EXCEPTION), reason)
-            parts = pack_outcome(Message(error=failed, reply_to=message), context.state)
+        parts = run_task(self.client, message, context, self.loop.run_until_complete, self.clock)
         if parts_size(parts) <= self.inline_limit:
             return b"".join(parts)
         name = self._free.pop() if self._free else self.space.new_name()

@@ -1,0 +1,462 @@
+"""The Ray backend: ClientApps in long-lived Ray actors, on one machine or a cluster.
+
+Theory of operation. Entering the backend opens the Ray it runs on
+(:mod:`.ray_cluster`: the address given, ``$RAY_ADDRESS``, or a Ray of its own),
+counts the actors of the ClientApp's ``Resources`` its nodes can place, and creates
+them (:mod:`.ray_actor`), each with ``num_cpus`` and ``num_gpus`` as Ray reserves them
+— a fraction of a GPU shares a device, Ray setting each actor's
+``CUDA_VISIBLE_DEVICES`` — and, in its ``runtime_env``, the thread caps of
+:mod:`.threads`. Each actor imports the ClientApp and runs its lifespan's setup once;
+one that fails to import ends the simulation right there with its one line.
+
+:meth:`RayBackend.run` queues each message as a job; each actor has a driver task that
+submits jobs to it and settles them as their outcomes come back, in order — up to
+:data:`PIPELINE_DEPTH` in flight while tasks are short, one at a time once they take
+longer, as the process backend does. A task is the worker protocol's bytes
+(:mod:`fedcore.wire.worker`); a content whose arrays are large goes into the object
+store once (``ray.put``, off the event loop) and every task that carries it — a
+round's model, sent to every sampled node — refers to that one object, which Ray
+frees once the content is garbage-collected and its last task is done. Outcomes come
+back as ``uint8`` arrays of msgpack frames: on the driver's node Ray hands a large one
+over as a view of its shared memory, and the reply's arrays are views of that, so
+each reply costs its own size, until the strategy has folded it in and let it go.
+Nothing of the app's is pickled either way.
+
+The app reaches every node. Run on a cluster (an address), an app directory target
+is the Ray job's working directory: Ray ships it to each node (``.gitignore`` and
+``.rayignore`` leave files out) and the actors start in their node's copy, importing
+the app from there. A ``module:attr`` target or an ``App`` object is imported by its
+module name, which every node must then be able to import (installed there, or on a
+shared file system); the engine's ``sys.path`` comes along, as it does to the
+process backend's workers. So does it on a Ray of the run's own, where the app is
+already, and on a Ray this process connected to itself (the job is its own, its
+working directory too).
+
+Failures. A ClientApp exception is the actor's business: it answers with an error
+reply (code 2). An actor that dies — killed, its process crashed, its node gone —
+answers the job it was running with code 8; the jobs queued behind it go back to the
+queue, and a replacement is created wherever Ray can place it. (An actor that dies
+while idle costs the next job sent to it too: Ray says nothing of a death until a
+task finds it.) A job still running when its message's TTL runs out gets its actor
+killed and replaced and is answered with code 3. Leaving the backend — after success,
+an exception, Ctrl-C or cancellation — kills every actor (after its lifespan's
+teardown, when the run ended normally), then closes the Ray session; a Ray of the
+run's own stops with its processes.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+import weakref
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import anyio
+import numpy as np
+import ray
+from anyio.abc import TaskGroup
+
+from fedcore.clock import Clock
+from fedcore.domain import Context, Error, ErrorCode, Message, RecordDict
+from fedcore.errors import AppLoadError, ResourceError
+from fedcore.simulation.backends.base import Backend
+from fedcore.simulation.backends.ray_actor import STORED, ClientActor
+from fedcore.simulation.backends.ray_cluster import (
+    RaySession,
+    close_session,
+    cluster_nodes,
+    open_session,
+    plan_actors,
+)
+from fedcore.simulation.backends.threads import THREAD_VARIABLES, thread_count
+from fedcore.simulation.backends.worker import WORKER_ENV
+from fedcore.simulation.resources import Resources
+from fedcore.wire import pack_recorddict_parts
+from fedcore.wire.worker import pack_task, unpack_outcome
+
+log = logging.getLogger(__name__)
+
+STORE_THRESHOLD = 64 * 1024
+"""A content whose arrays add up to more bytes than this goes into the object store
+once; a smaller one travels inside each task (Ray itself inlines objects under 100 KiB)."""
+PIPELINE_DEPTH = 4
+"""Jobs an actor may have in flight while its tasks are short."""
+SHORT_TASK = 0.005
+"""Seconds per outcome under which tasks count as short, and the pipeline fills."""
+START_TIMEOUT = 300.0
+"""Seconds an actor may take to be placed, import the ClientApp and run its lifespan's setup."""
+STOP_GRACE = 5.0
+"""Seconds actors get to run their lifespan's teardown when the run ends normally."""
+_NODES_SHOWN = 8
+
+
+@dataclass(eq=False)
+class _Job:
+    """One task on its way through an actor, and what came back."""
+
+    message: Message
+    task: bytes
+    content: Any  # the ObjectRef of the content in the object store, or None
+    done: anyio.Event = field(default_factory=anyio.Event)
+    reply: Message | None = None
+    state: RecordDict | None = None
+
+    def settle(self, reply: Message, state: RecordDict | None = None) -> None:
+        self.reply, self.state = reply, state
+        self.done.set()
+
+    def fail(self, code: ErrorCode, reason: str) -> None:
+        self.settle(Message(error=Error(int(code), reason), reply_to=self.message))
+
+
+@dataclass(eq=False)
+class _Actor:
+    handle: Any
+    node_id: str = ""
+    pid: int = 0
+
+
+@dataclass
+class _Stored:
+    """A content's object in the store, once its ``ray.put`` has finished."""
+
+    ready: anyio.Event = field(default_factory=anyio.Event)
+    ref: Any = None
+
+
+class RayBackend(Backend):
+    """Runs a ClientApp, imported by ``client_ref``, in Ray actors sized by ``resources``."""
+
+    def __init__(
+        self,
+        client_ref: str,
+        app_dir: Path | None,
+        resources: Resources,
+        clock: Clock,
+        *,
+        address: str | None = None,
+        system: Resources | None = None,
+        max_workers: int | None = None,
+    ) -> None:
+        self._client_ref = client_ref
+        self._app_dir = app_dir
+        self._resources = resources
+        self._clock = clock
+        self._address = address
+        self._system = system
+        self._max_workers = max_workers
+        self._session: RaySession | None = None
+        self._count = 0
+        self._actors: set[_Actor] = set()
+        self._created: dict[int, Any] = {}  # every actor not yet killed, by id()
+        self._stored: dict[int, _Stored] = {}
+        self._ran: Counter[str] = Counter()
+        self._names: dict[str, str] = {}
+        self._jobs_in, self._jobs_out = anyio.create_memory_object_stream[_Job](math.inf)
+        self._task_group: TaskGroup | None = None
+        self._options: dict[str, Any] = {}
+        self._arguments: tuple[Any, ...] = ()
+
+    @property
+    def concurrency(self) -> int:
+        """Jobs worth having in hand: enough to keep every actor's pipeline full."""
+        return max(self._count, 1) * PIPELINE_DEPTH
+
+    async def __aenter__(self) -> Self:
+        self._session = await open_session(self._address, self._system, self._app_dir)
+        self._task_group = anyio.create_task_group()
+        await self._task_group.__aenter__()
+        try:
+            nodes = await cluster_nodes()
+            self._names = _node_names(nodes)
+            self._count = plan_actors(self._resources, nodes, self._max_workers)
+            shipped = self._app_dir is not None and self._session.shipped == self._app_dir
+            self._options, self._arguments = self._actor_setup(shipped=shipped)
+            with anyio.fail_after(START_TIMEOUT):
+                async with anyio.create_task_group() as starting:
+                    for _ in range(self._count):
+                        starting.start_soon(self._start_actor)
+        except BaseException as exc:
+            await self.__aexit__(type(exc), exc, exc.__traceback__)
+            if isinstance(exc, BaseExceptionGroup):
+                load_errors = exc.subgroup(AppLoadError)
+                if load_errors is not None:
+                    raise load_errors.exceptions[0] from None
+            if isinstance(exc, TimeoutError):
+                raise AppLoadError(
+                    f"the ClientApp's Ray actors did not start within {START_TIMEOUT:g} s "
+                    "(does the cluster have room for them, or do other jobs hold it?)"
+                ) from None
+            raise
+        hosts = len({actor.node_id for actor in self._actors})
+        log.info("ray: %s on %s", _plural(self._count, "actor"), _plural(hosts, "node"))
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if self._task_group is not None:
+                self._task_group.cancel_scope.cancel()
+                await self._task_group.__aexit__(None, None, None)
+        finally:
+            self._task_group = None
+            with anyio.CancelScope(shield=True):
+                if exc_type is None:
+                    await self._stop_lifespans()
+                for handle in self._created.values():
+                    ray.kill(handle, no_restart=True)
+                self._created.clear()
+                self._actors.clear()
+                self._stored.clear()
+                self._jobs_in.close()
+                self._jobs_out.close()
+                if self._ran:
+                    log.info("ray: %s", self._placement())
+                if self._session is not None:
+                    session, self._session = self._session, None
+                    await close_session(session)
+
+    async def run(self, message: Message, context: Context) -> tuple[Message, Context]:
+        content = await self._store(message.content)
+        parts = pack_task(message, context, content_segment=None if content is None else STORED)
+        job = _Job(message, b"".join(parts), content)
+        try:
+            self._jobs_in.send_nowait(job)
+        except anyio.ClosedResourceError:
+            job.fail(ErrorCode.CLIENT_APP_CRASHED, "no Ray actor is left to run the ClientApp")
+        await job.done.wait()
+        assert job.reply is not None
+        if job.state is not None:
+            context.state = job.state
+        return job.reply, context
+
+    # Actors -------------------------------------------------------------------------
+
+    def _actor_setup(self, *, shipped: bool) -> tuple[dict[str, Any], tuple[Any, ...]]:
+        """The options actors are made with, and their arguments (those of
+        :class:`ClientActor`); ``shipped`` when they start in Ray's copy of the app directory.
+
+        A thread variable set here (where ``fedcore simulate`` runs) is passed on as it
+        is; the others get the cap.
+        """
+        threads = str(thread_count(self._resources.num_cpus))
+        environment = {name: os.environ.get(name) or threads for name in THREAD_VARIABLES}
+        runtime_env: dict[str, Any] = {"env_vars": {**environment, WORKER_ENV: "1"}}
+        main = sys.modules.get("__main__")
+        arguments = (
+            self._client_ref,
+            "" if shipped else str(self._app_dir or Path.cwd()),
+            [os.path.abspath(p) if p else os.getcwd() for p in sys.path],
+            str(getattr(main, "__file__", "") or ""),
+        )
+        options = {
+            "num_cpus": self._resources.num_cpus,
+            "num_gpus": self._resources.num_gpus,
+            "max_restarts": 0,
+            "max_task_retries": 0,
+            "max_concurrency": 1,
+            "runtime_env": runtime_env,
+        }
+        return options, arguments
+
+    async def _start_actor(self) -> None:
+        def create() -> Any:
+            return _actor_class().options(**self._options).remote(*self._arguments)
+
+        with anyio.CancelScope(shield=True):  # once created, an actor is ours to kill
+            handle = await anyio.to_thread.run_sync(create)
+            self._created[id(handle)] = handle
+        try:
+            node_id, failure, pid = await handle.hello.remote()
+        except ray.exceptions.RayError as exc:
+            raise AppLoadError(
+                f"a Ray actor died while loading the ClientApp: {_first(exc)}"
+            ) from None
+        if failure:
+            raise AppLoadError(failure)
+        actor = _Actor(handle, node_id, pid)
+        self._actors.add(actor)
+        assert self._task_group is not None
+        self._task_group.start_soon(self._drive, actor, name=f"ray-actor-{pid}-driver")
+
+    async def _drive(self, actor: _Actor) -> None:
+        """Feed one actor jobs, keeping its pipeline full, and settle them as they return."""
+        in_flight: deque[tuple[_Job, Any]] = deque()
+        depth, started = 1, self._clock.now()
+        while True:
+            if not in_flight:
+                try:
+                    job = await self._jobs_out.receive()
+                except anyio.EndOfStream:
+                    return
+                self._submit(actor, in_flight, job)
+                del job
+                started = self._clock.now()
+            while len(in_flight) < depth:
+                try:
+                    self._submit(actor, in_flight, self._jobs_out.receive_nowait())
+                except (anyio.WouldBlock, anyio.EndOfStream):
+                    break
+            if not in_flight:
+                continue
+            # No local names a job: a settled one, its content and reply, must not stay
+            # alive here until the next job comes (a model can be hundreds of MB).
+            remaining = in_flight[0][0].message.metadata.expires_at - self._clock.now()
+            try:
+                with self._clock.move_on_after(remaining) as deadline:
+                    outcome = await in_flight[0][1]
+            except ray.exceptions.RayTaskError as exc:  # fedcore's side of the actor failed
+                in_flight.popleft()[0].fail(
+                    ErrorCode.CLIENT_APP_RAISED_EXCEPTION, f"the task failed: {_first(exc)}"
+                )
+                continue
+            except ray.exceptions.RayError as exc:
+                in_flight.popleft()[0].fail(
+                    ErrorCode.CLIENT_APP_CRASHED, f"the ClientApp crashed: {_first(exc)}"
+                )
+                await self._retire(actor, in_flight)
+                return
+            if deadline.cancelled_caught:
+                reason = (
+                    "the ClientApp was still running when the message's TTL of "
+                    f"{in_flight[0][0].message.metadata.ttl:g} s ran out; its actor was stopped"
+                )
+                in_flight.popleft()[0].fail(ErrorCode.MESSAGE_UNAVAILABLE, reason)
+                await self._retire(actor, in_flight)
+                return
+            reply, state = unpack_outcome(outcome.data)
+            del outcome
+            in_flight.popleft()[0].settle(reply, state)
+            del reply, state
+            self._ran[actor.node_id] += 1
+            now = self._clock.now()
+            depth, started = (PIPELINE_DEPTH if now - started < SHORT_TASK else 1), now
+
+    def _submit(self, actor: _Actor, in_flight: deque[tuple[_Job, Any]], job: _Job) -> None:
+        if job.message.metadata.expires_at <= self._clock.now():
+            job.fail(ErrorCode.MESSAGE_UNAVAILABLE, "the message expired before an actor was free")
+            return
+        in_flight.append((job, actor.handle.run.remote(job.task, job.content)))
+
+    async def _retire(self, actor: _Actor, unstarted: deque[tuple[_Job, Any]]) -> None:
+        """Replace an actor that died or overran a TTL; its ``unstarted`` jobs go back in line."""
+        for job, _ in unstarted:
+            self._jobs_in.send_nowait(job)
+        unstarted.clear()
+        self._actors.discard(actor)
+        ray.kill(actor.handle, no_restart=True)
+        self._created.pop(id(actor.handle), None)
+        try:
+            with anyio.fail_after(START_TIMEOUT):
+                await self._start_actor()
+        except (AppLoadError, TimeoutError) as exc:
+            log.error("ray: could not replace an actor: %s", exc or "it was not placed in time")
+            if not self._actors:
+                self._abandon_queued(f"no Ray actor is left to run the ClientApp: {exc}")
+
+    def _abandon_queued(self, reason: str) -> None:
+        self._jobs_in.close()
+        while True:
+            try:
+                self._jobs_out.receive_nowait().fail(ErrorCode.CLIENT_APP_CRASHED, reason)
+            except (anyio.WouldBlock, anyio.EndOfStream):
+                return
+
+    async def _stop_lifespans(self) -> None:
+        """Let each actor run its lifespan's teardown, for up to :data:`STOP_GRACE` s."""
+        with anyio.move_on_after(STOP_GRACE):
+            async with anyio.create_task_group() as stopping:
+                for actor in self._actors:
+                    stopping.start_soon(_stop, actor)
+
+    # Contents -----------------------------------------------------------------------
+
+    async def _store(self, content: RecordDict) -> Any:
+        """The object holding ``content`` in the store, put there on first use; ``None``
+        for a content small enough to travel in each task."""
+        entry = self._stored.get(id(content))
+        if entry is None:
+            array_bytes = sum(record.nbytes for record in content.array_records.values())
+            if array_bytes <= STORE_THRESHOLD:
+                return None
+            entry = self._stored[id(content)] = _Stored()
+            try:
+                entry.ref = await anyio.to_thread.run_sync(_put, content)
+            except BaseException:
+                del self._stored[id(content)]  # the next message of it tries again
+                raise
+            finally:
+                entry.ready.set()
+            weakref.finalize(content, self._stored.pop, id(content), None)
+        await entry.ready.wait()
+        if entry.ref is None:  # the put failed, and its message's runner says why
+            return await self._store(content)
+        return entry.ref
+
+    def _placement(self) -> str:
+        """Where the ClientApps ran: how many tasks on how many nodes, the busiest first."""
+        busiest = self._ran.most_common()
+        shown = ", ".join(
+            f"{self._names.get(n, n[:12])} ×{count}" for n, count in busiest[:_NODES_SHOWN]
+        )
+        more = f", and {len(busiest) - _NODES_SHOWN} more" if len(busiest) > _NODES_SHOWN else ""
+        runs, nodes = sum(self._ran.values()), _plural(len(busiest), "node")
+        return f"{_plural(runs, 'ClientApp run')} on {nodes}: {shown}{more}"
+
+
+async def _stop(actor: _Actor) -> None:
+    try:
+        await actor.handle.stop.remote()
+    except ray.exceptions.RayError as exc:
+        log.warning("ray: an actor's lifespan teardown failed: %s", _first(exc))
+
+
+def _put(content: RecordDict) -> Any:
+    """``content``'s frames as one ``uint8`` array in the object store."""
+    data = np.frombuffer(b"".join(pack_recorddict_parts(content)), dtype=np.uint8)
+    try:
+        return ray.put(data)
+    except ray.exceptions.ObjectStoreFullError as exc:
+        raise ResourceError(
+            f"Ray's object store has no room for a {data.nbytes} B content: {_first(exc)}"
+        ) from None
+
+
+_ACTOR_CLASS: Any = None
+
+
+def _actor_class() -> Any:
+    """:class:`ClientActor` as a Ray actor class, made once per process."""
+    global _ACTOR_CLASS
+    if _ACTOR_CLASS is None:
+        _ACTOR_CLASS = ray.remote(ClientActor)
+    return _ACTOR_CLASS
+
+
+def _node_names(nodes: list[Any]) -> dict[str, str]:
+    """A name per node id for the logs: its own name, with its id's start where names repeat."""
+    names = Counter(node.name for node in nodes)
+    return {
+        node.node_id: node.name if names[node.name] == 1 else f"{node.name} ({node.node_id[:8]})"
+        for node in nodes
+    }
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _first(exc: BaseException) -> str:
+    """The first line of a Ray exception's text, which goes on with tracebacks."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
