@@ -1,0 +1,9 @@
+"""A run's record on disk: the results directory, and what reads it back (plots).
+
+Every ``fedcore simulate`` leaves one (``results/<UTC time>-<app>-<seed>/`` unless
+``--out DIR`` or ``--no-save``): ``run.json`` (what ran, how, when, how it ended),
+``metrics.jsonl`` (a line per round), ``log.txt``, ``model.npz`` (the final model,
+when ``main`` returns one) and ``summary.png``. :mod:`~fedcore.results.directory`
+writes it as the run goes, so a run that dies keeps every round it finished;
+:mod:`~fedcore.results.reading` reads it; :mod:`~fedcore.results.plot` draws it.
+"""

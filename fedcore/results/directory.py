@@ -1,0 +1,168 @@
+"""Writing a run's results directory as the run goes: :class:`ResultsRecorder`.
+
+The recorder is a logging handler: the engine logs the run's start (with a
+:class:`~fedcore.simulation.engine.RunStarted`), the round driver each finished round
+(with a :class:`~fedcore.strategy.result.RoundReport`), and everything else is a log
+line — so it sees what a progress display sees, in the same process, without a
+second channel. Each round's line is flushed as the round ends and ``run.json`` is
+replaced atomically, so a run that dies (a SIGKILL included) leaves every round it
+finished and says ``"running"``: it never ended.
+
+Directory names sort by time: ``<UTC time>-<app>-<seed>``, with ``-2``, ``-3``… when
+two runs start in the same second.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from fedcore.domain.records import ArrayRecord
+from fedcore.errors import UsageError
+from fedcore.results.metrics import fedcore_version, iso_time, round_row, run_header
+from fedcore.strategy.result import Result, RoundReport
+
+RUN_FILE = "run.json"
+METRICS_FILE = "metrics.jsonl"
+LOG_FILE = "log.txt"
+MODEL_FILE = "model.npz"
+SUMMARY_FILE = "summary.png"
+DEFAULT_PARENT = Path("results")
+"""Where ``fedcore simulate`` puts run directories unless told (``--out``, or:)."""
+RESULTS_ENV = "FEDCORE_RESULTS"
+"""The environment variable that stands in for ``--out``."""
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def new_run_directory(parent: Path, app_name: str, seed: int, now: float) -> Path:
+    """A new, empty directory for a run under ``parent`` (made, with ``parent`` if need be)."""
+    stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%dT%H%M%SZ")
+    name = f"{stamp}-{_UNSAFE.sub('-', app_name).strip('-') or 'app'}-{seed}"
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot make the results directory {str(parent)!r}: {exc}") from None
+    for attempt in range(1, 1000):
+        path = parent / (name if attempt == 1 else f"{name}-{attempt}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise UsageError(f"cannot make the results directory {str(path)!r}: {exc}") from None
+        return path
+    raise UsageError(f"{str(parent)!r} has a thousand runs named {name!r}: clear some out")
+
+
+def final_model(value: object) -> ArrayRecord | None:
+    """The model a ServerApp's ``main`` returned, if it returned one."""
+    if isinstance(value, ArrayRecord):
+        return value
+    if isinstance(value, Result):
+        return value.arrays
+    return None
+
+
+class ResultsRecorder(logging.Handler):
+    """Writes ``path`` (an empty directory) for the run described by ``description``.
+
+    ``description`` is ``run.json``'s opening content: what ran and how (app,
+    config, seed, backend, nodes, resources). :meth:`finish` adds how it ended.
+    """
+
+    def __init__(self, path: Path, description: Mapping[str, Any], started: float) -> None:
+        super().__init__(logging.INFO)
+        self.path = path
+        self._run: dict[str, Any] = {
+            **description,
+            "fedcore": fedcore_version(),
+            "start": iso_time(started),
+            "end": None,
+            "status": "running",
+        }
+        self.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S")
+        )
+        self._write_run()
+        self._metrics: IO[str] = (path / METRICS_FILE).open("a", encoding="utf-8")
+        self._log: IO[str] = (path / LOG_FILE).open("a", encoding="utf-8")
+        self.reports: list[RoundReport] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._log.closed:  # the run ended: what is logged after it is not its record
+            return
+        try:
+            started = getattr(record, "fedcore_run", None)
+            if started is not None:
+                self._run["run_id"] = started.run_id
+                self._line(run_header(started.run_id, started.seed, started.run_config,
+                                      started.started))  # fmt: skip
+            report = getattr(record, "fedcore_round", None)
+            if isinstance(report, RoundReport):
+                self.reports.append(report)
+                self._line(round_row(report))
+            self._log.write(self.format(record) + "\n")
+            self._log.flush()
+        except Exception:
+            self.handleError(record)
+
+    def finish(self, value: object, status: str, ended: float, error: str | None = None) -> None:
+        """Record how the run ended; the final model, if ``value`` is one; close the files.
+
+        Writing the model may take a while for a large one: callers on an event loop
+        run this in a thread.
+        """
+        model = final_model(value)
+        if model is not None:
+            arrays = dict(zip(model.keys(), model.to_numpy_ndarrays(), strict=True))
+            np.savez(self.path / MODEL_FILE, **arrays)  # type: ignore[arg-type]
+        self._run.update(end=iso_time(ended), status=status)
+        if error is not None:
+            self._run["error"] = error
+        self._write_run()
+        self.close()
+
+    def close(self) -> None:
+        for stream in (self._metrics, self._log):
+            if not stream.closed:
+                stream.close()
+        super().close()
+
+    def _line(self, row: dict[str, Any]) -> None:
+        self._metrics.write(json.dumps(row) + "\n")
+        self._metrics.flush()
+
+    def _write_run(self) -> None:
+        """``run.json``, replaced whole: a reader never sees half of it."""
+        temporary = self.path / f".{RUN_FILE}.tmp"
+        temporary.write_text(json.dumps(self._run, indent=2) + "\n", encoding="utf-8")
+        os.replace(temporary, self.path / RUN_FILE)
+
+
+@contextmanager
+def recording(recorder: ResultsRecorder) -> Iterator[ResultsRecorder]:
+    """Give ``recorder`` every log record of the process while the block runs.
+
+    fedcore's loggers are set to pass INFO on meanwhile (round reports are INFO),
+    and put back after.
+    """
+    fedcore_logger = logging.getLogger("fedcore")
+    saved = fedcore_logger.level
+    if fedcore_logger.getEffectiveLevel() > logging.INFO:
+        fedcore_logger.setLevel(logging.INFO)
+    logging.getLogger().addHandler(recorder)
+    try:
+        yield recorder
+    finally:
+        logging.getLogger().removeHandler(recorder)
+        fedcore_logger.setLevel(saved)
