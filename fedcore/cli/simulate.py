@@ -12,6 +12,7 @@ import click
 
 from fedcore.apps.run_config import parse_run_config
 from fedcore.errors import RunConfigError
+from fedcore.results import RESULTS_ENV
 
 if TYPE_CHECKING:
     from fedcore.simulation import Resources, SimulationResult
@@ -125,7 +126,7 @@ DEFAULT_ROUND_TIMEOUT = 600.0
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("results"),
     show_default=True,
-    envvar="FEDCORE_RESULTS",
+    envvar=RESULTS_ENV,
     show_envvar=True,
     help="Keep the run's results directory under this one: run.json, metrics.jsonl, "
     "log.txt, model.npz (when main returns a model) and summary.png, in "

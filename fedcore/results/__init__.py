@@ -7,3 +7,7 @@ when ``main`` returns one) and ``summary.png``. :mod:`~fedcore.results.directory
 writes it as the run goes, so a run that dies keeps every round it finished;
 :mod:`~fedcore.results.reading` reads it; :mod:`~fedcore.results.plot` draws it.
 """
+
+RESULTS_ENV = "FEDCORE_RESULTS"
+"""The environment variable that stands in for ``fedcore simulate --out``. Here, not in
+:mod:`~fedcore.results.directory`, so that the CLI and the test plugin read it for free."""

@@ -38,8 +38,6 @@ MODEL_FILE = "model.npz"
 SUMMARY_FILE = "summary.png"
 DEFAULT_PARENT = Path("results")
 """Where ``fedcore simulate`` puts run directories unless told (``--out``, or:)."""
-RESULTS_ENV = "FEDCORE_RESULTS"
-"""The environment variable that stands in for ``--out``."""
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 

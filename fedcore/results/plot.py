@@ -56,14 +56,13 @@ def labels(runs: Sequence[RunResults]) -> list[str]:
 
 def save_figure(runs: Sequence[RunResults], metrics: Sequence[str], out: Path) -> Path:
     """Draw ``metrics`` of ``runs`` into the image file ``out`` (its suffix picks the format)."""
-    pyplot = _pyplot()
     columns = min(len(metrics), 3)
     rows = math.ceil(len(metrics) / columns)
-    figure, axes = pyplot.subplots(
-        rows, columns, figsize=(4.2 * columns, 3.2 * rows), squeeze=False
-    )
+    figure = _figure(figsize=(4.2 * columns, 3.2 * rows))
+    axes = figure.subplots(rows, columns, squeeze=False)
+    named = labels(runs)
     for panel, name in zip(axes.flat, metrics, strict=False):
-        for run, label in zip(runs, labels(runs), strict=True):
+        for run, label in zip(runs, named, strict=True):
             rounds, values = run.series(name)
             if rounds:
                 panel.plot(rounds, values, marker="o" if len(rounds) < 30 else None, label=label)
@@ -79,8 +78,6 @@ def save_figure(runs: Sequence[RunResults], metrics: Sequence[str], out: Path) -
         figure.savefig(out, dpi=110)
     except OSError as exc:
         raise UsageError(f"cannot write {str(out)!r}: {exc}") from None
-    finally:
-        pyplot.close(figure)
     return out
 
 
@@ -149,15 +146,14 @@ def _described(run: RunResults) -> dict[str, Any]:
     return found
 
 
-def _pyplot() -> Any:
+def _figure(**options: Any) -> Any:
+    """A matplotlib Figure of its own: not pyplot's, so that drawing a run's picture
+    neither switches the caller's backend (a notebook's inline one) nor keeps figures."""
     try:
-        import matplotlib
+        from matplotlib.figure import Figure
     except ImportError:
         raise UsageError(
             "drawing a picture needs matplotlib: pip install 'fedcore[plots]' "
             "(or --terminal for a text chart)"
         ) from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot
-
-    return matplotlib.pyplot
+    return Figure(**options)

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from fedcore.results.directory import RESULTS_ENV
+from fedcore.results import RESULTS_ENV
 from fedcore.testing import backends
 from fedcore.testing.clock import FakeClock
 

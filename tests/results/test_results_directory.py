@@ -14,43 +14,14 @@ import numpy as np
 import pytest
 
 import fedcore as fc
-from fedcore.results.directory import RESULTS_ENV
+from fedcore.results import RESULTS_ENV
 from fedcore.results.reading import read_run
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "quickstart-numpy"
 FEDCORE = Path(sys.executable).parent / "fedcore"
 
-FAILING_APP = """\
-import numpy as np
-
-import fedcore as fc
-from fedcore.strategy import FedAvg
-
-client = fc.ClientApp()
-
-
-@client.train()
-def train(msg, context):
-    return fc.Message(fc.RecordDict({"arrays": msg.content["arrays"],
-                                     "metrics": fc.MetricRecord({"num-examples": 1})}),
-                      reply_to=msg)
-
-
-server = fc.ServerApp()
-
-
-@server.main()
-async def main(grid, context):
-    arrays = fc.ArrayRecord({"w": np.zeros(2)})
-    await FedAvg(fraction_evaluate=0.0).start(grid, arrays, num_rounds=2)
-    raise RuntimeError("the author's bug, after round 2")
-
-
-app = fc.App(server=server, client=client)
-"""
-
-SLOW_APP = """\
+APPS = """\
 import time
 
 import numpy as np
@@ -63,23 +34,29 @@ client = fc.ClientApp()
 
 @client.train()
 def train(msg, context):
-    if context.run_config["slow-from"] <= msg.content["config"]["server-round"]:
+    if context.run_config.get("slow-from", 1e9) <= msg.content["config"]["server-round"]:
         time.sleep(60)
     return fc.Message(fc.RecordDict({"arrays": msg.content["arrays"],
                                      "metrics": fc.MetricRecord({"num-examples": 1})}),
                       reply_to=msg)
 
 
-server = fc.ServerApp()
+def server_of(rounds, then=None):
+    server = fc.ServerApp()
+
+    @server.main()
+    async def main(grid, context):
+        arrays = fc.ArrayRecord({"w": np.zeros(2)})
+        await FedAvg(fraction_evaluate=0.0).start(grid, arrays, num_rounds=rounds)
+        if then is not None:
+            raise then
+
+    return server
 
 
-@server.main()
-async def main(grid, context):
-    arrays = fc.ArrayRecord({"w": np.zeros(2)})
-    await FedAvg(fraction_evaluate=0.0).start(grid, arrays, num_rounds=10)
-
-
-app = fc.App(server=server, client=client)
+failing = fc.App(server=server_of(2, RuntimeError("the author's bug, after round 2")),
+                 client=client)
+slow = fc.App(server=server_of(10), client=client)
 """
 
 
@@ -160,8 +137,8 @@ def test_no_save_keeps_nothing(tmp_path: Path) -> None:
 
 
 def test_a_failed_run_says_so_and_keeps_its_rounds(tmp_path: Path) -> None:
-    (tmp_path / "failing_app.py").write_text(FAILING_APP)
-    done = simulate("failing_app:app", "-n", "2", "--seed", "0", "--backend", "inline",
+    (tmp_path / "results_apps.py").write_text(APPS)
+    done = simulate("results_apps:failing", "-n", "2", "--seed", "0", "--backend", "inline",
                     "--out", "runs", cwd=tmp_path)  # fmt: skip
     assert done.returncode == 1
     run = read_run(only_run(tmp_path / "runs"))
@@ -172,12 +149,12 @@ def test_a_failed_run_says_so_and_keeps_its_rounds(tmp_path: Path) -> None:
 
 
 def test_a_killed_run_keeps_every_round_it_finished(tmp_path: Path) -> None:
-    (tmp_path / "slow_app.py").write_text(SLOW_APP)
+    (tmp_path / "results_apps.py").write_text(APPS)
     process = subprocess.Popen(
         [
             str(FEDCORE),
             "simulate",
-            "slow_app:app",
+            "results_apps:slow",
             "-n",
             "2",
             "--seed",

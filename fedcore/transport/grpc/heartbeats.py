@@ -22,8 +22,7 @@ from typing import NoReturn
 import anyio
 import grpclib.client
 import grpclib.const
-import grpclib.exceptions
-from grpclib.exceptions import ProtocolError, StreamTerminatedError
+from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 from h2.exceptions import StreamClosedError
 
 from fedcore.clock import Clock
@@ -122,6 +121,4 @@ def raise_ended(stream: _Stream) -> NoReturn:
     if trailers is not None:
         status, message, details = stream._process_grpc_status(dict(trailers))
         stream._raise_for_grpc_status(status, message, details)
-    raise grpclib.exceptions.GRPCError(
-        grpclib.const.Status.UNKNOWN, "the link ended the heartbeats call"
-    )
+    raise GRPCError(grpclib.const.Status.UNKNOWN, "the link ended the heartbeats call")
