@@ -13,6 +13,8 @@ wandb — is real.
 
 from __future__ import annotations
 
+import itertools
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -181,3 +183,77 @@ def test_flowers_advanced_pytorch_runs_unchanged(tmp_path: Path, backend: str) -
     }
     assert checkpoints == advanced_pytorch_best_rounds(results)
     assert saved_state_dict(tmp_path / "final_model.pt") == FASHION_NET
+
+
+# A whole ``fedcore simulate`` of advanced-pytorch with a probe on the engine's one
+# hand-off of each message to its node: what the node's Context.state held, as the
+# example's ClientApp found it and as it left it. The example's own output says
+# nothing about its context.state; this does.
+CONTEXT_PROBE = """
+import hashlib, json, sys
+from fedcore.cli import main
+from fedcore.simulation import engine
+
+HEAD = "classification-head"
+seen = []
+deliver = engine.SimulationEngine._deliver
+
+
+def digest(context):
+    if context is None or HEAD not in context.state:
+        return None
+    record = context.state[HEAD]
+    arrays = dict(zip(record.keys(), record.to_numpy_ndarrays()))
+    return hashlib.sha256(b"".join(a.tobytes() for _, a in sorted(arrays.items()))).hexdigest()
+
+
+async def probed(self, run, node_id, message):
+    before = digest(self._contexts.get(node_id))
+    await deliver(self, run, node_id, message)
+    after = digest(self._contexts.get(node_id))
+    seen.append([node_id, message.metadata.message_type, before, after])
+
+
+engine.SimulationEngine._deliver = probed
+try:
+    main()
+finally:
+    with open("context-probe.json", "w") as out:
+        json.dump(seen, out)
+"""
+
+
+def test_advanced_pytorchs_classification_head_stays_in_each_nodes_context(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("wandb")
+    app_dir = flower_example_or_skip("advanced-pytorch", tmp_path / "flower")
+
+    config = "num-server-rounds=3 fraction-train=1.0"
+    command = [sys.executable, "-c", CONTEXT_PROBE, "simulate", str(app_dir), "--seed", "0"]
+    done = subprocess.run(
+        [*command, "--nodes", "2", "--backend", "process", "--run-config", config],
+        capture_output=True,
+        text=True,
+        timeout=110,
+        cwd=tmp_path,
+        env=offline_environment(STAND_INS),
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr
+    seen = json.loads((tmp_path / "context-probe.json").read_text())
+    by_node: dict[int, list[list[str | None]]] = {}
+    for node_id, kind, before, after in seen:
+        by_node.setdefault(node_id, []).append([kind, before, after])
+    assert len(by_node) == 2
+    for deliveries in by_node.values():
+        kinds = [kind for kind, _, _ in deliveries]
+        assert kinds.count("train") == 3
+        assert deliveries[0][1] is None  # a new node's context starts empty
+        for (_, _, left), (_, found, _) in itertools.pairwise(deliveries):
+            assert found == left  # each message finds the state the last one left
+        trained = [after for kind, _, after in deliveries if kind == "train"]
+        assert None not in trained
+        assert len(set(trained)) == 3  # each round's training wrote a new head
