@@ -25,6 +25,8 @@ CLAIM_LEASE = 10.0
 """``LaunchSettings.claim_lease``."""
 MAX_RUNS = 8
 """``LaunchSettings.max_runs``."""
+MAX_RESTARTS = 1
+"""``LaunchSettings.max_restarts``."""
 RUNTIME_ADDRESS = "127.0.0.1:0"
 """``fedcore.runtime.link.RUNTIME_ADDRESS``."""
 HEARTBEAT_PATIENCE = 3.0
@@ -110,6 +112,15 @@ it) and inherited by the app processes it starts."""
     default=MAX_RUNS,
     show_default=True,
     help="[link, exec] ServerApp processes launched at once.",
+)
+@click.option(
+    "--max-restarts",
+    type=click.IntRange(min=0),
+    default=MAX_RESTARTS,
+    show_default=True,
+    help="[link, exec] Times a run's ServerApp process that crashed or was killed is "
+    "started again, continuing from the run's last checkpoint, before the run fails; "
+    "0 fails it at once.",
 )
 @click.option(
     "--database",
@@ -296,6 +307,7 @@ def serve(
     exec_socket: Path | None,
     claim_lease: float,
     max_runs: int,
+    max_restarts: int,
     database: str,
     work_dir: Path | None,
     insecure: bool,
@@ -364,6 +376,7 @@ def serve(
     launch = LaunchSettings(
         claim_lease=claim_lease,
         max_runs=max_runs,
+        max_restarts=max_restarts,
         app_heartbeat=heartbeat_interval,
         app_env=passed,
         app_user=user,

@@ -28,14 +28,18 @@ synchronous step in ``main``), and the run must not fail for that while the proc
 lives.
 
 The launcher watches the process: one that exits while its run is not finished has
-crashed or was killed — the run becomes ``finished:failed`` with the exit status
-and the last lines the process printed. A run stopped by an operator (or failed by
-the link) gets its process terminated, then killed after a grace period, and the
-run's log a last line saying so; the launcher hears of it by a long poll on the run.
-Leaving the launcher terminates the processes it started. A process outlives a
-launcher that is killed (``kill -9`` of the link): it goes on through the runtime
-API and reconnects to the restarted link by itself. While the link cannot be
-reached, the launcher retries with backoff.
+crashed or was killed. The launcher then starts it again, up to
+:attr:`LaunchSettings.max_restarts` times for the run, saying so in the run's log with
+the last lines the process printed; the new process continues from the run's last
+checkpoint (:mod:`fedcore.runtime.serverapp`), and the nodes keep their ClientApps'
+contexts meanwhile, since the run never ended. Once the restarts are spent, the run
+becomes ``finished:failed`` with the exit status and those last lines. A run
+stopped by an operator (or failed by the link) gets its process terminated, then
+killed after a grace period, and the run's log a last line saying so; the
+launcher hears of it by a long poll on the run. Leaving the launcher terminates the
+processes it started. A process outlives a launcher that is killed (``kill -9`` of
+the link): it goes on through the runtime API and reconnects to the restarted link
+by itself. While the link cannot be reached, the launcher retries with backoff.
 """
 
 from __future__ import annotations
@@ -106,7 +110,8 @@ class LaunchSettings:
     poll, over the network. ``command``: what starts a ServerApp process (tests put
     a stand-in here). ``app_env``: variables of the exec's environment passed to the
     ServerApps beside the allowed ones (``--app-env``). ``app_user``: the user they run
-    as (None: the exec's own).
+    as (None: the exec's own). ``max_restarts``: times a run's ServerApp process is
+    started again after it crashed or was killed, before the run fails.
     """
 
     claim_lease: float = 10.0
@@ -117,6 +122,7 @@ class LaunchSettings:
     command: tuple[str, ...] = (sys.executable, "-m", "fedcore.runtime.serverapp")
     app_env: tuple[str, ...] = ()
     app_user: AppUser | None = None
+    max_restarts: int = 1
 
 
 class ServerAppLauncher:
@@ -220,32 +226,77 @@ class ServerAppLauncher:
         runtime_address = self._runtime_address
         if runtime_address is None:
             runtime_address = await self._patiently(self._service.runtime_address)
-        output_path = self._work_dir / "runs" / f"{run.run_id}-{claim.attempt}.out"
-        output_path.parent.mkdir(parents=True, exist_ok=True)
         user = self._settings.app_user
         if user is not None:
             app_dir = await anyio.to_thread.run_sync(user.private_copy, app_dir)
         try:
-            process = await self._start_process(claim, app_dir, runtime_address, output_path)
-            try:
+            for restart in range(self._settings.max_restarts + 1):
+                output_path = self._output_path(claim, restart)
+                code = await self._run_once(claim, app_dir, runtime_address, output_path, restart)
+                if not await self._restart_after(claim, code, output_path, restart):
+                    return
+        finally:
+            if user is not None:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(remove_copy, app_dir)
+
+    def _output_path(self, claim: RunClaim, restart: int) -> Path:
+        """Where the process of this launch writes its output (one file per process)."""
+        suffix = f"-restart{restart}" if restart else ""
+        path = self._work_dir / "runs" / f"{claim.run.run_id}-{claim.attempt}{suffix}.out"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    async def _run_once(
+        self,
+        claim: RunClaim,
+        app_dir: Path,
+        runtime_address: str,
+        output_path: Path,
+        restart: int,
+    ) -> int:
+        """Start the run's ServerApp process and wait for it to exit; its exit status."""
+        run = claim.run
+        process = await self._start_process(claim, app_dir, runtime_address, output_path)
+        try:
+            if restart == 0:
                 await self._patiently(
                     lambda: self._service.start_run(
                         run.run_id, claim.token, heartbeat_interval=self._settings.app_heartbeat
                     )
                 )
-                started = (
-                    f"[exec] ServerApp process {process.pid} started (attempt {claim.attempt})"
-                )
-                await self._patiently(lambda: self._service.append_logs(run.run_id, [started]))
-                code = await self._watch(run.run_id, process)
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await self._end(process)
+            started = f"[exec] ServerApp process {process.pid} started (attempt {claim.attempt}"
+            started += f", restart {restart})" if restart else ")"
+            await self._patiently(lambda: self._service.append_logs(run.run_id, [started]))
+            return await self._watch(run.run_id, process)
         finally:
-            if user is not None:
-                with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(remove_copy, app_dir)
-        await self._report_exit(claim, code, output_path)
+            with anyio.CancelScope(shield=True):
+                await self._end(process)
+
+    async def _restart_after(
+        self, claim: RunClaim, code: int, output_path: Path, restart: int
+    ) -> bool:
+        """Whether to start the process again, now that it exited with ``code``.
+
+        Only a process whose run goes on is started again, while restarts are left;
+        otherwise the exit is reported as the run's end.
+        """
+        run_id = claim.run.run_id
+        left = self._settings.max_restarts - restart
+        run = await self._patiently(lambda: self._service.get_run(run_id))
+        if run.status.finished or left <= 0:
+            await self._report_exit(claim, code, output_path, run, restarts=restart)
+            return False
+        reason = f"the ServerApp process {_describe(code)}"
+        log.warning("run %d: %s; starting it again (%d restart(s) left)", run_id, reason, left - 1)
+        tail = await anyio.to_thread.run_sync(_last_lines, output_path)
+        lines = [f"[exec] {reason}; its last output:", *tail] if tail else []
+        lines.append(
+            f"[exec] starting the ServerApp again from the run's last checkpoint "
+            f"(restart {restart + 1} of {self._settings.max_restarts})"
+        )
+        await self._patiently(lambda: self._service.append_logs(run_id, lines))
+        return True
 
     async def _start_process(
         self, claim: RunClaim, app_dir: Path, runtime_address: str, output_path: Path
@@ -332,9 +383,10 @@ class ServerAppLauncher:
             process.kill()
             await process.wait()
 
-    async def _report_exit(self, claim: RunClaim, code: int, output_path: Path) -> None:
+    async def _report_exit(
+        self, claim: RunClaim, code: int, output_path: Path, run: Run, *, restarts: int
+    ) -> None:
         run_id = claim.run.run_id
-        run = await self._patiently(lambda: self._service.get_run(run_id))
         if run.status.finished:
             log.info("run %d: ServerApp exited (%s); run %s", run_id, _describe(code), run.status)
             if code < 0:  # ended here, before its own last words: the log still says how
@@ -345,6 +397,8 @@ class ServerAppLauncher:
             return
         tail = await anyio.to_thread.run_sync(_last_lines, output_path)
         reason = f"the ServerApp process {_describe(code)}"
+        if restarts:
+            reason += f" (after {restarts} restart{'s' if restarts > 1 else ''})"
         if tail:
             lines = [f"[exec] {reason}; its last output:", *tail]
             await self._patiently(lambda: self._service.append_logs(run_id, lines))

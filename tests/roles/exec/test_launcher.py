@@ -84,7 +84,8 @@ async def test_a_crashed_serverapp_fails_its_run_with_its_last_words(
     )
     run = await _submit(state, tmp_path)
     async with anyio.create_task_group() as tasks:
-        await tasks.start(_launcher(state, fake_clock, tmp_path, script).serve)
+        launcher = _launcher(state, fake_clock, tmp_path, script, max_restarts=0)
+        await tasks.start(launcher.serve)
         failed = await _until(state, run.run_id, {RunStatus.FAILED})
         tasks.cancel_scope.cancel()
     assert failed.reason == "the ServerApp process exited with status 3"
@@ -92,6 +93,97 @@ async def test_a_crashed_serverapp_fails_its_run_with_its_last_words(
     assert "a secret" in lines
     assert "secret shown in []" in lines
     assert f"run {run.run_id} app True" in lines
+
+
+def _launch_counting(launches: Path, then: str) -> str:
+    """A ServerApp stand-in that numbers its launches in ``launches``: the first kills
+    itself (as the OOM killer would), the others run ``then``."""
+    return (
+        "import os, signal, sys\n"
+        f"path = {str(launches)!r}\n"
+        "n = len(open(path).readlines()) if os.path.exists(path) else 0\n"
+        "open(path, 'a').write('launch\\n')\n"
+        "print('launch', n, flush=True)\n"
+        "if n == 0:\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        f"{then}\n"
+    )
+
+
+async def test_a_killed_serverapp_is_started_again_and_the_run_fails_once_restarts_are_spent(
+    state: InMemoryLinkState, fake_clock: FakeClock, tmp_path: Path
+) -> None:
+    launches = tmp_path / "launches"
+    script = _launch_counting(launches, "sys.exit(4)")
+    run = await _submit(state, tmp_path)
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(_launcher(state, fake_clock, tmp_path, script).serve)
+        failed = await _until(state, run.run_id, {RunStatus.FAILED})
+        tasks.cancel_scope.cancel()
+    assert LaunchSettings().max_restarts == 1
+    assert launches.read_text() == "launch\n" * 2
+    assert failed.reason == "the ServerApp process exited with status 4 (after 1 restart)"
+    lines = [line.text for line in await state.get_logs(run.run_id)]
+    restarted = [
+        "[exec] the ServerApp process was killed by SIGKILL; its last output:",
+        "launch 0",
+        "[exec] starting the ServerApp again from the run's last checkpoint (restart 1 of 1)",
+    ]
+    start = lines.index(restarted[0])
+    assert lines[start : start + 3] == restarted
+    assert "launch 1" in lines[start + 3 :]
+    assert any(line.endswith("(attempt 1, restart 1)") for line in lines[start + 3 :])
+    assert (tmp_path / "work" / "runs" / f"{run.run_id}-1-restart1.pid").is_file()
+
+
+async def test_with_no_restarts_a_killed_serverapp_fails_its_run_at_once(
+    state: InMemoryLinkState, fake_clock: FakeClock, tmp_path: Path
+) -> None:
+    launches = tmp_path / "launches"
+    script = _launch_counting(launches, "sys.exit(4)")
+    run = await _submit(state, tmp_path)
+    async with anyio.create_task_group() as tasks:
+        launcher = _launcher(state, fake_clock, tmp_path, script, max_restarts=0)
+        await tasks.start(launcher.serve)
+        failed = await _until(state, run.run_id, {RunStatus.FAILED})
+        tasks.cancel_scope.cancel()
+    assert launches.read_text() == "launch\n"
+    assert failed.reason == "the ServerApp process was killed by SIGKILL"
+
+
+async def _until_logged(state: InMemoryLinkState, run_id: int, ending: str) -> list[str]:
+    """Wait (by event, with a real-time deadline) for a log line ending with ``ending``."""
+    appended = anyio.Event()
+    with anyio.fail_after(20), state.watch_logs(run_id, lambda _: appended.set()):
+        while True:
+            lines = [line.text for line in await state.get_logs(run_id)]
+            if any(line.endswith(ending) for line in lines):
+                return lines
+            await appended.wait()
+            appended = anyio.Event()
+
+
+async def test_a_restarted_serverapp_whose_run_ends_is_not_started_again(
+    state: InMemoryLinkState, fake_clock: FakeClock, tmp_path: Path
+) -> None:
+    """The run finishes under the second process (the test finishes it for the stand-in):
+    that process is ended as any of a finished run, and not started again, restarts left."""
+    script = _launch_counting(tmp_path / "launches", "import time; time.sleep(60)")
+    run = await _submit(state, tmp_path)
+    async with anyio.create_task_group() as tasks:
+        launcher = _launcher(state, fake_clock, tmp_path, script, max_restarts=3)
+        await tasks.start(launcher.serve)
+        await _until_logged(state, run.run_id, "(attempt 1, restart 1)")
+        await state.update_run_status(run.run_id, RunStatus.COMPLETED, "")
+        await anyio.wait_all_tasks_blocked()
+        settings = LaunchSettings()
+        fake_clock.advance(settings.app_heartbeat + settings.stop_grace + 0.1)
+        lines = await _until_logged(
+            state, run.run_id, "its ServerApp process was killed by SIGTERM"
+        )
+        tasks.cancel_scope.cancel()
+    assert not any("restart 2" in line for line in lines)
+    assert (await state.get_run(run.run_id)).status is RunStatus.COMPLETED
 
 
 async def test_a_stopped_run_has_its_process_terminated(
@@ -135,7 +227,8 @@ async def test_a_claim_left_by_a_dead_exec_expires_and_the_run_launches_once_mor
     (dead,) = await state.claim_runs(limit=1, lease=5.0)  # an exec that dies right after
     script = "import sys; print('attempt'); sys.exit(4)"
     async with anyio.create_task_group() as tasks:
-        await tasks.start(_launcher(state, fake_clock, tmp_path, script).serve)
+        launcher = _launcher(state, fake_clock, tmp_path, script, max_restarts=0)
+        await tasks.start(launcher.serve)
         await anyio.wait_all_tasks_blocked()
         assert (await state.get_run(run.run_id)).status is RunStatus.STARTING
         fake_clock.advance(5.1)
@@ -251,6 +344,7 @@ async def test_calls_are_retried_while_the_link_is_away(
         settings=LaunchSettings(
             command=(sys.executable, "-c", "import sys; sys.exit(7)"),
             claim_lease=1000,  # the clock moves 10 s at a time: no claim runs out meanwhile
+            max_restarts=0,
         ),
     )
     async with anyio.create_task_group() as tasks:
@@ -285,7 +379,9 @@ async def test_a_bundle_unpacked_here_already_is_not_fetched_again(
         service,
         fake_clock,
         work_dir=tmp_path / "work",
-        settings=LaunchSettings(command=(sys.executable, "-c", "import sys; sys.exit(7)")),
+        settings=LaunchSettings(
+            command=(sys.executable, "-c", "import sys; sys.exit(7)"), max_restarts=0
+        ),
     )
     async with anyio.create_task_group() as tasks:
         await tasks.start(launcher.serve)
@@ -317,7 +413,9 @@ async def test_an_app_user_runs_the_process_as_itself_on_a_private_copy_of_the_a
         LinkExec(state, fake_clock, runtime_address="127.0.0.1:1"),
         fake_clock,
         work_dir=tmp_path / "work",
-        settings=LaunchSettings(command=("/bin/bash", "-c", script), app_user=nobody),
+        settings=LaunchSettings(
+            command=("/bin/bash", "-c", script), app_user=nobody, max_restarts=0
+        ),
     )
     async with anyio.create_task_group() as tasks:
         await tasks.start(launcher.serve)
