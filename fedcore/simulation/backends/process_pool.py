@@ -59,17 +59,15 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import Protocol, Self
+from typing import Protocol
 
 import anyio
-from anyio.abc import TaskGroup
 
 from fedcore.apps.environment import without_secrets
 from fedcore.clock import Clock
 from fedcore.domain import Context, Error, ErrorCode, Message, RecordDict
 from fedcore.errors import AppLoadError
-from fedcore.simulation.backends.base import Backend
+from fedcore.simulation.backends.base import WorkerBackend
 from fedcore.simulation.backends.shared_memory import SegmentSpace, map_segment, remove_stale
 from fedcore.simulation.backends.sizing import PoolPlan
 from fedcore.simulation.backends.threads import thread_defaults
@@ -276,8 +274,10 @@ class _Job:
         self.settle(Message(error=Error(int(code), reason), reply_to=self.message))
 
 
-class ProcessPoolBackend(Backend):
+class ProcessPoolBackend(WorkerBackend):
     """Runs a ClientApp, imported by ``client_ref``, in a pool of worker processes."""
+
+    start_timeout = START_TIMEOUT
 
     def __init__(
         self,
@@ -300,7 +300,6 @@ class ProcessPoolBackend(Backend):
         self._workers: set[_Worker] = set()
         self._retired: set[_Worker] = set()
         self._jobs_in, self._jobs_out = anyio.create_memory_object_stream[_Job](math.inf)
-        self._task_group: TaskGroup | None = None
         self._spawner: ThreadPoolExecutor | None = None
         self._started = 0
 
@@ -309,58 +308,37 @@ class ProcessPoolBackend(Backend):
         """Jobs worth having in hand: enough to keep every worker's pipeline full."""
         return self._plan.workers * PIPELINE_DEPTH
 
-    async def __aenter__(self) -> Self:
+    async def _prepare(self) -> None:
         stale = await anyio.to_thread.run_sync(remove_stale, self._space.root)
         if stale:
             log.warning("removed %d shared-memory segments of fedcore processes now gone", stale)
         self._spawner = ThreadPoolExecutor(
             min(self._plan.workers, SPAWN_THREADS), thread_name_prefix="fedcore-spawn"
         )
-        self._task_group = anyio.create_task_group()
-        await self._task_group.__aenter__()
-        try:
-            with anyio.fail_after(START_TIMEOUT):
-                async with anyio.create_task_group() as starting:
-                    for index in range(self._plan.workers):
-                        starting.start_soon(self._start_worker, index)
-        except BaseException as exc:
-            await self.__aexit__(type(exc), exc, exc.__traceback__)
-            if isinstance(exc, BaseExceptionGroup):
-                load_errors = exc.subgroup(AppLoadError)
-                if load_errors is not None:
-                    raise load_errors.exceptions[0] from None
-            if isinstance(exc, TimeoutError):
-                raise AppLoadError(
-                    f"the ClientApp's workers did not start within {START_TIMEOUT:g} s"
-                ) from None
-            raise
-        log.info("process pool: %d workers", self._plan.workers)
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            if self._task_group is not None:
-                self._task_group.cancel_scope.cancel()
-                await self._task_group.__aexit__(None, None, None)
-        finally:
-            self._task_group = None
-            with anyio.CancelScope(shield=True):
-                grace = STOP_GRACE if exc_type is None else 0.0
-                workers = [*self._workers, *self._retired]
-                await anyio.to_thread.run_sync(_stop, workers, grace)
-            if self._spawner is not None:
-                self._spawner.shutdown()  # its threads are idle: the workers are gone
-                self._spawner = None
-            self._workers.clear()
-            self._retired.clear()
-            self._jobs_in.close()
-            self._jobs_out.close()
-            self._space.remove_all()
+    async def _start_workers(self) -> None:
+        async with anyio.create_task_group() as starting:
+            for index in range(self._plan.workers):
+                starting.start_soon(self._start_worker, index)
+
+    def _log_started(self) -> None:
+        log.info("process pool: %d workers", self._plan.workers)
+
+    def _too_slow(self) -> str:
+        return f"the ClientApp's workers did not start within {self.start_timeout:g} s"
+
+    async def _stop_workers(self, *, clean: bool) -> None:
+        grace = STOP_GRACE if clean else 0.0
+        workers = [*self._workers, *self._retired]
+        await anyio.to_thread.run_sync(_stop, workers, grace)
+        if self._spawner is not None:
+            self._spawner.shutdown()  # its threads are idle: the workers are gone
+            self._spawner = None
+        self._workers.clear()
+        self._retired.clear()
+        self._jobs_in.close()
+        self._jobs_out.close()
+        self._space.remove_all()
 
     async def run(self, message: Message, context: Context) -> tuple[Message, Context]:
         job = _Job(message, self._payload(message, context))

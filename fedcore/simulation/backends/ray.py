@@ -54,18 +54,16 @@ import weakref
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import anyio
 import numpy as np
 import ray
-from anyio.abc import TaskGroup
 
 from fedcore.clock import Clock
 from fedcore.domain import Context, Error, ErrorCode, Message, RecordDict
 from fedcore.errors import AppLoadError, ResourceError
-from fedcore.simulation.backends.base import Backend
+from fedcore.simulation.backends.base import WorkerBackend
 from fedcore.simulation.backends.ray_actor import STORED, ClientActor
 from fedcore.simulation.backends.ray_cluster import (
     RaySession,
@@ -130,8 +128,10 @@ class _Stored:
     ref: Any = None
 
 
-class RayBackend(Backend):
+class RayBackend(WorkerBackend):
     """Runs a ClientApp, imported by ``client_ref``, in Ray actors sized by ``resources``."""
+
+    start_timeout = START_TIMEOUT
 
     def __init__(
         self,
@@ -159,7 +159,6 @@ class RayBackend(Backend):
         self._ran: Counter[str] = Counter()
         self._names: dict[str, str] = {}
         self._jobs_in, self._jobs_out = anyio.create_memory_object_stream[_Job](math.inf)
-        self._task_group: TaskGroup | None = None
         self._options: dict[str, Any] = {}
         self._arguments: tuple[Any, ...] = ()
 
@@ -168,63 +167,45 @@ class RayBackend(Backend):
         """Jobs worth having in hand: enough to keep every actor's pipeline full."""
         return max(self._count, 1) * PIPELINE_DEPTH
 
-    async def __aenter__(self) -> Self:
+    async def _prepare(self) -> None:
         self._session = await open_session(self._address, self._system, self._app_dir)
-        self._task_group = anyio.create_task_group()
-        await self._task_group.__aenter__()
-        try:
-            nodes = await cluster_nodes()
-            self._names = _node_names(nodes)
-            self._count = plan_actors(self._resources, nodes, self._max_workers)
-            shipped = self._app_dir is not None and self._session.shipped == self._app_dir
-            self._options, self._arguments = self._actor_setup(shipped=shipped)
-            with anyio.fail_after(START_TIMEOUT):
-                async with anyio.create_task_group() as starting:
-                    for _ in range(self._count):
-                        starting.start_soon(self._start_actor)
-        except BaseException as exc:
-            await self.__aexit__(type(exc), exc, exc.__traceback__)
-            if isinstance(exc, BaseExceptionGroup):
-                load_errors = exc.subgroup(AppLoadError)
-                if load_errors is not None:
-                    raise load_errors.exceptions[0] from None
-            if isinstance(exc, TimeoutError):
-                raise AppLoadError(
-                    f"the ClientApp's Ray actors did not start within {START_TIMEOUT:g} s "
-                    "(does the cluster have room for them, or do other jobs hold it?)"
-                ) from None
-            raise
+
+    async def _start_workers(self) -> None:
+        assert self._session is not None
+        nodes = await cluster_nodes()
+        self._names = _node_names(nodes)
+        self._count = plan_actors(self._resources, nodes, self._max_workers)
+        shipped = self._app_dir is not None and self._session.shipped == self._app_dir
+        self._options, self._arguments = self._actor_setup(shipped=shipped)
+        async with anyio.create_task_group() as starting:
+            for _ in range(self._count):
+                starting.start_soon(self._start_actor)
+
+    def _log_started(self) -> None:
         hosts = len({actor.node_id for actor in self._actors})
         log.info("ray: %s on %s", _plural(self._count, "actor"), _plural(hosts, "node"))
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            if self._task_group is not None:
-                self._task_group.cancel_scope.cancel()
-                await self._task_group.__aexit__(None, None, None)
-        finally:
-            self._task_group = None
-            with anyio.CancelScope(shield=True):
-                if exc_type is None:
-                    await self._stop_lifespans()
-                for handle in self._created.values():
-                    ray.kill(handle, no_restart=True)
-                self._created.clear()
-                self._actors.clear()
-                self._stored.clear()
-                self._jobs_in.close()
-                self._jobs_out.close()
-                if self._ran:
-                    log.info("ray: %s", self._placement())
-                if self._session is not None:
-                    session, self._session = self._session, None
-                    await close_session(session)
+    def _too_slow(self) -> str:
+        return (
+            f"the ClientApp's Ray actors did not start within {self.start_timeout:g} s "
+            "(does the cluster have room for them, or do other jobs hold it?)"
+        )
+
+    async def _stop_workers(self, *, clean: bool) -> None:
+        if clean:
+            await self._stop_lifespans()
+        for handle in self._created.values():
+            ray.kill(handle, no_restart=True)
+        self._created.clear()
+        self._actors.clear()
+        self._stored.clear()
+        self._jobs_in.close()
+        self._jobs_out.close()
+        if self._ran:
+            log.info("ray: %s", self._placement())
+        if self._session is not None:
+            session, self._session = self._session, None
+            await close_session(session)
 
     async def run(self, message: Message, context: Context) -> tuple[Message, Context]:
         content = await self._store(message.content)
