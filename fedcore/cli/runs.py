@@ -257,17 +257,17 @@ def run(
         if submitted_id is None:
             raise
         # Only this command stops: the run lives on the link, whoever follows it.
+        if recorded is not None:
+            click.echo(
+                f"\nthe run's results so far are in {recorded}; its whole record, once it "
+                f"has finished: fedcore pull {submitted_id} DIR --link {connection.link}",
+                err=True,
+            )
         click.echo(
             f"\ninterrupted: run {submitted_id} goes on on the link; "
             f"stop it with: fedcore stop {submitted_id} --link {connection.link}",
             err=True,
         )
-        if recorded is not None:
-            click.echo(
-                f"its results so far are in {recorded}; the whole record, once it has "
-                f"finished: fedcore pull {submitted_id} DIR --link {connection.link}",
-                err=True,
-            )
         sys.exit(130)
     sys.exit(code)
 

@@ -44,6 +44,8 @@ def run_document(run: Run, header: Mapping[str, Any] | None) -> dict[str, Any]:
     when it never started), and how it ended, from ``run`` as the link has it."""
     said = header or {}
     status = run.status.value.removeprefix("finished:")
+    if header is not None and not run.status.finished:
+        status = "running"  # its ServerApp has started, whatever the run was when last read
     document: dict[str, Any] = {
         "app": said.get("app", ""),
         "config": dict(run.run_config),
