@@ -1,4 +1,5 @@
-"""A deployed run's record, through the CLI: ``fedcore run --stream`` keeps it, ``fedcore pull`` fetches it.
+"""A deployed run's record through the CLI: ``fedcore run --stream`` keeps it, ``fedcore pull``
+fetches it.
 
 One run of ``record_app`` (every round adds one to the model, so its metrics and final
 model are known in advance) on a link and two nodes on loopback, streamed into a
@@ -60,7 +61,7 @@ def model_in(directory: Path) -> dict[str, np.ndarray]:
 
 
 def check_record(directory: Path, run_id: str, printed_model: dict[str, list[object]]) -> None:
-    """``directory`` holds the whole record of the run: every round once, the model main returned."""
+    """``directory`` holds the run's whole record: every round once, the model main returned."""
     run = read_run(directory)
     assert [row["round"] for row in run.rounds] == list(range(1, ROUNDS + 1))
     assert run.series("server.mean") == (list(range(1, ROUNDS + 1)), [1.0, 2.0, 3.0])

@@ -2,10 +2,10 @@
 
 Each ClientApp adds 1 to the arrays it gets, after ``train-seconds``, and reports a
 training ``loss`` of 1/round; evaluating, it reports the mean weight as ``mean``. The
-server evaluates the model after every round as well (``server.mean``), so round k's
-line says k whichever scope is read. ``main`` prints the final model as one JSON line
-(``{"model": {name: values}}``) for a test to compare with ``model.npz``, and returns
-the strategy's ``Result``.
+server evaluates the model after every round as well (``server.mean``, or whatever
+``metric-name`` says), so round k's line says k whichever scope is read. ``main``
+prints the final model as one JSON line (``{"model": {name: values}}``) for a test to
+compare with ``model.npz``, and returns the strategy's ``Result``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,10 @@ def train(msg: fc.Message, context: fc.Context) -> fc.Message:
     time.sleep(context.run_config["train-seconds"])
     arrays = msg.content["arrays"]
     plus_one = fc.ArrayRecord(
-        {name: value + 1 for name, value in zip(arrays.keys(), arrays.to_numpy_ndarrays())}
+        {
+            name: value + 1
+            for name, value in zip(arrays.keys(), arrays.to_numpy_ndarrays(), strict=True)
+        }
     )
     server_round = msg.content["config"]["server-round"]
     metrics = fc.MetricRecord({"num-examples": 1, "loss": 1.0 / server_round})
@@ -44,10 +47,6 @@ def evaluate(msg: fc.Message, context: fc.Context) -> fc.Message:
     return fc.Message(fc.RecordDict({"metrics": metrics}), reply_to=msg)
 
 
-def _on_server(server_round: int, arrays: fc.ArrayRecord) -> fc.MetricRecord:
-    return fc.MetricRecord({"mean": _mean(arrays)})
-
-
 @server.main()
 async def main(grid: fc.Grid, context: fc.Context) -> object:
     config = context.run_config
@@ -56,9 +55,13 @@ async def main(grid: fc.Grid, context: fc.Context) -> object:
     initial = fc.ArrayRecord(
         {"w": np.zeros((2, 3), dtype=np.float32), "b": np.arange(4, dtype=np.float64)}
     )
+
+    def on_server(server_round: int, arrays: fc.ArrayRecord) -> fc.MetricRecord:
+        return fc.MetricRecord({config["metric-name"]: _mean(arrays)})
+
     result = await strategy.start(
-        grid=grid, initial_arrays=initial, num_rounds=config["rounds"], evaluate_fn=_on_server
+        grid=grid, initial_arrays=initial, num_rounds=config["rounds"], evaluate_fn=on_server
     )
-    model = dict(zip(result.arrays.keys(), result.arrays.to_numpy_ndarrays()))
+    model = dict(zip(result.arrays.keys(), result.arrays.to_numpy_ndarrays(), strict=True))
     print(json.dumps({"model": {name: value.tolist() for name, value in model.items()}}))
     return result
