@@ -37,9 +37,11 @@ ALLOWED: dict[str, set[str]] = {
     "results": BASE | {"domain", "strategy"},
     # strategy: the progress display renders the round driver's RoundReports.
     "simulation": BASE | {"domain", "wire", "state", "transport", "apps", "strategy", "results"},
-    # strategy: the ServerApp process reads its strategy's last RoundReport.
+    # strategy: the ServerApp process reads its strategy's last RoundReport; results: it
+    # reports the run's record in the form of a results directory.
     "runtime": BASE
-    | {"domain", "wire", "state", "transport", "apps", "roles", "simulation", "strategy"},
+    | {"domain", "wire", "state", "transport", "apps", "roles", "simulation", "strategy"}
+    | {"results"},
     "cli": BASE
     | {"domain", "wire", "state", "transport", "apps", "roles", "simulation", "runtime"}
     | {"strategy", "mods", "results", "__init__"},

@@ -58,13 +58,19 @@ class SimulationDefaults:
 
 @dataclass(frozen=True)
 class AppProject:
-    """An app directory's declarations: ``server``/``client`` are ``module:attr``."""
+    """An app directory's declarations: ``server``/``client`` are ``module:attr``.
+
+    ``name`` is what a deployed run's record calls the app: ``[project] name``, else the
+    ServerApp's top-level package. It is read from the one file a bundle always carries,
+    so the link, the ServerApp process and ``fedcore run`` all say the same.
+    """
 
     pyproject: Path
     server: str
     client: str
     config: RunConfig
     simulation: SimulationDefaults
+    name: str
 
 
 def read_project(app_dir: Path, *, federation: str | None = None) -> AppProject:
@@ -86,7 +92,16 @@ def read_project(app_dir: Path, *, federation: str | None = None) -> AppProject:
         client,
         _config(pyproject, fedcore, flower),
         _simulation(pyproject, document, fedcore, federation),
+        _name(document, server),
     )
+
+
+def _name(document: dict[str, Any], server: str) -> str:
+    project = _table(document, "project")
+    declared = project.get("name") if project is not None else None
+    if isinstance(declared, str) and declared.strip():
+        return declared.strip()
+    return server.partition(":")[0].split(".")[0]
 
 
 def _load(app_dir: Path, pyproject: Path) -> dict[str, Any]:

@@ -36,6 +36,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "List, add or remove the public keys of the nodes the link admits.",
     ),
     "ls": ("fedcore.cli.runs:ls", "List the link's runs (newest last), or its online nodes."),
+    "pull": (
+        "fedcore.cli.record:pull",
+        "Write a run's record on the link into DIRECTORY, as a results directory.",
+    ),
     "plot": (
         "fedcore.cli.plot:plot",
         "Draw each metric of the RUNS (results directories) over rounds, on one figure.",
@@ -48,6 +52,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": (
         "fedcore.cli.simulate:simulate",
         "Simulate TARGET on --nodes virtual nodes on this machine.",
+    ),
+    "ui": (
+        "fedcore.cli.runs:ui",
+        "Print the address of the link's page, its control token in the fragment.",
     ),
     "stop": (
         "fedcore.cli.runs:stop",

@@ -14,6 +14,7 @@ import functools
 import json
 import os
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -25,13 +26,15 @@ import click
 
 from fedcore.domain.lifecycle import RunStatus
 from fedcore.errors import AppLoadError, AuthenticationError, WrongServiceError
+from fedcore.results import RESULTS_ENV
 from fedcore.runtime.addresses import Address, parse_address
-from fedcore.runtime.control_token import TOKEN_ENV, ClientToken, client_token
+from fedcore.runtime.control_token import FIX, TOKEN_ENV, ClientToken, client_token
 
 if TYPE_CHECKING:
     import ssl
 
     from fedcore.domain.run import LogLine, Run
+    from fedcore.results.deployed import DeployedRecorder
     from fedcore.transport.control import ControlService
 
 T = TypeVar("T")
@@ -173,13 +176,34 @@ def run_json(run: Run) -> dict[str, Any]:
     "--stream",
     is_flag=True,
     help=(
-        "Follow the ServerApp's log to the end; exit 0 completed, 1 failed, 3 stopped. "
-        "Ctrl-C stops following (exit 130), not the run."
+        "Follow the ServerApp's log to the end, keeping the run's results directory "
+        "(see --out); exit 0 completed, 1 failed, 3 stopped. Ctrl-C stops following "
+        "(exit 130), not the run."
     ),
 )
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("results"),
+    show_default=True,
+    envvar=RESULTS_ENV,
+    show_envvar=True,
+    help="With --stream: keep the run's results directory under this one, as fedcore "
+    "simulate does: run.json, metrics.jsonl, log.txt, model.npz (when main returns a "
+    "model) and summary.png, in <UTC time>-<app>-<seed, else run id>/.",
+)
+@click.option("--no-save", is_flag=True, help="With --stream: keep no results directory.")
 @json_option
+@click.pass_context
 def run(
-    app_dir: Path, connection: Connection, run_config: str, stream: bool, as_json: bool
+    ctx: click.Context,
+    app_dir: Path,
+    connection: Connection,
+    run_config: str,
+    stream: bool,
+    out: Path,
+    no_save: bool,
+    as_json: bool,
 ) -> None:
     """Pack APP_DIR (default: here), submit it to the link as a new run, print its id."""
     # Imported here: packing and config resolution load the app machinery (and numpy).
@@ -187,6 +211,13 @@ def run(
     from fedcore.apps.project import read_project
     from fedcore.apps.run_config import resolve_run_config
 
+    if not stream:
+        for given in ("out", "no_save"):
+            if ctx.get_parameter_source(given) is click.core.ParameterSource.COMMANDLINE:
+                flag = "--" + given.replace("_", "-")
+                raise click.UsageError(
+                    f"{flag} is for --stream: a run's record is kept as it is followed"
+                )
     try:
         project = read_project(app_dir)
     except AppLoadError as exc:
@@ -194,9 +225,10 @@ def run(
     config = resolve_run_config(project.config, run_config or None)
     bundle = pack_bundle(app_dir)
     submitted_id: int | None = None
+    recorded: Path | None = None
 
     async def submit(control: ControlService) -> int:
-        nonlocal submitted_id
+        nonlocal submitted_id, recorded
         submitted = await control.submit_run(bundle.data, config)
         submitted_id = submitted.run_id
         if as_json and not stream:
@@ -205,10 +237,18 @@ def run(
             click.echo(submitted.run_id if not stream else f"run {submitted.run_id} submitted")
         if not stream:
             return 0
-        async for line in control.logs(submitted.run_id, follow=True):
-            _echo_line(line, as_json)
-        final = await control.get_run(submitted.run_id)
+        from fedcore.cli.record import follow_run
+
+        recorder = None if no_save else recorder_for(out, project.name, submitted)
+        recorded = None if recorder is None else recorder.path
+        final = await follow_run(
+            control, submitted.run_id, recorder, lambda line: _echo_line(line, as_json)
+        )
         _echo_end(final, as_json)
+        if recorded is not None:
+            picture = recorded / "summary.png"
+            shown = f" (picture: {picture})" if picture.exists() else ""
+            click.echo(f"results: {recorded}{shown}", err=True)
         return EXIT_CODES.get(final.status, 1)
 
     try:
@@ -217,6 +257,12 @@ def run(
         if submitted_id is None:
             raise
         # Only this command stops: the run lives on the link, whoever follows it.
+        if recorded is not None:
+            click.echo(
+                f"\nthe run's results so far are in {recorded}; its whole record, once it "
+                f"has finished: fedcore pull {submitted_id} DIR --link {connection.link}",
+                err=True,
+            )
         click.echo(
             f"\ninterrupted: run {submitted_id} goes on on the link; "
             f"stop it with: fedcore stop {submitted_id} --link {connection.link}",
@@ -224,6 +270,16 @@ def run(
         )
         sys.exit(130)
     sys.exit(code)
+
+
+def recorder_for(parent: Path, app: str, submitted: Run) -> DeployedRecorder:
+    """A recorder of the run ``submitted`` in a new results directory under ``parent``."""
+    from fedcore.results.deployed import DeployedRecorder, directory_tag
+    from fedcore.results.directory import new_run_directory
+
+    tag = directory_tag(submitted)
+    path = new_run_directory(parent, app, tag, time.time())
+    return DeployedRecorder(path, submitted)
 
 
 @click.command("ls")
@@ -274,6 +330,31 @@ def stop(run_id: int, connection: Connection, as_json: bool) -> None:
     """Stop a run: its ServerApp is ended and its messages are no longer delivered."""
     stopped = call_control(connection, lambda control: control.stop_run(run_id))
     click.echo(json.dumps(run_json(stopped)) if as_json else f"run {run_id}: {stopped.status}")
+
+
+@click.command("ui")
+@connection_options
+def ui(connection: Connection) -> None:
+    """Print the address of the link's page, its control token in the fragment.
+
+    The page, served by the link's control API at /ui, lists the link's runs with their
+    status and progress, charts the metrics of one as its rounds finish, and lists
+    the online nodes. The browser never sends what follows '#' to the link; the page
+    keeps the token in its tab and drops it from the address. Whoever has the address
+    has the link, as with the token itself: open it, do not paste it into a chat.
+    Without a token found here, the page asks for one.
+    """
+    from urllib.parse import quote
+
+    address = parse_address(connection.link, what="--link")
+    _tls(address, connection)  # refuses plaintext to another machine, as every command does
+    scheme = "https" if connection.root_certificates is not None else "http"
+    token = client_token(connection.token_file, link=address)
+    if token.token is None:
+        click.echo(f"no control token found ({FIX}): the page will ask for it", err=True)
+        click.echo(f"{scheme}://{address}/ui")
+        return
+    click.echo(f"{scheme}://{address}/ui#token={quote(token.token, safe='')}")
 
 
 def _echo_line(line: LogLine, as_json: bool) -> None:

@@ -30,7 +30,7 @@ if _typing.TYPE_CHECKING:
         Record,
         RecordDict,
     )
-    from fedcore.domain.run import LogLine, Run
+    from fedcore.domain.run import LogLine, MetricsLine, Run
 
 __all__ = [
     "DEFAULT_TTL",
@@ -47,6 +47,7 @@ __all__ = [
     "MessageType",
     "Metadata",
     "MetricRecord",
+    "MetricsLine",
     "NDArray",
     "NDArrays",
     "Record",
@@ -80,7 +81,7 @@ _MODULES = {
         "Record",
         "RecordDict",
     ),
-    "run": ("LogLine", "Run"),
+    "run": ("LogLine", "MetricsLine", "Run"),
 }
 _HOMES = {name: module for module, names in _MODULES.items() for name in names}
 

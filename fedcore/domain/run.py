@@ -7,6 +7,10 @@ from typing import Any
 
 from fedcore.domain.lifecycle import RunStatus
 
+MODEL_ARTIFACT = "model"
+"""The artifact a run keeps its final model under: ``{"arrays": ArrayRecord}``, what
+``main`` returned (an ArrayRecord, or a strategy's ``Result``)."""
+
 
 @dataclass
 class Run:
@@ -25,6 +29,8 @@ class Run:
     """SHA-256 (hex) of the run's app bundle; empty for a simulation, which has none."""
     created_at: float = 0.0
     """When the run was created, on the LinkState's clock."""
+    finished_at: float | None = None
+    """When the run reached ``finished:*``, on the LinkState's clock; ``None`` before."""
     round_timeout: float | None = None
     """Seconds a strategy's round phase may wait for replies when the strategy was given
     no ``round_timeout`` of its own (``fedcore simulate --round-timeout``); ``None``: the
@@ -38,3 +44,16 @@ class LogLine:
     seq: int
     time: float
     text: str
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsLine:
+    """One line of a run's metrics, numbered from 1 in the order the link got them.
+
+    ``document`` is a JSON object, as ``metrics.jsonl`` of a results directory holds
+    it (:mod:`fedcore.results.metrics`): a run's header (``"run"`` key) or a finished
+    round (``"round"`` key).
+    """
+
+    seq: int
+    document: dict[str, Any]

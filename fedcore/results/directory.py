@@ -42,8 +42,12 @@ DEFAULT_PARENT = Path("results")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def new_run_directory(parent: Path, app_name: str, seed: int, now: float) -> Path:
-    """A new, empty directory for a run under ``parent`` (made, with ``parent`` if need be)."""
+def new_run_directory(parent: Path, app_name: str, seed: int | str, now: float) -> Path:
+    """A new, empty directory for a run under ``parent`` (made, with ``parent`` if need be).
+
+    ``seed`` ends the name: the run's seed, or what stands for it (a deployed run
+    without one is named by its id).
+    """
     stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%dT%H%M%SZ")
     name = f"{stamp}-{_UNSAFE.sub('-', app_name).strip('-') or 'app'}-{seed}"
     try:
@@ -69,6 +73,12 @@ def final_model(value: object) -> ArrayRecord | None:
     if isinstance(value, Result):
         return value.arrays
     return None
+
+
+def save_model(path: Path, model: ArrayRecord) -> None:
+    """``model`` as ``model.npz``: an array per name, as ``numpy.load`` reads it back."""
+    arrays = dict(zip(model.keys(), model.to_numpy_ndarrays(), strict=True))
+    np.savez(path, **arrays)  # type: ignore[arg-type]
 
 
 class ResultsRecorder(logging.Handler):
@@ -122,8 +132,7 @@ class ResultsRecorder(logging.Handler):
         """
         model = final_model(value)
         if model is not None:
-            arrays = dict(zip(model.keys(), model.to_numpy_ndarrays(), strict=True))
-            np.savez(self.path / MODEL_FILE, **arrays)  # type: ignore[arg-type]
+            save_model(self.path / MODEL_FILE, model)
         self._run.update(end=iso_time(ended), status=status)
         if error is not None:
             self._run["error"] = error
@@ -141,10 +150,15 @@ class ResultsRecorder(logging.Handler):
         self._metrics.flush()
 
     def _write_run(self) -> None:
-        """``run.json``, replaced whole: a reader never sees half of it."""
-        temporary = self.path / f".{RUN_FILE}.tmp"
-        temporary.write_text(json.dumps(self._run, indent=2) + "\n", encoding="utf-8")
-        os.replace(temporary, self.path / RUN_FILE)
+        write_run_file(self.path, self._run)
+
+
+def write_run_file(path: Path, document: Mapping[str, Any]) -> None:
+    """``run.json`` in the results directory ``path``, replaced whole: a reader never
+    sees half of it."""
+    temporary = path / f".{RUN_FILE}.tmp"
+    temporary.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    os.replace(temporary, path / RUN_FILE)
 
 
 @contextmanager

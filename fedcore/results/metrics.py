@@ -15,8 +15,11 @@ from typing import Any
 from fedcore.strategy.result import RoundReport
 
 
-def run_header(run_id: int, seed: int, config: dict[str, Any], started: float) -> dict[str, Any]:
-    """The line that opens a run's metrics."""
+def run_header(
+    run_id: int, seed: int | None, config: dict[str, Any], started: float
+) -> dict[str, Any]:
+    """The line that opens a run's metrics (``seed`` is ``None`` for a deployed run
+    that has none)."""
     return {
         "run": run_id,
         "seed": seed,

@@ -1,11 +1,12 @@
-"""Ship what a ServerApp process logs and prints to its run's log on the link.
+"""Ship what a ServerApp process logs, prints and reports to its run on the link.
 
 Records of the ``logging`` module and lines written to ``sys.stdout`` /
 ``sys.stderr`` (``print``) are queued as they come — from the event loop or from
 the worker thread a plain ``def main`` runs in — and sent in batches by one task,
-which wakes when a line is queued. The output also still goes where it went
-before (the process's own stdout, kept in a file by the exec), so nothing depends
-on the link being reachable. Leaving the shipper sends what is still queued.
+which wakes when a line is queued (:class:`LogShipper`). The output also still goes
+where it went before (the process's own stdout, kept in a file by the exec), so
+nothing depends on the link being reachable. The run's metrics lines travel the same
+way, in a :class:`Shipper` of their own. Leaving a shipper sends what is still queued.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Self, TextIO
+from typing import Generic, Self, TextIO, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
+
+T = TypeVar("T")
 
 MAX_BATCH = 500
 """Lines per call to the link."""
@@ -31,43 +34,38 @@ MAX_LINE = 4096
 """Characters kept of one line; a longer one is cut, so one print cannot flood the log."""
 
 
-class LogShipper:
-    """Queue log lines and send them with ``send(lines, batch)`` in order.
+class Shipper(Generic[T]):
+    """Queue items and send them with ``send(items, batch)`` in order, from one task.
 
     Each batch is named (this shipper's random id and a counter), and a batch whose
     sending failed is sent again under the same name: the link appends a name it
     has just appended once only, so a response lost to a link restart does not
-    double the lines.
+    double the items. Leaving the shipper sends what is still queued.
     """
 
-    def __init__(self, send: Callable[[list[str], str], Awaitable[None]]) -> None:
+    def __init__(self, send: Callable[[list[T], str], Awaitable[None]]) -> None:
         self._send = send
         self._name = uuid.uuid4().hex
         self._batches = 0
-        self._unsent: tuple[str, list[str]] | None = None  # a batch whose sending failed
-        self._lines: deque[str] = deque(maxlen=MAX_QUEUED)
+        self._unsent: tuple[str, list[T]] | None = None  # a batch whose sending failed
+        self._items: deque[T] = deque(maxlen=MAX_QUEUED)
         self._wake = anyio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._handler = _Handler(self.put)
-        self._streams: tuple[TextIO, TextIO] | None = None
         self._task_group: TaskGroup | None = None
 
-    def put(self, text: str) -> None:
-        """Queue a line (from any thread)."""
-        self._lines.append(text[:MAX_LINE])
+    def put(self, item: T) -> None:
+        """Queue an item (from any thread)."""
+        self._items.append(item)
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._wake.set)
 
     async def __aenter__(self) -> Self:
         self._loop = asyncio.get_running_loop()
-        self._handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        logging.getLogger().addHandler(self._handler)
-        self._streams = (sys.stdout, sys.stderr)
-        sys.stdout = _Tee(sys.stdout, self.put)
-        sys.stderr = _Tee(sys.stderr, self.put)
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
         self._task_group.start_soon(self._ship)
+        if self._items:  # queued before there was a loop to wake
+            self._wake.set()
         return self
 
     async def __aexit__(
@@ -76,10 +74,7 @@ class LogShipper:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        logging.getLogger().removeHandler(self._handler)
-        assert self._streams is not None
         assert self._task_group is not None
-        sys.stdout, sys.stderr = self._streams
         self._task_group.cancel_scope.cancel()
         await self._task_group.__aexit__(None, None, None)
         self._loop = None
@@ -93,14 +88,47 @@ class LogShipper:
             await self._flush()
 
     async def _flush(self) -> None:
-        while self._unsent is not None or self._lines:
+        while self._unsent is not None or self._items:
             if self._unsent is None:
-                lines = [self._lines.popleft() for _ in range(min(MAX_BATCH, len(self._lines)))]
+                items = [self._items.popleft() for _ in range(min(MAX_BATCH, len(self._items)))]
                 self._batches += 1
-                self._unsent = (f"{self._name}-{self._batches}", lines)
-            name, lines = self._unsent
-            await self._send(lines, name)
+                self._unsent = (f"{self._name}-{self._batches}", items)
+            name, items = self._unsent
+            await self._send(items, name)
             self._unsent = None
+
+
+class LogShipper(Shipper[str]):
+    """A :class:`Shipper` of the process's log lines: records of the ``logging`` module and
+    lines written to ``sys.stdout`` / ``sys.stderr``, while the shipper is entered."""
+
+    def __init__(self, send: Callable[[list[str], str], Awaitable[None]]) -> None:
+        super().__init__(send)
+        self._handler = _Handler(self.put)
+        self._streams: tuple[TextIO, TextIO] | None = None
+
+    def put(self, item: str) -> None:
+        """Queue a line (from any thread), cut at :data:`MAX_LINE` characters."""
+        super().put(item[:MAX_LINE])
+
+    async def __aenter__(self) -> Self:
+        self._handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        logging.getLogger().addHandler(self._handler)
+        self._streams = (sys.stdout, sys.stderr)
+        sys.stdout = _Tee(sys.stdout, self.put)
+        sys.stderr = _Tee(sys.stderr, self.put)
+        return await super().__aenter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        logging.getLogger().removeHandler(self._handler)
+        assert self._streams is not None
+        sys.stdout, sys.stderr = self._streams
+        await super().__aexit__(exc_type, exc, tb)
 
 
 class _Handler(logging.Handler):

@@ -14,6 +14,15 @@ stopped it) ends the process. What the app logs and prints goes to the run's log
 (``fedcore log RUN_ID``), and also to this process's own output, which the exec
 keeps in a file.
 
+It keeps the run's record on the link as ``fedcore simulate`` keeps a results
+directory, in the same form (:mod:`fedcore.results.metrics`): a header line when it
+starts (with the app's name and the nodes online), a line per round its strategy
+reports, sent as each round ends, and the final model as the run's ``model``
+artifact when ``main`` returns one (an ArrayRecord or a strategy's ``Result``). Every
+line is on the link before the run is finished, so whoever follows the run's metrics
+to its end has them all. ``fedcore pull`` and ``fedcore run --stream`` make a results
+directory of it.
+
 A run whose strategy's last round got no successful training reply is
 ``finished:failed`` with that reason, as ``fedcore simulate`` exits 1 for it.
 
@@ -27,14 +36,20 @@ import logging
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 
 from fedcore.apps.loading import load_app
+from fedcore.apps.project import read_project
 from fedcore.clock import Clock, SystemClock
 from fedcore.domain import SERVER_NODE_ID, Context, RecordDict, Run, RunStatus
+from fedcore.domain.run import MODEL_ARTIFACT
 from fedcore.errors import FedcoreError, RunFinishedError, first_error
+from fedcore.results.directory import final_model
+from fedcore.results.metrics import round_row, run_header
 from fedcore.roles.exec.launcher import (
     APP_DIR_ENV,
     HEARTBEAT_ENV,
@@ -43,7 +58,7 @@ from fedcore.roles.exec.launcher import (
     SECRET_FD_ENV,
 )
 from fedcore.runtime.addresses import parse_address
-from fedcore.runtime.logship import LogShipper
+from fedcore.runtime.logship import LogShipper, Shipper
 from fedcore.strategy.result import RoundReport
 from fedcore.transport.http.runtime import HttpRuntimeClient
 from fedcore.transport.runtime_grid import RuntimeGrid
@@ -67,12 +82,22 @@ async def serve_run(
         async def ship(lines: list[str], batch: str) -> None:
             await grid.call(lambda: client.append_logs(run_id, lines, batch=batch))
 
+        async def report(documents: list[dict[str, Any]], batch: str) -> None:
+            await grid.call(lambda: client.append_metrics(run_id, documents, batch=batch))
+
         async with LogShipper(ship):
             context = Context(run_id, SERVER_NODE_ID, {}, RecordDict(), dict(run.run_config))
-            rounds = _Rounds()
-            failure = await _main(grid, client, context, app_dir, heartbeat, rounds)
+            async with Shipper(report) as metrics:
+                metrics.put(await _header(grid, client, run, app_dir))
+                rounds = _Rounds(metrics.put)
+                failure, value = await _main(grid, client, context, app_dir, heartbeat, rounds)
+            # The metrics are all on the link now, before the run finishes.
             if failure is None:
                 await grid.call(lambda: client.save_context(run_id, context.state))
+                model = final_model(value)
+                if model is not None:
+                    kept = RecordDict({"arrays": model})
+                    await grid.call(lambda: client.put_artifact(run_id, MODEL_ARTIFACT, kept))
             status, reason = _outcome(failure, rounds.last)
             done = await grid.call(lambda: client.finish(run_id, status, reason))
             if (done.status, done.reason) != (status, reason):
@@ -87,6 +112,20 @@ async def serve_run(
             elif status is RunStatus.FAILED:
                 log.error("%s", reason)
             return 0 if status is RunStatus.COMPLETED else 1
+
+
+async def _header(
+    grid: RuntimeGrid, client: HttpRuntimeClient, run: Run, app_dir: Path
+) -> dict[str, Any]:
+    """The run's first metrics line: :func:`~fedcore.results.metrics.run_header`'s, and
+    what ``run.json`` says of a deployed run besides: its app, and the nodes online."""
+    nodes = await grid.call(lambda: client.get_node_ids(run.run_id))
+    return {
+        **run_header(run.run_id, run.seed, dict(run.run_config), grid.clock.now()),
+        "app": read_project(app_dir).name,
+        "backend": "deployment",
+        "nodes": len(nodes),
+    }
 
 
 def _outcome(failure: Exception | None, last: RoundReport | None) -> tuple[RunStatus, str]:
@@ -109,8 +148,9 @@ async def _main(
     app_dir: Path,
     heartbeat: float,
     rounds: _Rounds,
-) -> Exception | None:
-    """Run ``main`` beside the heartbeats; the exception that ended it, if any.
+) -> tuple[Exception | None, object]:
+    """Run ``main`` beside the heartbeats; the exception that ended it, if any, and what
+    it returned.
 
     ``rounds`` hears the rounds the app's strategy reports meanwhile.
     """
@@ -122,13 +162,13 @@ async def _main(
             tasks.start_soon(_heartbeat, grid, client, run_id, heartbeat)
             loaded = load_app(app_dir)
             context.state = await grid.call(lambda: client.load_context(run_id))
-            await loaded.app.server.run(grid, context)
+            value = await loaded.app.server.run(grid, context)
             tasks.cancel_scope.cancel()
     except ExceptionGroup as group:
-        return _first(group)
+        return _first(group), None
     finally:
         logger.removeHandler(rounds)
-    return None
+    return None, value
 
 
 async def _heartbeat(
@@ -147,16 +187,22 @@ async def _heartbeat(
 
 
 class _Rounds(logging.Handler):
-    """Keeps the last round a strategy reported (its log record carries the report)."""
+    """Hears the rounds a strategy reports (its log record carries the report): hands
+    each round's metrics line to ``report`` and keeps the last."""
 
-    def __init__(self) -> None:
+    def __init__(self, report: Callable[[dict[str, Any]], None]) -> None:
         super().__init__()
+        self._report = report
         self.last: RoundReport | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
         report = getattr(record, "fedcore_round", None)
         if isinstance(report, RoundReport):
             self.last = report
+            try:
+                self._report(round_row(report))
+            except Exception:  # a logging handler must never raise into the code that logged
+                self.handleError(record)
 
 
 def _say_finished(run: Run) -> None:

@@ -37,13 +37,20 @@ heartbeat for ``patience × heartbeat_interval`` and no renewal for a claim's le
 (A process that exits is reported by its exec at once.) Every status
 change is announced by ``watch_runs``. Logs (``append_logs``) and saved contexts
 (``save_context``) outlive the run, for ``fedcore log`` and for the record.
+
+A run's record (``fedcore pull``, the link's page) is the run itself, its log, its
+metrics (``append_metrics``: the ``metrics.jsonl`` lines the ServerApp reports, a
+header and a line per round) and its artifacts (``put_artifact``: named RecordDicts,
+the final model among them). Each finished run keeps ``finished_at``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import random
+import re
 import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
@@ -58,6 +65,7 @@ from fedcore.domain import (
     LogLine,
     Message,
     Metadata,
+    MetricsLine,
     RecordDict,
     Run,
     RunStatus,
@@ -66,6 +74,7 @@ from fedcore.domain.message import assemble_message
 from fedcore.errors import (
     ClaimLostError,
     InvalidTransitionError,
+    NotFoundError,
     ReplyRejectedError,
     RunFinishedError,
 )
@@ -301,6 +310,54 @@ class LinkState(ABC):
     def watch_logs(self, run_id: int, callback: Callable[[int], None]) -> Subscription:
         """Call ``callback(seq)`` with the number of the last line of every append."""
 
+    # A run's record: its metrics and artifacts -----------------------------------------
+
+    @abstractmethod
+    async def append_metrics(
+        self, run_id: int, documents: Sequence[dict[str, Any]], *, batch: str = ""
+    ) -> int:
+        """Append JSON objects to the run's metrics; return the number of the last one.
+
+        The lines of ``metrics.jsonl`` (:class:`~fedcore.domain.MetricsLine`): the
+        ServerApp's header, then a line per round. As :meth:`append_logs`: a finished
+        run still takes lines, and ``batch`` names the append so that a retry after a
+        lost response appends nothing. A document that is not a JSON object raises
+        ``ValueError`` or ``TypeError``, and nothing is appended. Raises
+        ``RunNotFoundError``.
+        """
+
+    @abstractmethod
+    async def get_metrics(
+        self, run_id: int, *, after: int = 0, limit: int = 1000
+    ) -> list[MetricsLine]:
+        """Up to ``limit`` metrics lines numbered above ``after``, in order.
+
+        Raises ``RunNotFoundError``; a negative ``limit``, ``ValueError``.
+        """
+
+    @abstractmethod
+    def watch_metrics(self, run_id: int, callback: Callable[[int], None]) -> Subscription:
+        """Call ``callback(seq)`` with the number of the last line of every append."""
+
+    @abstractmethod
+    async def put_artifact(self, run_id: int, name: str, content: RecordDict) -> None:
+        """Keep ``content`` as the run's artifact ``name``, replacing any kept before.
+
+        Artifacts are what a run leaves besides its log and metrics, each a
+        RecordDict under a name (:func:`check_artifact_name`): its final model
+        (:data:`~fedcore.domain.run.MODEL_ARTIFACT`), later a checkpoint. They
+        outlive the run, and a finished run still takes them (a ServerApp stopped as
+        ``main`` returned keeps what it returned). Raises ``RunNotFoundError``; a bad
+        name, ``ValueError``.
+        """
+
+    @abstractmethod
+    async def get_artifact(self, run_id: int, name: str) -> RecordDict:
+        """The run's artifact ``name``; ``NotFoundError`` if it keeps none by that name.
+
+        Raises ``RunNotFoundError`` for an unknown run.
+        """
+
     # The ServerApp's side ------------------------------------------------------------
 
     @abstractmethod
@@ -504,3 +561,40 @@ def silent_serverapp_reason(patience: float, heartbeat_interval: float) -> str:
         f"({patience:g} × its interval of {heartbeat_interval:g} s), and no exec vouched "
         f"for its process meanwhile (its exec is gone)"
     )
+
+
+_ARTIFACT_NAME = re.compile(r"[a-z][a-z0-9-]{0,63}")
+
+
+def check_artifact_name(name: str) -> None:
+    """Refuse an artifact name that is not 1-64 lowercase letters, digits and dashes."""
+    if not isinstance(name, str) or not _ARTIFACT_NAME.fullmatch(name):
+        shown = name[:40] if isinstance(name, str) else type(name).__name__
+        raise ValueError(f"an artifact name is lowercase letters, digits and dashes, got {shown!r}")
+
+
+def encode_metrics(documents: Sequence[dict[str, Any]]) -> list[str]:
+    """Each metrics document as the JSON text a state keeps; ``ValueError``/``TypeError``
+    for one that is not a JSON object (then none is kept).
+
+    Non-finite numbers are written as ``metrics.jsonl`` writes them (``NaN``), so a
+    diverged loss survives the trip.
+    """
+    if isinstance(documents, dict):
+        raise TypeError("append_metrics takes a sequence of documents, not one")
+    encoded = []
+    for document in documents:
+        if not isinstance(document, dict):
+            raise TypeError(f"a metrics line is a JSON object, not {type(document).__name__}")
+        encoded.append(json.dumps(document, separators=(",", ":")))
+    return encoded
+
+
+def decode_metrics(seq: int, text: str) -> MetricsLine:
+    """A kept metrics line."""
+    return MetricsLine(seq, json.loads(text))
+
+
+def missing_artifact(run_id: int, name: str) -> NotFoundError:
+    """What ``get_artifact`` raises for an artifact the run does not keep."""
+    return NotFoundError(f"run {run_id} keeps no {name}")

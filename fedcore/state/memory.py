@@ -38,6 +38,7 @@ from fedcore.domain import (
     LogLine,
     Message,
     MessageStatus,
+    MetricsLine,
     RecordDict,
     Run,
     RunStatus,
@@ -354,6 +355,25 @@ class InMemoryLinkState(LinkState):
 
     def watch_logs(self, run_id: int, callback: Callable[[int], None]) -> Subscription:
         return self._runs.watch_logs(run_id, callback)
+
+    async def append_metrics(
+        self, run_id: int, documents: Sequence[dict[str, Any]], *, batch: str = ""
+    ) -> int:
+        return self._runs.append_metrics(run_id, documents, batch)
+
+    async def get_metrics(
+        self, run_id: int, *, after: int = 0, limit: int = 1000
+    ) -> list[MetricsLine]:
+        return self._runs.get_metrics(run_id, after, limit)
+
+    def watch_metrics(self, run_id: int, callback: Callable[[int], None]) -> Subscription:
+        return self._runs.watch_metrics(run_id, callback)
+
+    async def put_artifact(self, run_id: int, name: str, content: RecordDict) -> None:
+        self._runs.put_artifact(run_id, name, content)
+
+    async def get_artifact(self, run_id: int, name: str) -> RecordDict:
+        return self._runs.get_artifact(run_id, name)
 
     # The ServerApp's side ------------------------------------------------------------
 

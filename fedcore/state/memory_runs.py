@@ -1,4 +1,5 @@
-"""The in-memory LinkState's runs: their lifecycle, the exec's claims, bundles, contexts, logs.
+"""The in-memory LinkState's runs: their lifecycle, the exec's claims, bundles, contexts, logs,
+metrics and artifacts.
 
 :class:`~fedcore.state.memory.InMemoryLinkState` answers these methods with a
 :class:`MemoryRuns`, after firing the timers due, as for every call; the methods here
@@ -14,7 +15,8 @@ the digest of the claim's launch secret, so its ServerApp can still log and lear
 the run is over; moving the run back to ``pending`` clears both. Saved contexts are
 kept packed by :mod:`fedcore.wire`, as the SQLite state keeps them: a later change to
 the caller's RecordDict does not reach the saved one, and both states refuse the same
-contents.
+contents. Artifacts are kept packed too, and metrics lines as the JSON text the SQLite
+state keeps.
 """
 
 from __future__ import annotations
@@ -30,15 +32,19 @@ from functools import partial
 from typing import Any
 
 from fedcore.clock import Clock
-from fedcore.domain import LogLine, RecordDict, Run, RunStatus, transition
+from fedcore.domain import LogLine, MetricsLine, RecordDict, Run, RunStatus, transition
 from fedcore.errors import NotFoundError, RunNotFoundError
 from fedcore.state.base import (
     RunClaim,
     after_claim_expired,
+    check_artifact_name,
     check_claim_token,
     check_heartbeat_interval,
     check_lease,
     check_running,
+    decode_metrics,
+    encode_metrics,
+    missing_artifact,
     new_id,
     new_launch_secret,
     secret_matches,
@@ -60,10 +66,13 @@ class _RunRow:
     logs: list[LogLine] = field(default_factory=list)
     last_log_batch: str = ""
     contexts: dict[int, bytes] = field(default_factory=dict)  # packed RecordDicts
+    metrics: list[str] = field(default_factory=list)  # JSON objects, line n at index n - 1
+    last_metrics_batch: str = ""
+    artifacts: dict[str, bytes] = field(default_factory=dict)  # packed RecordDicts
 
 
 class MemoryRuns:
-    """Runs, claims, bundles, contexts and logs, in dictionaries.
+    """Runs, claims, bundles, contexts, logs, metrics and artifacts, in dictionaries.
 
     ``schedule(deadline, fire)`` puts a timer on the state's heap; ``drop_messages``
     deletes a finished run's messages and replies.
@@ -88,6 +97,7 @@ class MemoryRuns:
         self._tokens = itertools.count(1)
         self._run_topic: Topic[int, int] = Topic()
         self._log_topic: Topic[int, int] = Topic()
+        self._metrics_topic: Topic[int, int] = Topic()
 
     # Runs --------------------------------------------------------------------------
 
@@ -139,6 +149,7 @@ class MemoryRuns:
             row.token, row.secret = None, None
         if status.finished:
             row.token, row.alive_until = None, None
+            row.run.finished_at = self._clock.now()
             self._drop_messages(row.run.run_id)
         self._run_topic.publish(row.run.run_id, row.run.run_id)
 
@@ -288,6 +299,40 @@ class MemoryRuns:
 
     def watch_logs(self, run_id: int, callback: Callable[[int], None]) -> Subscription:
         return self._log_topic.subscribe(callback, run_id)
+
+    # Metrics and artifacts -----------------------------------------------------------
+
+    def append_metrics(self, run_id: int, documents: Sequence[dict[str, Any]], batch: str) -> int:
+        row = self._row(run_id)
+        encoded = encode_metrics(documents)
+        if batch:
+            if batch == row.last_metrics_batch:
+                return len(row.metrics)
+            row.last_metrics_batch = batch
+        row.metrics += encoded
+        if encoded:
+            self._metrics_topic.publish(run_id, len(row.metrics))
+        return len(row.metrics)
+
+    def get_metrics(self, run_id: int, after: int, limit: int) -> list[MetricsLine]:
+        if limit < 0:
+            raise ValueError(f"limit must not be negative, got {limit}")
+        first = max(after, 0)
+        kept = self._row(run_id).metrics[first : first + limit]
+        return [decode_metrics(seq, text) for seq, text in enumerate(kept, first + 1)]
+
+    def watch_metrics(self, run_id: int, callback: Callable[[int], None]) -> Subscription:
+        return self._metrics_topic.subscribe(callback, run_id)
+
+    def put_artifact(self, run_id: int, name: str, content: RecordDict) -> None:
+        check_artifact_name(name)
+        self._row(run_id).artifacts[name] = pack_recorddict(content)
+
+    def get_artifact(self, run_id: int, name: str) -> RecordDict:
+        packed = self._row(run_id).artifacts.get(name)
+        if packed is None:
+            raise missing_artifact(run_id, name)
+        return unpack_recorddict(packed)
 
 
 def _copy(run: Run) -> Run:

@@ -63,6 +63,7 @@ from fedcore.domain import (
     Message,
     MessageStatus,
     Metadata,
+    MetricsLine,
     RecordDict,
     Run,
     RunStatus,
@@ -161,7 +162,7 @@ class SqliteLinkState(LinkState):
         for message_id, node_id in ending:
             self._db.execute("end_lease", message_id=message_id)
             self._db.notify(partial(self._message_topic.publish, node_id, node_id))
-        fired_runs = self._runs.fire(due)
+        fired_runs = self._runs.fire(due, now)
         return bool(expiring or silent or ending) or fired_runs
 
     def _rearm(self, since: float, now: float) -> None:
@@ -316,6 +317,25 @@ class SqliteLinkState(LinkState):
 
     def watch_logs(self, run_id: int, callback: Callable[[int], None]) -> Subscription:
         return self._runs.watch_logs(run_id, callback)
+
+    async def append_metrics(
+        self, run_id: int, documents: Sequence[dict[str, Any]], *, batch: str = ""
+    ) -> int:
+        return await self._runs.append_metrics(run_id, documents, batch=batch)
+
+    async def get_metrics(
+        self, run_id: int, *, after: int = 0, limit: int = 1000
+    ) -> list[MetricsLine]:
+        return await self._runs.get_metrics(run_id, after=after, limit=limit)
+
+    def watch_metrics(self, run_id: int, callback: Callable[[int], None]) -> Subscription:
+        return self._runs.watch_metrics(run_id, callback)
+
+    async def put_artifact(self, run_id: int, name: str, content: RecordDict) -> None:
+        await self._runs.put_artifact(run_id, name, content)
+
+    async def get_artifact(self, run_id: int, name: str) -> RecordDict:
+        return await self._runs.get_artifact(run_id, name)
 
     # The ServerApp's side ------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""The SQLite LinkState's runs: their lifecycle, the exec's claims, bundles, contexts, logs.
+"""The SQLite LinkState's runs: their lifecycle, the exec's claims, bundles, contexts, logs,
+metrics and artifacts.
 
 :class:`~fedcore.state.sqlite.SqliteLinkState` answers these methods with a
 :class:`SqliteRuns` on its :class:`~fedcore.state.database.Database`, and fires its
@@ -23,16 +24,20 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from fedcore.domain import ConfigRecord, LogLine, RecordDict, Run, RunStatus
+from fedcore.domain import ConfigRecord, LogLine, MetricsLine, RecordDict, Run, RunStatus
 from fedcore.domain.lifecycle import transition
 from fedcore.errors import NotFoundError, RunNotFoundError
 from fedcore.state.base import (
     RunClaim,
     after_claim_expired,
+    check_artifact_name,
     check_claim_token,
     check_heartbeat_interval,
     check_lease,
     check_running,
+    decode_metrics,
+    encode_metrics,
+    missing_artifact,
     new_id,
     new_launch_secret,
     secret_matches,
@@ -46,7 +51,7 @@ _RUN_CONFIG = "run_config"
 
 
 class SqliteRuns:
-    """Runs, claims, bundles, contexts and logs, in the tables of ``db``."""
+    """Runs, claims, bundles, contexts, logs, metrics and artifacts, in the tables of ``db``."""
 
     def __init__(self, db: Database, ids: random.Random, heartbeat_patience: float) -> None:
         self._db = db
@@ -54,19 +59,21 @@ class SqliteRuns:
         self._patience = heartbeat_patience
         self._run_topic: Topic[int, int] = Topic()
         self._log_topic: Topic[int, int] = Topic()
+        self._metrics_topic: Topic[int, int] = Topic()
 
     # Timers ------------------------------------------------------------------------
 
-    def fire(self, due: float) -> bool:
-        """Fire the claims and ServerApp deadlines stored for ``due``; say if there were."""
+    def fire(self, due: float, now: float) -> bool:
+        """Fire the claims and ServerApp deadlines stored for ``due`` (found at ``now``);
+        say if there were."""
         ending = self._db.rows("claims_ending_at", deadline=due)
         for run_id, attempts in ending:
             status, reason = after_claim_expired(attempts)
-            self._move(run_id, RunStatus.STARTING, status, reason)
+            self._move(run_id, RunStatus.STARTING, status, reason, now)
         silent = self._db.rows("server_apps_silent_at", deadline=due)
         for run_id, heartbeat_interval in silent:
             reason = silent_serverapp_reason(self._patience, heartbeat_interval)
-            self._move(run_id, RunStatus.RUNNING, RunStatus.FAILED, reason)
+            self._move(run_id, RunStatus.RUNNING, RunStatus.FAILED, reason, now)
         return bool(ending or silent)
 
     def rearm(self, since: float, now: float) -> None:
@@ -144,13 +151,21 @@ class SqliteRuns:
         row = self._run_row(run_id)
         if token is not None:
             check_claim_token(run_id, row["claim_token"], token)
-        self._move(run_id, RunStatus(row["status"]), status, reason)
+        self._move(run_id, RunStatus(row["status"]), status, reason, now)
         return self._get_run(run_id)
 
-    def _move(self, run_id: int, current: RunStatus, status: RunStatus, reason: str) -> None:
-        """Move a run from ``current`` and do what its new status asks."""
+    def _move(
+        self, run_id: int, current: RunStatus, status: RunStatus, reason: str, now: float
+    ) -> None:
+        """Move a run from ``current`` at ``now`` and do what its new status asks."""
         transition(current, status)
-        self._db.execute("update_run_status", run_id=run_id, status=status.value, reason=reason)
+        self._db.execute(
+            "update_run_status",
+            run_id=run_id,
+            status=status.value,
+            reason=reason,
+            finished_at=now if status.finished else None,
+        )
         if status is RunStatus.PENDING:
             self._db.execute("drop_claim", run_id=run_id)
         if status.finished:
@@ -207,7 +222,7 @@ class SqliteRuns:
         check_claim_token(run_id, row["claim_token"], token)
         status = RunStatus(row["status"])
         if status is not RunStatus.RUNNING:  # else a retry: nothing to do
-            self._move(run_id, status, RunStatus.RUNNING, "")
+            self._move(run_id, status, RunStatus.RUNNING, "", now)
             self._watch_server_app(run_id, heartbeat_interval, now)
             # The claimant has just started the process: it vouches for it until its
             # claim runs out, when its next renewal is due at the latest.
@@ -324,6 +339,69 @@ class SqliteRuns:
     def watch_logs(self, run_id: int, callback: Callable[[int], None]) -> Subscription:
         return self._log_topic.subscribe(callback, run_id)
 
+    # Metrics and artifacts -----------------------------------------------------------
+
+    async def append_metrics(
+        self, run_id: int, documents: Sequence[dict[str, Any]], *, batch: str = ""
+    ) -> int:
+        encoded = encode_metrics(documents)
+        return await self._db.transact(partial(self._append_metrics, run_id, encoded, batch))
+
+    def _append_metrics(self, run_id: int, documents: list[str], batch: str, now: float) -> int:
+        self.status(run_id)
+        last_row = self._db.row("last_metrics_seq", run_id=run_id)
+        last: int = 0 if last_row is None else last_row[0]
+        if batch:
+            stored = self._db.row("last_metrics_batch", run_id=run_id)
+            if stored is not None and stored[0] == batch:
+                return last  # the same batch again: a retry after a lost response
+            self._db.execute("set_last_metrics_batch", run_id=run_id, batch=batch)
+        for document in documents:
+            last += 1
+            self._db.execute("insert_metrics", run_id=run_id, seq=last, document=document)
+        if documents:
+            self._db.notify(partial(self._metrics_topic.publish, run_id, last))
+        return last
+
+    async def get_metrics(
+        self, run_id: int, *, after: int = 0, limit: int = 1000
+    ) -> list[MetricsLine]:
+        if limit < 0:
+            raise ValueError(f"limit must not be negative, got {limit}")
+        return await self._db.transact(partial(self._get_metrics, run_id, after, limit))
+
+    def _get_metrics(self, run_id: int, after: int, limit: int, now: float) -> list[MetricsLine]:
+        self.status(run_id)
+        last = INT64.stop - 1
+        rows = self._db.rows(
+            "get_metrics", run_id=run_id, after=max(0, min(after, last)), limit=min(limit, last)
+        )
+        return [decode_metrics(row["seq"], row["document"]) for row in rows]
+
+    def watch_metrics(self, run_id: int, callback: Callable[[int], None]) -> Subscription:
+        return self._metrics_topic.subscribe(callback, run_id)
+
+    async def put_artifact(self, run_id: int, name: str, content: RecordDict) -> None:
+        check_artifact_name(name)
+        await self._db.transact(partial(self._put_artifact, run_id, name, content))
+
+    def _put_artifact(self, run_id: int, name: str, content: RecordDict, now: float) -> None:
+        self.status(run_id)
+        parts = pack_recorddict_parts(content)
+        row = self._db.row("put_artifact", run_id=run_id, name=name, size=parts_size(parts))
+        assert row is not None  # RETURNING the row inserted or updated
+        self._db.write_blob("artifacts", "content", row["rowid"], parts)
+
+    async def get_artifact(self, run_id: int, name: str) -> RecordDict:
+        return await self._db.transact(partial(self._get_artifact, run_id, name))
+
+    def _get_artifact(self, run_id: int, name: str, now: float) -> RecordDict:
+        self.status(run_id)
+        row = self._db.row("get_artifact", run_id=run_id, name=name)
+        if row is None:
+            raise missing_artifact(run_id, name)
+        return unpack_recorddict(self._db.read_blob("artifacts", "content", row["rowid"]))
+
 
 def _run_from(row: sqlite3.Row) -> Run:
     config = unpack_recorddict(row["run_config"]).config_records[_RUN_CONFIG]
@@ -335,4 +413,5 @@ def _run_from(row: sqlite3.Row) -> Run:
         seed=row["seed"],
         bundle_hash=row["bundle_hash"],
         created_at=row["created_at"],
+        finished_at=row["finished_at"],
     )

@@ -16,12 +16,13 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from fedcore.domain import LogLine, Run
+from fedcore.domain import LogLine, MetricsLine, Run
 
-if TYPE_CHECKING:  # a type only: the fleet codec (betterproto) stays out of `fedcore ls`
+if TYPE_CHECKING:  # types only: the fleet codec (betterproto) stays out of `fedcore ls`,
+    from fedcore.domain import RecordDict  # and records (numpy) out of `fedcore log`
     from fedcore.wire.fleet import ConfigValue
 
-__all__ = ["ControlService", "Health", "LogLine", "NodeInfo"]
+__all__ = ["ControlService", "Health", "LogLine", "MetricsLine", "NodeInfo"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,21 @@ class ControlService(ABC):
         it waits for new lines (by event, not by polling) and ends once the run has
         finished and every line is out. ``RunNotFoundError`` for an unknown run,
         raised on the first step.
+        """
+
+    @abstractmethod
+    def metrics(
+        self, run_id: int, *, after: int = 0, follow: bool = False
+    ) -> AsyncIterator[MetricsLine]:
+        """The run's metrics lines numbered above ``after``, in order, as :meth:`logs` gives
+        its log lines (``follow`` alike): the ServerApp's header, then a line per round."""
+
+    @abstractmethod
+    async def get_artifact(self, run_id: int, name: str) -> RecordDict:
+        """The run's artifact ``name`` (its final model: ``model``).
+
+        ``NotFoundError`` when the run keeps none by that name; ``RunNotFoundError`` for
+        an unknown run.
         """
 
     @abstractmethod

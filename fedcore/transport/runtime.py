@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import Any
 
 from fedcore.domain import Message, RecordDict, Run, RunStatus
 
@@ -74,6 +75,20 @@ class RuntimeService(ABC):
         ``batch`` names the append: sending the same batch again after a lost
         response appends nothing (``LinkState.append_logs``).
         """
+
+    @abstractmethod
+    async def append_metrics(
+        self, run_id: int, documents: Sequence[dict[str, Any]], *, batch: str = ""
+    ) -> None:
+        """Add lines to the run's metrics: its header, then a line per finished round.
+
+        ``batch`` names the append as for :meth:`append_logs`
+        (``LinkState.append_metrics``).
+        """
+
+    @abstractmethod
+    async def put_artifact(self, run_id: int, name: str, content: RecordDict) -> None:
+        """Keep ``content`` as the run's artifact ``name`` (its final model: ``model``)."""
 
     @abstractmethod
     async def finish(self, run_id: int, status: RunStatus, reason: str = "") -> Run:

@@ -122,6 +122,11 @@ def test_ctrl_c_on_a_streamed_run_says_it_goes_on_and_how_to_stop_it(link: Deplo
         f"interrupted: run {run_id} goes on on the link; "
         f"stop it with: fedcore stop {run_id} --link {control}"
     )
+    # What was kept of the run so far stays, and says the run has not ended.
+    (kept,) = [line for line in err.splitlines() if line.startswith("the run's results so far")]
+    assert f"fedcore pull {run_id} DIR --link {control}" in kept
+    partial = Path(kept.split(" are in ", 1)[1].split("; ", 1)[0])
+    assert json.loads((partial / "run.json").read_text())["status"] in ("pending", "running")
     (run,) = [r for r in json.loads(link.fedcore("ls", "--json").stdout) if r["run_id"] == run_id]
     assert not run["status"].startswith("finished"), run
     stopped = link.fedcore("stop", run_id, "--link", control, "--json")

@@ -13,6 +13,7 @@ from fedcore.state.base import LinkState
 from fedcore.state.memory import InMemoryLinkState
 from fedcore.testing import FakeClock
 from fedcore.testing.linkstate import PATIENCE, LinkStateConformance
+from fedcore.testing.recordstate import RunRecordConformance
 from fedcore.testing.runstate import RunStateConformance
 
 pytestmark = pytest.mark.anyio
@@ -26,6 +27,13 @@ class TestInMemoryLinkState(LinkStateConformance):
 
 
 class TestInMemoryRunState(RunStateConformance):
+    @pytest.fixture
+    async def state(self, fake_clock: FakeClock) -> AsyncIterator[LinkState]:
+        async with InMemoryLinkState(fake_clock, seed=0, heartbeat_patience=PATIENCE) as state:
+            yield state
+
+
+class TestInMemoryRunRecord(RunRecordConformance):
     @pytest.fixture
     async def state(self, fake_clock: FakeClock) -> AsyncIterator[LinkState]:
         async with InMemoryLinkState(fake_clock, seed=0, heartbeat_patience=PATIENCE) as state:

@@ -44,6 +44,7 @@ from fedcore.state.sql import SCHEMA_VERSION, split_statements
 from fedcore.state.sqlite import SqliteLinkState
 from fedcore.testing import FakeClock
 from fedcore.testing.linkstate import PATIENCE, LinkStateConformance
+from fedcore.testing.recordstate import RunRecordConformance
 from fedcore.testing.runstate import RunStateConformance
 
 pytestmark = pytest.mark.anyio
@@ -66,6 +67,16 @@ class TestSqliteLinkState(LinkStateConformance):
 
 
 class TestSqliteRunState(RunStateConformance):
+    @pytest.fixture(params=["file", "memory"])
+    async def state(
+        self, request: pytest.FixtureRequest, fake_clock: FakeClock, tmp_path: Path
+    ) -> AsyncIterator[LinkState]:
+        path = tmp_path / "link.db" if request.param == "file" else ":memory:"
+        async with SqliteLinkState(path, fake_clock, seed=0, heartbeat_patience=PATIENCE) as state:
+            yield state
+
+
+class TestSqliteRunRecord(RunRecordConformance):
     @pytest.fixture(params=["file", "memory"])
     async def state(
         self, request: pytest.FixtureRequest, fake_clock: FakeClock, tmp_path: Path

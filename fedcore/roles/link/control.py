@@ -1,4 +1,4 @@
-"""The link's side of the control API: submit, list, show, follow and stop runs.
+"""The link's side of the control API: submit, list, show, follow and stop runs, read their record.
 
 :class:`LinkControl` implements :class:`~fedcore.transport.control.ControlService`
 over the LinkState. Submitting a run unpacks its bundle into the link's cache
@@ -13,25 +13,34 @@ from __future__ import annotations
 import hashlib
 import logging
 import shutil
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
 
 from fedcore.apps.bundle import unpack_bundle
 from fedcore.apps.project import read_project
-from fedcore.domain import LogLine, Run, RunStatus
+from fedcore.domain import LogLine, MetricsLine, RecordDict, Run, RunStatus
 from fedcore.errors import AppLoadError, BundleError, UsageError
 from fedcore.state.base import LinkState
+from fedcore.state.notify import Subscription
 from fedcore.transport.control import ControlService, Health, NodeInfo
 from fedcore.wire.fleet import ConfigValue
 
 log = logging.getLogger(__name__)
 
 LOG_PAGE = 1000
-"""Log lines read from the state per query while streaming a run's log."""
+"""Log or metrics lines read from the state per query while streaming them."""
+
+
+class _Numbered(Protocol):
+    @property
+    def seq(self) -> int: ...
+
+
+Line = TypeVar("Line", bound=_Numbered)
 
 
 class AuthorizedList(Protocol):
@@ -97,20 +106,39 @@ class LinkControl(ControlService):
             run_id, RunStatus.STOPPED, "stopped by the operator"
         )
 
-    async def logs(
+    def logs(self, run_id: int, *, after: int = 0, follow: bool = False) -> AsyncIterator[LogLine]:
+        state = self._state
+        return self._lines(run_id, state.watch_logs, state.get_logs, after, follow)
+
+    def metrics(
         self, run_id: int, *, after: int = 0, follow: bool = False
-    ) -> AsyncIterator[LogLine]:
+    ) -> AsyncIterator[MetricsLine]:
+        state = self._state
+        return self._lines(run_id, state.watch_metrics, state.get_metrics, after, follow)
+
+    async def get_artifact(self, run_id: int, name: str) -> RecordDict:
+        return await self._state.get_artifact(run_id, name)
+
+    async def _lines(
+        self,
+        run_id: int,
+        watch: Callable[[int, Callable[[int], None]], Subscription],
+        get: Callable[..., Awaitable[list[Line]]],
+        after: int,
+        follow: bool,
+    ) -> AsyncIterator[Line]:
+        """A run's numbered lines above ``after``; with ``follow``, until it has finished."""
         changed = anyio.Event()
 
         def wake(_: int) -> None:
             changed.set()
 
-        with self._state.watch_logs(run_id, wake), self._state.watch_runs(wake):
+        with watch(run_id, wake), self._state.watch_runs(wake):
             while True:
                 # Read the status before the lines: lines appended before the run
                 # finished are then all in the pages read after it.
                 finished = (await self._state.get_run(run_id)).status.finished
-                while lines := await self._state.get_logs(run_id, after=after, limit=LOG_PAGE):
+                while lines := await get(run_id, after=after, limit=LOG_PAGE):
                     for line in lines:
                         yield line
                     after = lines[-1].seq

@@ -3,7 +3,7 @@
 :class:`LinkRuntime` implements :class:`~fedcore.transport.runtime.RuntimeService`
 over the LinkState. Every call names its run, and the transport authenticates the
 launch secret first (:meth:`LinkRuntime.authenticate`), so a ServerApp can only
-touch its own run's messages, replies, context and log. Waits are event-driven:
+touch its own run's messages, replies, context, log, metrics and artifacts. Waits are event-driven:
 ``get_node_ids`` with ``at_least`` sleeps on node notifications, ``pull_replies``
 on reply notifications, each until its ``wait_seconds`` run out.
 """
@@ -15,6 +15,7 @@ import hashlib
 import hmac
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from fedcore.clock import Clock
 from fedcore.domain import SERVER_NODE_ID, Message, RecordDict, Run, RunStatus
@@ -103,6 +104,14 @@ class LinkRuntime(RuntimeService):
 
     async def append_logs(self, run_id: int, lines: Sequence[str], *, batch: str = "") -> None:
         await self._state.append_logs(run_id, lines, batch=batch)
+
+    async def append_metrics(
+        self, run_id: int, documents: Sequence[dict[str, Any]], *, batch: str = ""
+    ) -> None:
+        await self._state.append_metrics(run_id, documents, batch=batch)
+
+    async def put_artifact(self, run_id: int, name: str, content: RecordDict) -> None:
+        await self._state.put_artifact(run_id, name, content)
 
     async def finish(self, run_id: int, status: RunStatus, reason: str = "") -> Run:
         if status not in (RunStatus.COMPLETED, RunStatus.FAILED):

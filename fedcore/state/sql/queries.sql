@@ -138,16 +138,17 @@ SELECT status FROM runs WHERE run_id = :run_id;
 
 -- name: get_run
 SELECT
-    run_id, run_config, status, reason, seed, bundle_hash, created_at, attempts,
-    claim_token, secret_hash
+    run_id, run_config, status, reason, seed, bundle_hash, created_at, finished_at,
+    attempts, claim_token, secret_hash
 FROM runs WHERE run_id = :run_id;
 
 -- name: list_runs
-SELECT run_id, run_config, status, reason, seed, bundle_hash, created_at
+SELECT run_id, run_config, status, reason, seed, bundle_hash, created_at, finished_at
 FROM runs ORDER BY position;
 
 -- name: update_run_status
-UPDATE runs SET status = :status, reason = :reason WHERE run_id = :run_id;
+UPDATE runs SET status = :status, reason = :reason, finished_at = :finished_at
+WHERE run_id = :run_id;
 
 -- name: end_claim
 -- The run finished: its exec's token is refused from now on; its ServerApp's launch
@@ -231,6 +232,35 @@ SELECT seq, time, text FROM logs
 WHERE run_id = :run_id AND seq > :after
 ORDER BY seq
 LIMIT :limit;
+
+-- Metrics and artifacts ----------------------------------------------------------
+
+-- name: last_metrics_seq
+SELECT coalesce(max(seq), 0) FROM metrics WHERE run_id = :run_id;
+
+-- name: last_metrics_batch
+SELECT last_metrics_batch FROM runs WHERE run_id = :run_id;
+
+-- name: set_last_metrics_batch
+UPDATE runs SET last_metrics_batch = :batch WHERE run_id = :run_id;
+
+-- name: insert_metrics
+INSERT INTO metrics (run_id, seq, document) VALUES (:run_id, :seq, :document);
+
+-- name: get_metrics
+SELECT seq, document FROM metrics
+WHERE run_id = :run_id AND seq > :after
+ORDER BY seq
+LIMIT :limit;
+
+-- name: put_artifact
+-- Room for the content's bytes, written next through incremental blob I/O.
+INSERT INTO artifacts (run_id, name, content) VALUES (:run_id, :name, zeroblob(:size))
+ON CONFLICT (run_id, name) DO UPDATE SET content = excluded.content
+RETURNING rowid;
+
+-- name: get_artifact
+SELECT rowid FROM artifacts WHERE run_id = :run_id AND name = :name;
 
 -- name: delete_run_messages
 -- Their replies go with them (ON DELETE CASCADE), and their contents once no message

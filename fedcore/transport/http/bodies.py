@@ -1,7 +1,7 @@
 """What the HTTP APIs' bodies hold: JSON documents of domain objects, read under a cap.
 
 Records never travel as JSON (they are fedcore.wire payloads); what does is small:
-runs, log lines, nodes, health, run configs, lists of ids. Run and node ids are
+runs, log lines, metrics lines, nodes, health, run configs, lists of ids. Run and node ids are
 63-bit, so they travel as decimal strings: JavaScript, and many JSON tools, hold
 numbers as doubles, exact only up to 2^53. A run's seed is such a number too.
 
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import aiohttp
 
-from fedcore.domain import LogLine, Run, RunStatus
+from fedcore.domain import LogLine, MetricsLine, Run, RunStatus
 from fedcore.errors import DecodeError
 from fedcore.transport.control import Health, NodeInfo
 from fedcore.wire.frame import MAX_DETAIL, Buffer
@@ -34,6 +34,10 @@ if TYPE_CHECKING:  # a type only: the fleet codec (betterproto) stays out of `fe
 MAX_JSON_BYTES = 16 * 2**20
 """The largest JSON body either side reads (also the longest line of a log stream)."""
 JSON = "application/json"
+RECORDDICT = "application/vnd.fedcore.recorddict"
+"""The content type of a body that is one RecordDict (fedcore.wire): a context, an artifact."""
+MAX_PAYLOAD_BYTES = 1 << 30
+"""The largest payload body (a batch of messages, a context, an artifact) either side reads."""
 MAX_ID = 2**63 - 1
 _INT64 = range(-(2**63), 2**63)
 _ID = re.compile(r"0|[1-9][0-9]{0,18}")
@@ -236,6 +240,7 @@ def run_to_json(run: Run) -> dict[str, Any]:
         "seed": None if run.seed is None else str(run.seed),
         "bundle_hash": run.bundle_hash,
         "created_at": run.created_at,
+        "finished_at": run.finished_at,
     }
 
 
@@ -250,6 +255,7 @@ def run_from_json(document: object) -> Run:
         invalid(f"'seed' must be null or a decimal string, got {_kind(seed)}")
     if seed is not None and int(seed) not in _INT64:
         invalid("'seed' does not fit in 64 bits")
+    finished_at = None if doc.get("finished_at") is None else number(doc, "finished_at")
     return Run(
         run_id=id_from_json(doc.get("run_id"), "'run_id'"),
         run_config=config_from_json(doc.get("run_config")),
@@ -258,6 +264,7 @@ def run_from_json(document: object) -> Run:
         seed=None if seed is None else int(seed),
         bundle_hash=text(doc, "bundle_hash"),
         created_at=number(doc, "created_at"),
+        finished_at=finished_at,
     )
 
 
@@ -275,6 +282,20 @@ def log_line_to_json(line: LogLine) -> dict[str, Any]:
 def log_line_from_json(document: object) -> LogLine:
     doc = fields(document, "a log line")
     return LogLine(count(doc, "seq"), number(doc, "time"), text(doc, "text"))
+
+
+def metrics_line_to_json(line: MetricsLine) -> dict[str, Any]:
+    return {"seq": line.seq, "document": line.document}
+
+
+def metrics_line_from_json(document: object) -> MetricsLine:
+    doc = fields(document, "a metrics line")
+    return MetricsLine(count(doc, "seq"), metrics_document(doc.get("document")))
+
+
+def metrics_document(document: object) -> dict[str, Any]:
+    """A metrics line's document: any JSON object (the ServerApp's header or a round)."""
+    return fields(document, "a metrics document")
 
 
 def node_to_json(node: NodeInfo) -> dict[str, Any]:

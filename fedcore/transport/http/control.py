@@ -15,6 +15,12 @@
                                      -> application/x-ndjson: one log line object per line,
                                         as they come; a last {"status", "error", "message"}
                                         line if the stream failed on the way
+    GET  /v1/runs/{run_id}/metrics?after=N&follow=1
+                                     -> application/x-ndjson, as the logs: one
+                                        {"seq": n, "document": {...}} per metrics line
+    GET  /v1/runs/{run_id}/artifacts/{name}
+                                     -> application/vnd.fedcore.recorddict: the artifact
+                                        (its final model: "model"); 404 when it keeps none
     GET  /v1/nodes                   -> {"nodes": [{"node_id": "7", "online": true}, ...]}
     GET  /v1/nodes/authorized        -> {"keys": ["ssh-ed25519 AAAA… comment", ...]}
     POST /v1/nodes/authorized        {"public_key": text} -> {"keys": [...]}, the list after
@@ -23,6 +29,12 @@
                                         with no Authorization: {"status": "ok"}
     GET  /v1/metrics                 -> {"loop_lag_max_ms": {"last_minute", "since_start"},
                                          "loop_lag_histogram_ms": {...}}, from ``metrics``
+    GET  /ui, /ui/{file}             the link's page (:mod:`fedcore.transport.http.page`):
+                                     static files, no token needed to load them; the
+                                     page itself presents the token on every call above
+
+A metrics document travels as the ServerApp wrote it, a diverged loss as ``NaN``
+(Python's JSON, and ``metrics.jsonl``'s); the page reads that too.
 
 With a token (the link always has one: :mod:`fedcore.runtime.control_token`), every
 route requires ``Authorization: Bearer <token>`` (401 otherwise, with a one-line
@@ -41,18 +53,26 @@ import hmac
 import logging
 import ssl as _ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from urllib.parse import quote
 
 import aiohttp
 from aiohttp import BodyPartReader, MultipartReader, hdrs, web
 from aiohttp.http import HttpProcessingError
 
 from fedcore.apps.bundle import MAX_BUNDLE_BYTES
-from fedcore.domain import LogLine, Run
+from fedcore.domain import LogLine, MetricsLine, Run
 from fedcore.errors import BundleError, DecodeError, FedcoreError, UsageError
 from fedcore.transport.control import ControlService, Health, NodeInfo
 from fedcore.transport.http import bodies
-from fedcore.transport.http.bodies import JSON, MAX_JSON_BYTES, dumps, loads
+from fedcore.transport.http.bodies import (
+    JSON,
+    MAX_JSON_BYTES,
+    MAX_PAYLOAD_BYTES,
+    RECORDDICT,
+    dumps,
+    loads,
+)
 from fedcore.transport.http.errors import (
     INTERNAL,
     error_document,
@@ -61,16 +81,19 @@ from fedcore.transport.http.errors import (
     too_large,
     unauthorized,
 )
+from fedcore.transport.http.page import add_page
 from fedcore.transport.http.server import (
     Handler,
     bearer,
     guarded,
+    payload_response,
     refuse_compressed,
     request_body,
 )
 from fedcore.transport.http.session import TIMEOUT, Body, Session, SessionClient
 
-if TYPE_CHECKING:  # a type only: the fleet codec (betterproto) stays out of `fedcore ls`
+if TYPE_CHECKING:  # types only: the fleet codec (betterproto) stays out of `fedcore ls`,
+    from fedcore.domain import RecordDict  # and records (numpy) out of `fedcore log`
     from fedcore.wire.fleet import ConfigValue
 
 __all__ = ["HttpControlClient", "control_app"]
@@ -116,6 +139,12 @@ def control_app(
     routes.add_get("/v1/runs/{run_id}", handlers.route(handlers.get_run), allow_head=False)
     routes.add_post("/v1/runs/{run_id}/stop", handlers.route(handlers.stop_run))
     routes.add_get("/v1/runs/{run_id}/logs", handlers.route(handlers.logs), allow_head=False)
+    routes.add_get("/v1/runs/{run_id}/metrics", handlers.route(handlers.metrics), allow_head=False)
+    routes.add_get(
+        "/v1/runs/{run_id}/artifacts/{name}",
+        handlers.route(handlers.get_artifact),
+        allow_head=False,
+    )
     routes.add_get("/v1/nodes", handlers.route(handlers.list_nodes), allow_head=False)
     routes.add_get(
         "/v1/nodes/authorized", handlers.route(handlers.authorized_nodes), allow_head=False
@@ -125,6 +154,7 @@ def control_app(
     routes.add_get("/v1/health", handlers.route(handlers.health, public=True), allow_head=False)
     if metrics is not None:
         routes.add_get("/v1/metrics", handlers.route(_metrics_handler(metrics)), allow_head=False)
+    add_page(routes)
     return app
 
 
@@ -133,6 +163,14 @@ def _metrics_handler(metrics: Callable[[], Mapping[str, object]]) -> Handler:
         return _json(dict(metrics()))
 
     return serve_metrics
+
+
+class _Numbered(Protocol):
+    @property
+    def seq(self) -> int: ...
+
+
+Line = TypeVar("Line", bound=_Numbered)
 
 
 class _ControlHandlers:
@@ -207,7 +245,18 @@ class _ControlHandlers:
         return _json(bodies.run_to_json(await self._service.stop_run(_run_id(request))))
 
     async def logs(self, request: web.Request) -> web.StreamResponse:
-        """The run's log lines, each written as soon as the service yields it.
+        return await self._stream(request, self._service.logs, bodies.log_line_to_json)
+
+    async def metrics(self, request: web.Request) -> web.StreamResponse:
+        return await self._stream(request, self._service.metrics, bodies.metrics_line_to_json)
+
+    async def _stream(
+        self,
+        request: web.Request,
+        source: Callable[..., AsyncIterator[Line]],
+        to_json: Callable[[Line], dict[str, Any]],
+    ) -> web.StreamResponse:
+        """A run's numbered lines, each written as soon as the service yields it.
 
         The run is looked up first, so that an unknown one is a 404. Once the
         stream has begun, a failure can only be told in the stream: its last line.
@@ -218,22 +267,29 @@ class _ControlHandlers:
         await self._service.get_run(run_id)
         response = web.StreamResponse(headers={hdrs.CONTENT_TYPE: NDJSON})
         await response.prepare(request)
-        lines = self._service.logs(run_id, after=after, follow=follow)
+        lines = source(run_id, after=after, follow=follow)
         try:
             async for line in lines:
-                await response.write(dumps(bodies.log_line_to_json(line)) + b"\n")
+                await response.write(dumps(to_json(line)) + b"\n")
         except Exception as exc:
             if isinstance(exc, ConnectionError) and not isinstance(exc, FedcoreError):
                 raise  # the client went away
             status, document = expected_error(exc) or (500, error_document(None, INTERNAL))
             if status == 500:
-                log.exception("the log stream of run %d failed", run_id)
+                log.exception("the %s stream of run %d failed", request.path, run_id)
             await response.write(dumps({"status": status, **document}) + b"\n")
         finally:
             if isinstance(lines, AsyncGenerator):
                 await lines.aclose()
         await response.write_eof()
         return response
+
+    async def get_artifact(self, request: web.Request) -> web.StreamResponse:
+        from fedcore.wire import pack_recorddict_parts  # records: not for `fedcore ls`
+
+        run_id = _run_id(request)
+        content = await self._service.get_artifact(run_id, request.match_info["name"])
+        return await payload_response(request, pack_recorddict_parts(content), RECORDDICT)
 
     async def list_nodes(self, request: web.Request) -> web.StreamResponse:
         nodes = await self._service.list_nodes()
@@ -330,43 +386,59 @@ class HttpControlClient(SessionClient, ControlService):
     async def stop_run(self, run_id: int) -> Run:
         return bodies.run_from_json(await self._json("POST", f"/v1/runs/{_id(run_id)}/stop"))
 
-    async def logs(
+    def logs(self, run_id: int, *, after: int = 0, follow: bool = False) -> AsyncIterator[LogLine]:
+        path = f"/v1/runs/{_id(run_id)}/logs"
+        return self._lines(path, after, follow, bodies.log_line_from_json)
+
+    def metrics(
         self, run_id: int, *, after: int = 0, follow: bool = False
-    ) -> AsyncIterator[LogLine]:
+    ) -> AsyncIterator[MetricsLine]:
+        path = f"/v1/runs/{_id(run_id)}/metrics"
+        return self._lines(path, after, follow, bodies.metrics_line_from_json)
+
+    async def get_artifact(self, run_id: int, name: str) -> RecordDict:
+        from fedcore.wire import DecodeLimits, unpack_recorddict  # records: not for `fedcore ls`
+
+        body = await self._session.fetch_payload(
+            "GET",
+            f"/v1/runs/{_id(run_id)}/artifacts/{quote(name, safe='')}",
+            headers=self._headers,
+            cap=MAX_PAYLOAD_BYTES,
+        )
+        return unpack_recorddict(body, DecodeLimits(max_bytes=MAX_PAYLOAD_BYTES))
+
+    async def _lines(
+        self, path: str, after: int, follow: bool, from_json: Callable[[object], Line]
+    ) -> AsyncIterator[Line]:
+        """An NDJSON stream of numbered lines, each yielded as soon as it is whole."""
         session = self._session
         params = {"after": _id(after), "follow": "1" if follow else "0"}
         timeout = session.stream_timeouts() if follow else session.timeouts()
         async with session.request(
-            "GET",
-            f"/v1/runs/{_id(run_id)}/logs",
-            headers=self._headers,
-            params=params,
-            timeout=timeout,
+            "GET", path, headers=self._headers, params=params, timeout=timeout
         ) as response:
             buffer, start = bytearray(), 0
             while True:
                 end = buffer.find(b"\n", start)
                 if end >= 0:
-                    document = bodies.fields(loads(buffer[start:end]), "a log stream line")
+                    document = bodies.fields(loads(buffer[start:end]), "a stream line")
                     start = end + 1
                     if "error" in document:
                         status = document.get("status")
                         status = status if type(status) is int else 500
                         raise error_from(status, document, session.where)
-                    yield bodies.log_line_from_json(document)
+                    yield from_json(document)
                     continue
                 del buffer[:start]
                 start = 0
                 if len(buffer) > MAX_JSON_BYTES:
-                    raise DecodeError(
-                        f"{session.where} sent a log line over {MAX_JSON_BYTES} bytes"
-                    )
+                    raise DecodeError(f"{session.where} sent a line over {MAX_JSON_BYTES} bytes")
                 chunk = await response.content.readany()
                 if not chunk:
                     break
                 buffer += chunk
             if buffer:
-                raise DecodeError(f"{session.where} ended the log stream inside a line")
+                raise DecodeError(f"{session.where} ended the stream inside a line")
 
     async def list_nodes(self) -> list[NodeInfo]:
         return bodies.nodes_from_json(await self._json("GET", "/v1/nodes"))

@@ -22,6 +22,8 @@ records travel as fedcore.wire payloads, never JSON; the rest is small JSON
     GET  /v1/runtime/context         -> a RecordDict payload
     PUT  /v1/runtime/context         a RecordDict payload -> 204
     POST /v1/runtime/logs            {"lines": ["...", ...], "batch": "..."} -> 204
+    POST /v1/runtime/metrics         {"documents": [{...}, ...], "batch": "..."} -> 204
+    PUT  /v1/runtime/artifacts/{name}  a RecordDict payload -> 204
     POST /v1/runtime/finish          {"status": "finished:completed", "reason": ""} -> the run
 
 A message batch (:mod:`fedcore.wire.batch`) packs a content shared by many messages
@@ -38,13 +40,21 @@ import math
 import ssl as _ssl
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
+from urllib.parse import quote
 
 from aiohttp import web
 
 from fedcore.domain import Message, RecordDict, Run, RunStatus
 from fedcore.errors import DecodeError, RunNotFoundError
 from fedcore.transport.http import bodies
-from fedcore.transport.http.bodies import JSON, MAX_JSON_BYTES, dumps, loads
+from fedcore.transport.http.bodies import (
+    JSON,
+    MAX_JSON_BYTES,
+    MAX_PAYLOAD_BYTES,
+    RECORDDICT,
+    dumps,
+    loads,
+)
 from fedcore.transport.http.server import (
     Handler,
     bearer,
@@ -60,11 +70,10 @@ from fedcore.wire.batch import batch_prefix, pack_batch_parts, unpack_batch
 
 __all__ = ["MAX_BODY_BYTES", "HttpRuntimeClient", "runtime_app"]
 
-MAX_BODY_BYTES = 1 << 30
-"""The largest payload body either side reads: a batch of messages or a context."""
+MAX_BODY_BYTES = MAX_PAYLOAD_BYTES
+"""The largest payload body either side reads: a batch of messages, a context, an artifact."""
 RUN_HEADER = "X-Fedcore-Run"
 BATCH = "application/vnd.fedcore.batch"
-RECORDDICT = "application/vnd.fedcore.recorddict"
 _UNKNOWN_RUN = "unknown run, or not its launch secret"
 
 _RunHandler = Callable[[web.Request, Run], Awaitable[web.StreamResponse]]
@@ -90,6 +99,8 @@ def runtime_app(
     routes.add_get("/v1/runtime/context", route(handlers.load_context), allow_head=False)
     routes.add_put("/v1/runtime/context", route(handlers.save_context))
     routes.add_post("/v1/runtime/logs", route(handlers.append_logs))
+    routes.add_post("/v1/runtime/metrics", route(handlers.append_metrics))
+    routes.add_put("/v1/runtime/artifacts/{name}", route(handlers.put_artifact))
     routes.add_post("/v1/runtime/finish", route(handlers.finish))
     return app
 
@@ -172,6 +183,23 @@ class _RuntimeHandlers:
         lines = bodies.texts(document, "lines")
         batch = bodies.text(document, "batch") if "batch" in document else ""
         await self._service.append_logs(run.run_id, lines, batch=batch)
+        return web.Response(status=204)
+
+    async def append_metrics(self, request: web.Request, run: Run) -> web.StreamResponse:
+        document = await self._document(request)
+        documents = document.get("documents")
+        if not isinstance(documents, list):
+            raise DecodeError("'documents' must be a list of objects")
+        batch = bodies.text(document, "batch") if "batch" in document else ""
+        lines = [bodies.metrics_document(line) for line in documents]
+        await self._service.append_metrics(run.run_id, lines, batch=batch)
+        return web.Response(status=204)
+
+    async def put_artifact(self, request: web.Request, run: Run) -> web.StreamResponse:
+        name = request.match_info["name"]
+        body = await request_payload(request, self._max_body, DecodeError)
+        content = unpack_recorddict(body, self._limits)
+        await self._service.put_artifact(run.run_id, name, content)
         return web.Response(status=204)
 
     async def finish(self, request: web.Request, run: Run) -> web.StreamResponse:
@@ -299,6 +327,20 @@ class HttpRuntimeClient(SessionClient, RuntimeService):
     async def append_logs(self, run_id: int, lines: Sequence[str], *, batch: str = "") -> None:
         document = {"lines": list(lines), "batch": batch}
         await self._call("POST", "/v1/runtime/logs", run_id, document)
+
+    async def append_metrics(
+        self, run_id: int, documents: Sequence[dict[str, Any]], *, batch: str = ""
+    ) -> None:
+        document = {"documents": list(documents), "batch": batch}
+        await self._call("POST", "/v1/runtime/metrics", run_id, document)
+
+    async def put_artifact(self, run_id: int, name: str, content: RecordDict) -> None:
+        await self._session.call(
+            "PUT",
+            f"/v1/runtime/artifacts/{quote(name, safe='')}",
+            headers=self._headers(run_id),
+            data=Body(pack_recorddict_parts(content), RECORDDICT),
+        )
 
     async def finish(self, run_id: int, status: RunStatus, reason: str = "") -> Run:
         request = {"status": RunStatus(status).value, "reason": reason}

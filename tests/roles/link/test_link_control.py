@@ -1,4 +1,5 @@
-"""The link's control API over a LinkState: submitting bundles, following logs, stopping runs."""
+"""The link's control API over a LinkState: submitting bundles, following logs and metrics,
+reading artifacts, stopping runs."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
+import numpy as np
 import pytest
 
 from fedcore.apps.bundle import pack_bundle
-from fedcore.domain import RunStatus
+from fedcore.domain import ArrayRecord, RecordDict, RunStatus
+from fedcore.domain.run import MODEL_ARTIFACT
 from fedcore.errors import BundleError, NotFoundError, RunNotFoundError
 from fedcore.roles.link.control import LinkControl
 from fedcore.state.memory import InMemoryLinkState
@@ -129,6 +132,45 @@ async def test_logs_without_follow_end_at_the_last_line(
     assert [line.seq for line in lines] == list(range(1, 2501))
     with pytest.raises(RunNotFoundError):
         [line async for line in control.logs(12345)]
+
+
+async def test_metrics_follow_new_lines_and_end_when_the_run_finishes(
+    control: LinkControl, state: InMemoryLinkState, tmp_path: Path
+) -> None:
+    run = await control.submit_run(_bundle(tmp_path), {})
+    await state.append_metrics(run.run_id, [{"run": 1}, {"round": 1}])
+    await state.append_logs(run.run_id, ["a log line is no metrics line"])
+    seen: list[dict[str, object]] = []
+
+    async def follow() -> None:
+        async for line in control.metrics(run.run_id, after=1, follow=True):
+            seen.append(line.document)
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(follow)
+        await anyio.wait_all_tasks_blocked()
+        assert seen == [{"round": 1}]
+        await state.append_metrics(run.run_id, [{"round": 2}])
+        await anyio.wait_all_tasks_blocked()
+        assert seen == [{"round": 1}, {"round": 2}]
+        await state.append_metrics(run.run_id, [{"round": 3}])
+        await state.update_run_status(run.run_id, RunStatus.STOPPED, "enough")
+    assert seen == [{"round": 1}, {"round": 2}, {"round": 3}]
+    paged = [line.seq async for line in control.metrics(run.run_id)]
+    assert paged == [1, 2, 3, 4]
+
+
+async def test_an_artifact_is_read_through_and_a_missing_one_is_not_found(
+    control: LinkControl, state: InMemoryLinkState, tmp_path: Path
+) -> None:
+    run = await control.submit_run(_bundle(tmp_path), {})
+    model = RecordDict({"arrays": ArrayRecord({"w": np.ones(3, dtype=np.float32)})})
+    with pytest.raises(NotFoundError):
+        await control.get_artifact(run.run_id, MODEL_ARTIFACT)
+    await state.put_artifact(run.run_id, MODEL_ARTIFACT, model)
+    assert await control.get_artifact(run.run_id, MODEL_ARTIFACT) == model
+    with pytest.raises(RunNotFoundError):
+        await control.get_artifact(12345, MODEL_ARTIFACT)
 
 
 async def test_health_and_nodes_count_what_is_live(

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import anyio
+import numpy as np
 import pytest
 from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fedcore.domain import LogLine, Run, RunStatus
+from fedcore.domain import ArrayRecord, LogLine, MetricsLine, RecordDict, Run, RunStatus
 from fedcore.errors import (
     AuthenticationError,
     BundleError,
@@ -37,7 +40,7 @@ from fedcore.errors import (
 )
 from fedcore.testing.network import closed_port
 from fedcore.transport.control import ControlService, Health, NodeInfo
-from fedcore.transport.http import HttpControlClient, control_app, serve_http
+from fedcore.transport.http import HttpControlClient, control_app, page, serve_http
 from fedcore.transport.http.session import Body
 from fedcore.wire.fleet import ConfigValue
 
@@ -55,6 +58,8 @@ class FakeControl(ControlService):
         self.runs: dict[int, Run] = {}
         self.bundles: dict[int, bytes] = {}
         self.lines: dict[int, list[LogLine]] = {}
+        self.metrics_lines: dict[int, list[MetricsLine]] = {}
+        self.artifacts: dict[tuple[int, str], RecordDict] = {}
         self.nodes = [NodeInfo(BIG_ID + 1, True), NodeInfo(3, True)]
         self.keys: list[str] = []
         self.failure: Exception | None = None
@@ -68,7 +73,13 @@ class FakeControl(ControlService):
         run.bundle_hash = "ab" * 32
         self.runs[run.run_id] = run
         self.lines[run.run_id] = []
+        self.metrics_lines[run.run_id] = []
         return run
+
+    def report(self, run_id: int, document: dict[str, Any]) -> None:
+        lines = self.metrics_lines[run_id]
+        lines.append(MetricsLine(len(lines) + 1, document))
+        self._notify()
 
     def append(self, run_id: int, text: str) -> None:
         lines = self.lines[run_id]
@@ -132,6 +143,30 @@ class FakeControl(ControlService):
             if not follow or self.runs[run_id].status.finished:
                 return
             await changed.wait()
+
+    async def metrics(
+        self, run_id: int, *, after: int = 0, follow: bool = False
+    ) -> AsyncIterator[MetricsLine]:
+        self._run(run_id)
+        seen = after
+        while True:
+            changed = self._changed
+            fresh = [line for line in self.metrics_lines[run_id] if line.seq > seen]
+            for line in fresh:
+                yield line
+            if fresh:
+                seen = fresh[-1].seq
+                continue
+            if not follow or self.runs[run_id].status.finished:
+                return
+            await changed.wait()
+
+    async def get_artifact(self, run_id: int, name: str) -> RecordDict:
+        self._run(run_id)
+        try:
+            return self.artifacts[run_id, name]
+        except KeyError:
+            raise NotFoundError(f"run {run_id} keeps no {name}") from None
 
     async def list_nodes(self) -> list[NodeInfo]:
         self._check()
@@ -453,6 +488,8 @@ async def test_with_a_token_every_route_requires_it_and_health_tells_a_stranger_
             ("GET", f"/v1/runs/{run.run_id}"),
             ("POST", f"/v1/runs/{run.run_id}/stop"),
             ("GET", f"/v1/runs/{run.run_id}/logs"),
+            ("GET", f"/v1/runs/{run.run_id}/metrics"),
+            ("GET", f"/v1/runs/{run.run_id}/artifacts/model"),
             ("GET", "/v1/nodes"),
             ("POST", "/v1/runs"),
         ]
@@ -631,6 +668,9 @@ async def test_a_submission_must_declare_its_length() -> None:
         "/v1/runs/1/logs?after=x",
         "/v1/runs/1/logs?after=-1",
         "/v1/runs/1/logs?follow=maybe",
+        "/v1/runs/1/metrics?after=x",
+        "/v1/runs/1/metrics?follow=maybe",
+        "/v1/runs/abc/artifacts/model",
     ],
 )
 async def test_bad_ids_and_queries_are_400(path: str) -> None:
@@ -661,3 +701,90 @@ async def test_unknown_routes_and_methods_are_not_served() -> None:
         async with session.delete(f"{url}/v1/runs") as response:
             assert response.status == 405
         assert await client.health()
+
+
+# ------------------------------------------------------------------- a run's record
+
+
+async def test_metrics_lines_come_as_sent_nan_included_and_a_follow_ends_with_the_run() -> None:
+    fake = FakeControl()
+    run = fake.add_run()
+    header = {"run": run.run_id, "seed": 3, "app": "ünï"}
+    fake.report(run.run_id, header)
+    fake.report(run.run_id, {"round": 1, "server": {"loss": math.nan}})
+    async with served(fake) as (client, url), raw() as session:
+        lines = [line async for line in client.metrics(run.run_id)]
+        assert [line.seq for line in lines] == [1, 2]
+        assert lines[0].document == header
+        assert math.isnan(lines[1].document["server"]["loss"])
+        assert [line.seq async for line in client.metrics(run.run_id, after=1)] == [2]
+        async with session.get(f"{url}/v1/runs/{run.run_id}/metrics?after=1") as response:
+            assert response.content_type == "application/x-ndjson"
+            expected = '{"seq":2,"document":{"round":1,"server":{"loss":NaN}}}\n'
+            assert await response.text() == expected
+    send, receive = anyio.create_memory_object_stream[MetricsLine](10)
+    async with served(fake) as (client, _), receive, anyio.create_task_group() as tasks:
+
+        async def follow() -> None:
+            async with send:
+                async for line in client.metrics(run.run_id, after=1, follow=True):
+                    await send.send(line)
+
+        tasks.start_soon(follow)
+        with anyio.fail_after(5):
+            assert (await receive.receive()).seq == 2
+            fake.report(run.run_id, {"round": 2})
+            fake.finish(run.run_id)
+            assert [line.document async for line in receive] == [{"round": 2}]
+
+
+async def test_an_artifact_comes_back_whole_and_a_missing_one_is_not_found() -> None:
+    fake = FakeControl()
+    run, other = fake.add_run(), fake.add_run()
+    weights = np.arange(300_000, dtype=np.float32)  # over the spool threshold: streamed
+    model = RecordDict({"arrays": ArrayRecord({"w": weights})})
+    fake.artifacts[run.run_id, "model"] = model
+    async with served(fake) as (client, _):
+        assert await client.get_artifact(run.run_id, "model") == model
+        with pytest.raises(NotFoundError, match="keeps no model") as missing:
+            await client.get_artifact(other.run_id, "model")
+        assert not isinstance(missing.value, RunNotFoundError)
+        with pytest.raises(RunNotFoundError):
+            await client.get_artifact(BIG_ID - 1, "model")
+        with pytest.raises(RunNotFoundError):
+            [line async for line in client.metrics(BIG_ID - 1)]
+
+
+async def test_the_page_is_served_without_a_token_and_with_its_policy() -> None:
+    fake = FakeControl()
+    async with served(fake, token=TOKEN) as (_, url), raw() as session:
+        for path, kind in [
+            ("/ui", "text/html"),
+            ("/ui/index.html", "text/html"),
+            ("/ui/app.js", "text/javascript"),
+            ("/ui/style.css", "text/css"),
+        ]:
+            async with session.get(url + path) as response:
+                assert response.status == 200, path
+                assert response.content_type == kind
+                policy = response.headers["Content-Security-Policy"]
+                assert "default-src 'none'" in policy
+                assert "script-src 'self'" in policy
+                assert "unsafe-inline" not in policy
+                assert response.headers["X-Content-Type-Options"] == "nosniff"
+                assert response.headers["Referrer-Policy"] == "no-referrer"
+                assert TOKEN not in await response.text()
+        for path in ("/ui/nope.js", "/ui/../v1/runs", "/ui/%2e%2e/v1/runs"):
+            async with session.get(url + path) as response:
+                assert response.status in (401, 404), path
+        async with session.post(f"{url}/ui") as response:
+            assert response.status == 405
+
+
+def test_the_page_writes_run_supplied_text_as_text_never_markup() -> None:
+    script = (Path(page.__file__).parent / "ui" / "app.js").read_text()
+    for unsafe in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
+        assert unsafe not in script
+    html = (Path(page.__file__).parent / "ui" / "index.html").read_text()
+    assert "<script>" not in html  # the policy allows no inline script: none is needed
+    assert "http://" not in html.replace("http://www.w3.org", "")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import math
 import mmap
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -56,6 +57,9 @@ class FakeRuntime(RuntimeService):
         self.contexts: dict[int, RecordDict] = {}
         self.logs: list[str] = []
         self.log_batches: list[str] = []
+        self.metrics: list[dict[str, Any]] = []
+        self.metrics_batches: list[str] = []
+        self.artifacts: dict[str, RecordDict] = {}
         self.calls: list[tuple[str, Any]] = []
         """What reached the service past authentication, with the arguments that matter."""
         self.failure: Exception | None = None
@@ -136,6 +140,17 @@ class FakeRuntime(RuntimeService):
         self._called("append_logs")
         self.logs.extend(lines)
         self.log_batches.append(batch)
+
+    async def append_metrics(
+        self, run_id: int, documents: Sequence[dict[str, Any]], *, batch: str = ""
+    ) -> None:
+        self._called("append_metrics")
+        self.metrics.extend(documents)
+        self.metrics_batches.append(batch)
+
+    async def put_artifact(self, run_id: int, name: str, content: RecordDict) -> None:
+        self._called("put_artifact", name)
+        self.artifacts[name] = content
 
     async def finish(self, run_id: int, status: RunStatus, reason: str = "") -> Run:
         run = self._called("finish", (status, reason))
@@ -382,6 +397,21 @@ async def test_context_and_logs(fake: FakeRuntime) -> None:
     assert fake.log_batches == ["", "b-1"]
 
 
+async def test_metrics_and_artifacts(fake: FakeRuntime) -> None:
+    header = {"run": RUN_ID, "seed": 4, "config": {"rounds": 2}, "app": "ünï"}
+    row = {"round": 1, "num_rounds": 2, "server": {"loss": math.nan, "acc": 0.5}}
+    final = RecordDict({"arrays": model(1 << 20, 2.0)["arrays"]})
+    async with served(fake) as (client, _, _):
+        await client.append_metrics(RUN_ID, [header])
+        await client.append_metrics(RUN_ID, [row], batch="b-2")
+        await client.put_artifact(RUN_ID, "model", final)
+    assert fake.metrics[0] == header
+    assert fake.metrics[1]["round"] == 1
+    assert math.isnan(fake.metrics[1]["server"]["loss"])
+    assert fake.metrics_batches == ["", "b-2"]
+    assert fake.artifacts == {"model": final}
+
+
 # ------------------------------------------------------------------- the run's secret
 
 ROUTES: list[tuple[str, str, Any]] = [
@@ -394,6 +424,8 @@ ROUTES: list[tuple[str, str, Any]] = [
     ("GET", "/v1/runtime/context", None),
     ("PUT", "/v1/runtime/context", Body(pack_recorddict(RecordDict()), "x")),
     ("POST", "/v1/runtime/logs", {"lines": ["x"]}),
+    ("POST", "/v1/runtime/metrics", {"documents": [{"round": 1}]}),
+    ("PUT", "/v1/runtime/artifacts/model", Body(pack_recorddict(RecordDict()), "x")),
     ("POST", "/v1/runtime/finish", {"status": "finished:completed", "reason": ""}),
 ]
 
@@ -539,6 +571,12 @@ PAYLOAD_GARBAGE = [
     ("/v1/runtime/replies/ack", "POST", b'{"message_ids": "m"}', 400),
     ("/v1/runtime/logs", "POST", b'{"lines": [null]}', 400),
     ("/v1/runtime/logs", "POST", b'{"lines": [], "batch": 7}', 400),
+    ("/v1/runtime/metrics", "POST", b'{"documents": {"round": 1}}', 400),
+    ("/v1/runtime/metrics", "POST", b'{"documents": [[1]]}', 400),
+    ("/v1/runtime/metrics", "POST", b'{"documents": [], "batch": 7}', 400),
+    ("/v1/runtime/artifacts/model", "PUT", b"not a payload", 400),
+    ("/v1/runtime/artifacts/model", "PUT", pack_batch([]), 400),
+    ("/v1/runtime/artifacts/model", "POST", pack_recorddict(RecordDict()), 405),
     ("/v1/runtime/finish", "POST", b'{"status": "done", "reason": ""}', 400),
     ("/v1/runtime/finish", "POST", b'{"status": "finished:failed"}', 400),
     ("/v1/runtime/finish", "POST", b"[" * 100_000, 400),
