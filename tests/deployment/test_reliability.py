@@ -87,29 +87,49 @@ def test_a_crashed_clientapp_process_is_code_8_and_the_next_round_is_fine(
     assert sorted(r["partition"] for r in rounds[3] if r["code"] is None) == [0, 1, 2]
 
 
-def test_a_killed_serverapp_is_started_again_once_then_fails_its_run_at_once(
-    federation: Deployment,
-) -> None:
+def test_a_killed_serverapp_fails_its_run_at_once(federation: Deployment) -> None:
     run_id = _submit(federation, rounds=100_000, delay=0.05)
     federation.wait_for_file(federation.root / "markers" / "round-3")
-    (first,) = federation.app_pids()
-    os.kill(first, signal.SIGKILL)
-    # The link's exec starts it again (the default --max-restarts is 1) ...
-    federation.wait_for_file(federation.link_work_dir / "runs" / f"{run_id}-1-restart1.pid")
-    deadline = time.monotonic() + 30.0
-    while not (again := [pid for pid in federation.app_pids() if pid != first]):
-        assert time.monotonic() < deadline, "no second ServerApp process"
-        time.sleep(0.05)
-    (second,) = again
-    # ... and the second kill, with no restart left, ends the run.
+    (pid,) = federation.app_pids()
     killed_at = time.monotonic()
-    os.kill(second, signal.SIGKILL)
+    os.kill(pid, signal.SIGKILL)
     final, _ = federation.follow_printed(run_id)
     assert final["status"] == "finished:failed", final
-    assert final["reason"] == "the ServerApp process was killed by SIGKILL (after 1 restart)"
+    assert final["reason"] == "the ServerApp process was killed by SIGKILL"
     # The exec sees its child exit: seconds (CLI start-up included), not a heartbeat timeout.
     assert time.monotonic() - killed_at < 5.0
     assert federation.app_pids() == []
+
+
+def test_with_max_restarts_a_killed_serverapp_is_started_again_then_fails_at_once(
+    tmp_path: Path,
+) -> None:
+    federation = Deployment(tmp_path, heartbeat_interval=HEARTBEAT)
+    with federation:
+        federation.start_link("--max-restarts", "1")
+        for index in range(3):
+            federation.start_node(f"partition-id={index} num-partitions=3")
+        (tmp_path / "markers").mkdir()
+        run_id = _submit(federation, rounds=100_000, delay=0.05)
+        federation.wait_for_file(federation.root / "markers" / "round-3")
+        (first,) = federation.app_pids()
+        os.kill(first, signal.SIGKILL)
+        # The link's exec starts it again ...
+        federation.wait_for_file(federation.link_work_dir / "runs" / f"{run_id}-1-restart1.pid")
+        deadline = time.monotonic() + 30.0
+        while not (again := [pid for pid in federation.app_pids() if pid != first]):
+            assert time.monotonic() < deadline, "no second ServerApp process"
+            time.sleep(0.05)
+        (second,) = again
+        # ... and the second kill, with no restart left, ends the run.
+        killed_at = time.monotonic()
+        os.kill(second, signal.SIGKILL)
+        final, _ = federation.follow_printed(run_id)
+        assert final["status"] == "finished:failed", final
+        assert final["reason"] == "the ServerApp process was killed by SIGKILL (after 1 restart)"
+        # The exec sees its child exit: seconds (CLI start-up included), not a heartbeat timeout.
+        assert time.monotonic() - killed_at < 5.0
+        assert federation.app_pids() == []
 
 
 def test_a_stopped_run_ends_its_serverapp_and_its_stream_with_status_3(

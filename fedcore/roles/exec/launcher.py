@@ -28,12 +28,14 @@ synchronous step in ``main``), and the run must not fail for that while the proc
 lives.
 
 The launcher watches the process: one that exits while its run is not finished has
-crashed or was killed. The launcher then starts it again, up to
-:attr:`LaunchSettings.max_restarts` times for the run, saying so in the run's log with
-the last lines the process printed; the new process continues from the run's last
-checkpoint (:mod:`fedcore.runtime.serverapp`), and the nodes keep their ClientApps'
-contexts meanwhile, since the run never ended. Once the restarts are spent, the run
-becomes ``finished:failed`` with the exit status and those last lines. A run
+crashed or was killed. With :attr:`LaunchSettings.max_restarts` (``--max-restarts``,
+default 0) the launcher starts it again, up to that many times for the run, saying so
+in the run's log with the last lines the process printed. The new process runs
+``main`` again from its start (the nodes keep their ClientApps' contexts meanwhile,
+since the run never ended): it does not yet continue from the last round, so the
+run's record gets the rounds of each start. Once the restarts are spent (at once,
+by default) the run becomes ``finished:failed`` with the exit status and those last
+lines. A run
 stopped by an operator (or failed by the link) gets its process terminated, then
 killed after a grace period, and the run's log a last line saying so; the
 launcher hears of it by a long poll on the run. Leaving the launcher terminates the
@@ -122,7 +124,7 @@ class LaunchSettings:
     command: tuple[str, ...] = (sys.executable, "-m", "fedcore.runtime.serverapp")
     app_env: tuple[str, ...] = ()
     app_user: AppUser | None = None
-    max_restarts: int = 1
+    max_restarts: int = 0
 
 
 class ServerAppLauncher:
@@ -292,7 +294,7 @@ class ServerAppLauncher:
         tail = await anyio.to_thread.run_sync(_last_lines, output_path)
         lines = [f"[exec] {reason}; its last output:", *tail] if tail else []
         lines.append(
-            f"[exec] starting the ServerApp again from the run's last checkpoint "
+            f"[exec] starting the ServerApp again "
             f"(restart {restart + 1} of {self._settings.max_restarts})"
         )
         await self._patiently(lambda: self._service.append_logs(run_id, lines))

@@ -117,17 +117,17 @@ async def test_a_killed_serverapp_is_started_again_and_the_run_fails_once_restar
     script = _launch_counting(launches, "sys.exit(4)")
     run = await _submit(state, tmp_path)
     async with anyio.create_task_group() as tasks:
-        await tasks.start(_launcher(state, fake_clock, tmp_path, script).serve)
+        launcher = _launcher(state, fake_clock, tmp_path, script, max_restarts=1)
+        await tasks.start(launcher.serve)
         failed = await _until(state, run.run_id, {RunStatus.FAILED})
         tasks.cancel_scope.cancel()
-    assert LaunchSettings().max_restarts == 1
     assert launches.read_text() == "launch\n" * 2
     assert failed.reason == "the ServerApp process exited with status 4 (after 1 restart)"
     lines = [line.text for line in await state.get_logs(run.run_id)]
     restarted = [
         "[exec] the ServerApp process was killed by SIGKILL; its last output:",
         "launch 0",
-        "[exec] starting the ServerApp again from the run's last checkpoint (restart 1 of 1)",
+        "[exec] starting the ServerApp again (restart 1 of 1)",
     ]
     start = lines.index(restarted[0])
     assert lines[start : start + 3] == restarted
@@ -136,15 +136,15 @@ async def test_a_killed_serverapp_is_started_again_and_the_run_fails_once_restar
     assert (tmp_path / "work" / "runs" / f"{run.run_id}-1-restart1.pid").is_file()
 
 
-async def test_with_no_restarts_a_killed_serverapp_fails_its_run_at_once(
+async def test_by_default_a_killed_serverapp_fails_its_run_at_once(
     state: InMemoryLinkState, fake_clock: FakeClock, tmp_path: Path
 ) -> None:
     launches = tmp_path / "launches"
     script = _launch_counting(launches, "sys.exit(4)")
     run = await _submit(state, tmp_path)
+    assert LaunchSettings().max_restarts == 0
     async with anyio.create_task_group() as tasks:
-        launcher = _launcher(state, fake_clock, tmp_path, script, max_restarts=0)
-        await tasks.start(launcher.serve)
+        await tasks.start(_launcher(state, fake_clock, tmp_path, script).serve)
         failed = await _until(state, run.run_id, {RunStatus.FAILED})
         tasks.cancel_scope.cancel()
     assert launches.read_text() == "launch\n"
