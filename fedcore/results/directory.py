@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import numpy as np
 
@@ -42,10 +42,16 @@ DEFAULT_PARENT = Path("results")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
+def run_name(app_name: str, seed: int, now: float) -> str:
+    """What a run started ``now`` is called: ``<UTC time>-<app>-<seed>``, its directory's
+    name (and its trackers' name for it when it keeps none)."""
+    stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{_UNSAFE.sub('-', app_name).strip('-') or 'app'}-{seed}"
+
+
 def new_run_directory(parent: Path, app_name: str, seed: int, now: float) -> Path:
     """A new, empty directory for a run under ``parent`` (made, with ``parent`` if need be)."""
-    stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%dT%H%M%SZ")
-    name = f"{stamp}-{_UNSAFE.sub('-', app_name).strip('-') or 'app'}-{seed}"
+    name = run_name(app_name, seed, now)
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -147,9 +153,13 @@ class ResultsRecorder(logging.Handler):
         os.replace(temporary, self.path / RUN_FILE)
 
 
+H = TypeVar("H", bound=logging.Handler)
+
+
 @contextmanager
-def recording(recorder: ResultsRecorder) -> Iterator[ResultsRecorder]:
-    """Give ``recorder`` every log record of the process while the block runs.
+def recording(recorder: H) -> Iterator[H]:
+    """Give ``recorder`` (a :class:`ResultsRecorder`, or a tracker's handler) every log
+    record of the process while the block runs.
 
     fedcore's loggers are set to pass INFO on meanwhile (round reports are INFO),
     and put back after.
