@@ -14,6 +14,8 @@ them, as Python code is expected to.
     │   │   └── FlowerImportError (ImportError)
     │   │                           an app's `import flwr…` of a name fedcore lacks
     │   ├── RunConfigError          a run-config key or value the app does not accept
+    │   ├── TrackerError            an experiment tracker (--track) that cannot start: not
+    │   │                           installed, a bad location, a store that refuses
     │   ├── BundleError             an app directory that cannot be packed, or a bundle
     │   │                           refused on unpacking (wrong hash, unsafe, over a limit)
     │   ├── WrongServiceError       an address that answers, but not as the API asked for
@@ -73,6 +75,11 @@ class FlowerImportError(AppLoadError, ImportError):
 
 class RunConfigError(UsageError):
     """A run-config override names an undeclared key or has the wrong type."""
+
+
+class TrackerError(UsageError):
+    """An experiment tracker asked for (``--track``) cannot record the run: its package is
+    not installed, its location is wrong, or its store refused to open the run."""
 
 
 class BundleError(UsageError):

@@ -133,6 +133,17 @@ DEFAULT_ROUND_TIMEOUT = 600.0
     "<UTC time>-<app>-<seed>/.",
 )
 @click.option("--no-save", is_flag=True, help="Keep no results directory.")
+@click.option(
+    "--track",
+    multiple=True,
+    metavar="NAME[=WHERE]",
+    help="Record the run's config and each round's metrics in an experiment tracker too, "
+    "under the results directory's name: mlflow[=URI] (default: $MLFLOW_TRACKING_URI, else "
+    "MLflow's default), tensorboard[=DIR] (default: the results directory's tensorboard/), "
+    "wandb[=PROJECT] (default: $WANDB_PROJECT, else the app's name; WANDB_MODE=offline "
+    "keeps the run on disk). Each needs its extra: pip install 'fedcore[NAME]'. May be "
+    "repeated.",
+)
 @click.option("--verbose", "-v", is_flag=True, help="Show debug logs.")
 @click.option("--quiet", "-q", is_flag=True, help="Show only warnings, errors and the summary.")
 def simulate(
@@ -152,6 +163,7 @@ def simulate(
     metrics_out: Path | None,
     out: Path,
     no_save: bool,
+    track: tuple[str, ...],
     verbose: bool,
     quiet: bool,
 ) -> None:
@@ -171,6 +183,7 @@ def simulate(
       fedcore simulate my_app:app -n 1000 --run-config "num-server-rounds=5 lr=0.05"
       fedcore simulate my_app:app -n 500 --num-gpus 0.25 --max-workers 8
       fedcore simulate examples/quickstart-numpy -n 100 --backend ray --ray-address HEAD:6379
+      fedcore simulate examples/quickstart-numpy -n 100 --track tensorboard --track mlflow
     """
     from fedcore.simulation.progress import showing_progress, summary
     from fedcore.simulation.simulate import run_simulation
@@ -209,6 +222,7 @@ def simulate(
             round_timeout=round_timeout,
             progress=False,
             out=None if no_save else out,
+            track=track,
         )
     click.echo(summary(display.reports, time.monotonic() - started, result.seed))
     if result.out is not None:

@@ -6,6 +6,8 @@ Every ``fedcore simulate`` leaves one (``results/<UTC time>-<app>-<seed>/`` unle
 when ``main`` returns one) and ``summary.png``. :mod:`~fedcore.results.directory`
 writes it as the run goes, so a run that dies keeps every round it finished;
 :mod:`~fedcore.results.reading` reads it; :mod:`~fedcore.results.plot` draws it.
+With ``--track``, :mod:`~fedcore.results.trackers` records the same run in MLflow,
+TensorBoard or W&B too.
 """
 
 RESULTS_ENV = "FEDCORE_RESULTS"

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import numpy as np
 
@@ -42,14 +42,17 @@ DEFAULT_PARENT = Path("results")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def new_run_directory(parent: Path, app_name: str, seed: int | str, now: float) -> Path:
-    """A new, empty directory for a run under ``parent`` (made, with ``parent`` if need be).
-
-    ``seed`` ends the name: the run's seed, or what stands for it (a deployed run
-    without one is named by its id).
-    """
+def run_name(app_name: str, seed: int | str, now: float) -> str:
+    """What a run started ``now`` is called: ``<UTC time>-<app>-<seed>``, its directory's
+    name (and its trackers' name for it when it keeps none). ``seed``: the run's seed,
+    or what stands for it (a deployed run without one is named by its id)."""
     stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%dT%H%M%SZ")
-    name = f"{stamp}-{_UNSAFE.sub('-', app_name).strip('-') or 'app'}-{seed}"
+    return f"{stamp}-{_UNSAFE.sub('-', app_name).strip('-') or 'app'}-{seed}"
+
+
+def new_run_directory(parent: Path, app_name: str, seed: int | str, now: float) -> Path:
+    """A new, empty directory for a run under ``parent`` (made, with ``parent`` if need be)."""
+    name = run_name(app_name, seed, now)
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -161,9 +164,13 @@ def write_run_file(path: Path, document: Mapping[str, Any]) -> None:
     os.replace(temporary, path / RUN_FILE)
 
 
+H = TypeVar("H", bound=logging.Handler)
+
+
 @contextmanager
-def recording(recorder: ResultsRecorder) -> Iterator[ResultsRecorder]:
-    """Give ``recorder`` every log record of the process while the block runs.
+def recording(recorder: H) -> Iterator[H]:
+    """Give ``recorder`` (a :class:`ResultsRecorder`, or a tracker's handler) every log
+    record of the process while the block runs.
 
     fedcore's loggers are set to pass INFO on meanwhile (round reports are INFO),
     and put back after.

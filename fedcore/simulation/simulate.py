@@ -19,9 +19,10 @@ import importlib.util
 import logging
 import os
 import secrets
+import shutil
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,11 @@ from fedcore.apps.loading import load_app
 from fedcore.apps.run_config import RunConfig, resolve_run_config
 from fedcore.clock import Clock, SystemClock
 from fedcore.errors import UsageError
-from fedcore.results.directory import ResultsRecorder, new_run_directory, recording
+from fedcore.results.directory import ResultsRecorder, new_run_directory, recording, run_name
 from fedcore.results.plot import draw_summary
+from fedcore.results.trackers import create_trackers
+from fedcore.results.trackers.base import TrackedRun
+from fedcore.results.trackers.feed import Trackers, TrackingHandler
 from fedcore.signals import Ending
 from fedcore.simulation.backends import DEFAULT_BACKEND, create_backend
 from fedcore.simulation.backends.shared_memory import remove_process_segments
@@ -70,6 +74,7 @@ async def simulate(
     federation: str | None = None,
     out: str | Path | None = None,
     ray_address: str | None = None,
+    track: Sequence[str] = (),
 ) -> SimulationResult:
     """Run ``app`` on ``nodes`` virtual nodes and return what its ServerApp's main returned.
 
@@ -103,6 +108,12 @@ async def simulate(
     named ``<UTC time>-<app>-<seed>`` (:mod:`fedcore.results`), as ``fedcore simulate``
     does under ``results/``; ``result.out`` names it. fedcore's INFO records are
     produced while it runs, for the record, whatever the loggers' levels were.
+
+    ``track`` names experiment trackers that record the run too, each ``"NAME"`` or
+    ``"NAME=WHERE"`` as ``fedcore simulate --track`` takes them: ``"mlflow"``,
+    ``"tensorboard"``, ``"wandb"`` (:mod:`fedcore.results.trackers`). One that cannot
+    start raises :class:`~fedcore.errors.TrackerError` before the run begins; one that
+    fails later is dropped with a warning, and the run goes on.
     """
     if os.environ.get(WORKER_ENV):
         raise UsageError(
@@ -139,6 +150,7 @@ async def simulate(
             round_timeout = positive("round_timeout", round_timeout)
         except (TypeError, ValueError) as exc:
             raise UsageError(str(exc)) from None
+    trackers = create_trackers(track) if track else []
     clock = clock or SystemClock()
     started = clock.now()
     with contextlib.ExitStack() as stack:
@@ -147,17 +159,25 @@ async def simulate(
             display = stack.enter_context(
                 showing_progress(sys.stderr, show=logging.INFO, live=sys.stderr.isatty())
             )
+        app_name = _app_name(app, loaded.path)
+        description: dict[str, Any] = {
+            "app": app_name,
+            "config": config,
+            "seed": seed,
+            "backend": backend,
+            "nodes": nodes,
+            "resources": {"num_cpus": resources.num_cpus, "num_gpus": resources.num_gpus},
+        }
+        path = None if out is None else new_run_directory(Path(out), app_name, seed, started)
+        tracking = None
+        if trackers:
+            name = run_name(app_name, seed, started) if path is None else path.name
+            run = TrackedRun(name, dict(description), path, started)
+            tracking = await _start_tracking(Trackers(trackers, clock=clock), run)
+            description["trackers"] = tracking.where
+            stack.enter_context(recording(TrackingHandler(tracking)))
         recorder = None
-        if out is not None:
-            description = {
-                "app": _app_name(app, loaded.path),
-                "config": config,
-                "seed": seed,
-                "backend": backend,
-                "nodes": nodes,
-                "resources": {"num_cpus": resources.num_cpus, "num_gpus": resources.num_gpus},
-            }
-            path = new_run_directory(Path(out), str(description["app"]), seed, started)
+        if path is not None:
             recorder = stack.enter_context(recording(ResultsRecorder(path, description, started)))
         log.info("simulating %d nodes%s on the %s backend, seed %d", nodes, source, backend, seed)
         try:
@@ -182,21 +202,48 @@ async def simulate(
                     round_timeout=round_timeout,
                 )
         except BaseException as exc:
-            if recorder is not None:
-                status = "failed" if isinstance(exc, Exception) else "interrupted"
-                with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(
-                        recorder.finish, None, status, clock.now(), f"{type(exc).__name__}: {exc}"
-                    )
+            status = "failed" if isinstance(exc, Exception) else "interrupted"
+            with anyio.CancelScope(shield=True):
+                await _finish(recorder, tracking, None, status, clock.now(),
+                              f"{type(exc).__name__}: {exc}")  # fmt: skip
             raise
+        await _finish(recorder, tracking, result.value, "completed", clock.now())
         if recorder is not None:
-            await anyio.to_thread.run_sync(recorder.finish, result.value, "completed", clock.now())
             await anyio.to_thread.run_sync(draw_summary, recorder.path)
             result.out = recorder.path
             log.info("results in %s", recorder.path)
     if display is not None:
         print(summary(display.reports, clock.now() - started, result.seed))
     return result
+
+
+async def _start_tracking(tracking: Trackers, run: TrackedRun) -> Trackers:
+    """``tracking`` started for ``run``, off the event loop (W&B starts a service, MLflow
+    may call a server). One that refuses ends the run before it begins, so its results
+    directory, made for it and still holding nothing of its own, goes too. Ctrl-C stops
+    the wait for one slow to start (a tracking server that does not answer)."""
+    try:
+        await anyio.to_thread.run_sync(tracking.start, run, abandon_on_cancel=True)
+    except BaseException:
+        if run.directory is not None:
+            shutil.rmtree(run.directory, ignore_errors=True)
+        raise
+    return tracking
+
+
+async def _finish(
+    recorder: ResultsRecorder | None,
+    tracking: Trackers | None,
+    value: object,
+    status: str,
+    ended: float,
+    error: str | None = None,
+) -> None:
+    """End the run's trackers, then its record (which then holds what they warned of)."""
+    if tracking is not None:
+        await anyio.to_thread.run_sync(tracking.finish, status)
+    if recorder is not None:
+        await anyio.to_thread.run_sync(recorder.finish, value, status, ended, error)
 
 
 def _app_name(app: App | str | Path, path: Path | None) -> str:
