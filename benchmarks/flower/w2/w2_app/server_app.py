@@ -13,10 +13,12 @@ app = ServerApp()
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     config = context.run_config
+    nodes = int(config["num-nodes"])
     strategy = FedAvg(
         fraction_train=1.0,
         fraction_evaluate=0.0,
-        min_available_nodes=int(config["min-available-nodes"]),
+        min_train_nodes=nodes,
+        min_available_nodes=nodes,
     )
     initial = ArrayRecord([np.zeros(int(config["model-floats"]), np.float32)])
     result = strategy.start(

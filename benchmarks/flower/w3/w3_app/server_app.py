@@ -25,10 +25,13 @@ def evaluate_on_server(server_round: int, arrays: ArrayRecord) -> MetricRecord:
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     config = context.run_config
+    nodes = int(config["num-nodes"])
     strategy = FedAvg(
         fraction_train=float(config["fraction-train"]),
         fraction_evaluate=float(config["fraction-evaluate"]),
-        min_available_nodes=int(config["min-available-nodes"]),
+        min_train_nodes=int(nodes * float(config["fraction-train"])),
+        min_evaluate_nodes=int(nodes * float(config["fraction-evaluate"])),
+        min_available_nodes=nodes,
     )
     client_config = ConfigRecord({key: config[key] for key in CLIENT_KEYS})
     result = strategy.start(

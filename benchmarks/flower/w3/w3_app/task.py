@@ -35,7 +35,7 @@ def partitions(num_partitions: int, alpha: float, seed: int) -> list[np.ndarray]
         members = rng.permutation(np.flatnonzero(y_train == label))
         shares = rng.dirichlet(np.full(num_partitions, alpha))
         cuts = (np.cumsum(shares)[:-1] * len(members)).astype(int)
-        for part, chunk in zip(parts, np.split(members, cuts)):
+        for part, chunk in zip(parts, np.split(members, cuts), strict=True):
             part.extend(chunk.tolist())
     return [np.sort(np.array(part, dtype=np.int64)) for part in parts]
 

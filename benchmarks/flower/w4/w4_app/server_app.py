@@ -15,10 +15,12 @@ CLIENT_KEYS = ("local-epochs", "samples", "batch-size", "learning-rate")
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     config = context.run_config
+    nodes = int(config["num-nodes"])
     strategy = FedAvg(
         fraction_train=float(config["fraction-train"]),
         fraction_evaluate=0.0,
-        min_available_nodes=int(config["min-available-nodes"]),
+        min_train_nodes=int(nodes * float(config["fraction-train"])),
+        min_available_nodes=nodes,
     )
     result = strategy.start(
         grid=grid,
