@@ -132,9 +132,14 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
             ratios = f"{'':>10}{'':>15}"
         lines.append(
             f"{row['workload']:<9}{row['runner']:<13}{row['seconds']:>9.2f}"
-            f"{row['peak_bytes'] / MIB:>10.0f}{ratios}  {row['final']}"
+            f"{row['peak_bytes'] / MIB:>10.0f}{ratios}  {_short(row['final'])}"
         )
     return lines
+
+
+def _short(final: str | None) -> str:
+    """A final line for the table: an accuracy, or a model's first value."""
+    return "-" if final is None else final if len(final) <= 16 else final[:16] + " …"
 
 
 def main(argv: list[str] | None = None) -> None:
