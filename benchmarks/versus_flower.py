@@ -55,22 +55,25 @@ FINAL = re.compile(r"final (model|accuracy): (.*)")
 MIB = 2**20
 
 
-def command(runner: str, app: Path, flower_python: Path, quick: str | None) -> list[str]:
-    """The command line of one runner, as a user types it."""
-    overrides: list[str] = []
-    nodes: list[str] = []
-    if quick is not None:
-        count, config = QUICK[quick]
-        pairs = {"num-nodes": count, **config}
-        overrides = [f"{key}={value}" for key, value in pairs.items()]
-        nodes = ["--nodes", str(count)]
+def command(
+    runner: str,
+    app: Path,
+    flower_python: Path,
+    nodes: int | None = None,
+    config: dict[str, int | float] | None = None,
+) -> list[str]:
+    """The command line of one runner, as a user types it; ``nodes`` and ``config``
+    (run-config overrides) shrink a run, as ``--quick`` does. A fedcore runner is
+    ``fedcore simulate``'s backend (``process``, ``ray``, ``inline``)."""
+    overrides = [f"{key}={value}" for key, value in (config or {}).items()]
+    sized = ["--nodes", str(nodes)] if nodes is not None else []
     if runner.startswith("flower"):
-        argv = [str(flower_python), str(APPS / "simulate.py"), str(app), *nodes]
+        argv = [str(flower_python), str(APPS / "simulate.py"), str(app), *sized]
         argv += [word for pair in overrides for word in ("--run-config", pair)]
         return argv + (["--num-cpus", "1"] if runner == "flower-1cpu" else [])
     fedcore = Path(sys.executable).parent / "fedcore"
     argv = [str(fedcore), "simulate", str(app), "--backend", runner, "--no-save", "--seed", "0"]
-    return argv + nodes + (["--run-config", " ".join(overrides)] if overrides else [])
+    return argv + sized + (["--run-config", " ".join(overrides)] if overrides else [])
 
 
 def environment(runner: str) -> dict[str, str]:
@@ -83,7 +86,11 @@ def environment(runner: str) -> dict[str, str]:
 
 def one(workload: str, runner: str, flower_python: Path, quick: bool) -> dict[str, Any]:
     app = APPS / WORKLOADS[workload]
-    argv = command(runner, app, flower_python, workload if quick else None)
+    if quick:
+        nodes, config = QUICK[workload]
+        argv = command(runner, app, flower_python, nodes, {"num-nodes": nodes, **config})
+    else:
+        argv = command(runner, app, flower_python)
     load = os.getloadavg()[0]
     run: CommandRun = run_command(argv, cwd=ROOT, env=environment(runner))
     if run.returncode != 0:
