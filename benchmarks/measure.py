@@ -152,7 +152,7 @@ def _end(pids: list[int], grace: float = 10.0) -> None:
 
 
 def run_command(
-    argv: list[str], *, cwd: Path, env: Mapping[str, str], interval: float = 0.05
+    argv: list[str], *, cwd: Path, env: Mapping[str, str], interval: float = 0.1
 ) -> CommandRun:
     """Run ``argv`` in a new session, to its end: wall time, peak summed RSS, output.
 

@@ -25,9 +25,8 @@ pytestmark = pytest.mark.timeout(120)
 
 def final_line(app: str, tmp_path: Path) -> tuple[str, str]:
     """The ``final …`` line of the app's run: (``model`` or ``accuracy``, the value)."""
-    argv = command(
-        "inline", APPS / app, Path("unused"), NODES, {"num-nodes": NODES, "num-server-rounds": ROUNDS}
-    )
+    sizes = {"num-nodes": NODES, "num-server-rounds": ROUNDS}
+    argv = command("inline", APPS / app, Path("unused"), NODES, sizes)
     done = subprocess.run(
         argv, cwd=tmp_path, capture_output=True, text=True, timeout=100, check=False
     )
