@@ -104,13 +104,13 @@ def environment(home: Path) -> dict[str, str]:
 
 
 def simulate(
-    cwd: Path, *args: str, env: dict[str, str] | None = None
+    cwd: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 100
 ) -> subprocess.CompletedProcess[str]:
     (cwd / "tracker_apps.py").write_text(APPS)
     return subprocess.run(
         [str(FEDCORE), "simulate", "tracker_apps:app", "-n", "3", "--seed", "1",
          "--backend", "inline", "--out", "runs", "--quiet", *args],
-        cwd=cwd, env=env or environment(cwd), capture_output=True, text=True, timeout=100,
+        cwd=cwd, env=env or environment(cwd), capture_output=True, text=True, timeout=timeout,
         check=False,
     )  # fmt: skip
 
@@ -137,19 +137,25 @@ def expected_series(run: RunResults) -> dict[str, list[tuple[int, float]]]:
     return series
 
 
+TRACKED = pytest.mark.timeout(240)
+"""For the tests that share :func:`tracked`, whichever runs it: the one process imports
+all three libraries, some 10 s of CPU, which took 108 s on a 2-core machine at load 15."""
+
+
 @pytest.fixture(scope="module")
 def tracked(tmp_path_factory: pytest.TempPathFactory) -> RunResults:
     """One simulation recorded by all three trackers."""
     cwd = tmp_path_factory.mktemp("tracked")
     store = (cwd / "mlruns").as_uri()
     done = simulate(cwd, "--run-config", "num-server-rounds=3 lr=0.1", "--track", "tensorboard",
-                    "--track", "wandb", "--track", f"mlflow={store}")  # fmt: skip
+                    "--track", "wandb", "--track", f"mlflow={store}", timeout=200)  # fmt: skip
     assert done.returncode == 0, done.stderr
     run = only_run(cwd / "runs")
     assert [row["round"] for row in run.rounds] == [1, 2, 3]
     return run
 
 
+@TRACKED
 def test_mlflow_holds_the_config_and_every_round(
     tracked: RunResults, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -177,6 +183,7 @@ def test_mlflow_holds_the_config_and_every_round(
         assert [(m.step, m.value) for m in history] == points, name
 
 
+@TRACKED
 def test_tensorboard_holds_the_config_and_every_round(tracked: RunResults) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.util.tensor_util import make_ndarray
@@ -230,6 +237,7 @@ def wandb_records(path: Path) -> Iterator[Any]:
             yield record
 
 
+@TRACKED
 def test_wandb_offline_holds_the_config_and_every_round(tracked: RunResults) -> None:
     where = tracked.run["trackers"]["wandb"]
     assert (where["project"], where["mode"]) == ("tracker_apps", "offline")
