@@ -291,15 +291,19 @@ def test_a_tracker_failing_mid_run_costs_its_record_not_the_run(tmp_path: Path) 
 
 
 @pytest.mark.parametrize(
-    ("args", "said"),
+    ("args", "said", "left"),
     [
-        (["--track", "tensorboard", "--no-save"], "--track tensorboard=DIR"),
-        (["--track", "wandb"], "pip install 'fedcore[wandb]'"),  # wandb made unimportable
+        # A log directory that cannot be made (a file is in the way): the run's results
+        # directory, made by then, goes with the run that never began.
+        (["--track", "tensorboard=a-file"], "the tensorboard tracker cannot write a-file/", []),
+        # wandb made unimportable: refused before any directory is made.
+        (["--track", "wandb"], "pip install 'fedcore[wandb]'", None),
     ],
 )
 def test_a_tracker_that_cannot_start_ends_the_command_with_one_line(
-    tmp_path: Path, args: list[str], said: str
+    tmp_path: Path, args: list[str], said: str, left: list[Path] | None
 ) -> None:
+    (tmp_path / "a-file").write_text("")
     env = environment(tmp_path)
     if "wandb" in args:  # a machine without wandb: Python refuses its import, as there
         blocker = tmp_path / "blocker"
@@ -311,18 +315,18 @@ def test_a_tracker_that_cannot_start_ends_the_command_with_one_line(
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("error: "), line
     assert said in line, line
-    assert not (tmp_path / "runs").exists() or list((tmp_path / "runs").iterdir()) == []
+    runs = tmp_path / "runs"
+    assert (list(runs.iterdir()) if runs.exists() else None) == left
 
 
 def test_a_store_that_refuses_the_run_is_a_tracker_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A tracking server that does not answer, and a log directory that is a file."""
+    """A tracking server that does not answer; TensorBoard with nowhere to write."""
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    (tmp_path / "a-file").write_text("")
     for spec, said in [
         (f"mlflow=http://127.0.0.1:{closed_port()}", "the mlflow tracker could not start: "),
-        (f"tensorboard={tmp_path / 'a-file'}", "the tensorboard tracker cannot write "),
+        ("tensorboard", "keeps none \\(--no-save\\): name a log directory"),
     ]:
         with pytest.raises(TrackerError, match=said):
             Trackers(create_trackers([spec])).start(RUN)
