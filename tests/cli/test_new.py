@@ -158,6 +158,7 @@ def test_a_new_app_runs_on_a_link_with_two_nodes(tmp_path: Path) -> None:
     assert len(re.findall(r"round \d/3: ", done.stdout)) == 3
 
 
+@pytest.mark.timeout(300)  # mypy reads torch's types from cold: 50-90 s on 2 cores
 def test_the_rendered_code_passes_the_repository_s_ruff_and_mypy(
     tmp_path: Path, pytestconfig: pytest.Config
 ) -> None:
