@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 import click
 
+from fedcore.cli.results_dir import results_dir_options
 from fedcore.domain.lifecycle import RunStatus
 from fedcore.errors import AppLoadError, AuthenticationError, WrongServiceError
-from fedcore.results import RESULTS_ENV
 from fedcore.runtime.addresses import Address, parse_address
 from fedcore.runtime.control_token import FIX, TOKEN_ENV, ClientToken, client_token
 
@@ -181,18 +181,7 @@ def run_json(run: Run) -> dict[str, Any]:
         "(exit 130), not the run."
     ),
 )
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("results"),
-    show_default=True,
-    envvar=RESULTS_ENV,
-    show_envvar=True,
-    help="With --stream: keep the run's results directory under this one, as fedcore "
-    "simulate does: run.json, metrics.jsonl, log.txt, model.npz (when main returns a "
-    "model) and summary.png, in <UTC time>-<app>-<seed, else run id>/.",
-)
-@click.option("--no-save", is_flag=True, help="With --stream: keep no results directory.")
+@results_dir_options("With --stream: ", named_by="<seed, else run id>")
 @json_option
 @click.pass_context
 def run(

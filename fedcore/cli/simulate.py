@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 import click
 
 from fedcore.apps.run_config import parse_run_config
+from fedcore.cli.results_dir import results_dir_options
 from fedcore.errors import RunConfigError
-from fedcore.results import RESULTS_ENV
 
 if TYPE_CHECKING:
     from fedcore.simulation import Resources, SimulationResult
@@ -121,18 +121,7 @@ DEFAULT_ROUND_TIMEOUT = 600.0
     help="Append to this file one JSON line for the run (run id, seed, config, start "
     "time, fedcore version), then one line of metrics per round.",
 )
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("results"),
-    show_default=True,
-    envvar=RESULTS_ENV,
-    show_envvar=True,
-    help="Keep the run's results directory under this one: run.json, metrics.jsonl, "
-    "log.txt, model.npz (when main returns a model) and summary.png, in "
-    "<UTC time>-<app>-<seed>/.",
-)
-@click.option("--no-save", is_flag=True, help="Keep no results directory.")
+@results_dir_options()
 @click.option(
     "--track",
     multiple=True,

@@ -285,10 +285,9 @@ class SqliteRuns:
 
     def _save_context(self, run_id: int, node_id: int, state: RecordDict, now: float) -> None:
         self.status(run_id)
-        parts = pack_recorddict_parts(state)
-        row = self._db.row("save_context", run_id=run_id, node_id=node_id, size=parts_size(parts))
-        assert row is not None  # RETURNING the row inserted or updated
-        self._db.write_blob("contexts", "state", row["rowid"], parts)
+        self._keep_record(
+            state, "save_context", "contexts", "state", run_id=run_id, node_id=node_id
+        )
 
     async def load_context(self, run_id: int, node_id: int) -> RecordDict:
         return await self._db.transact(partial(self._load_context, run_id, node_id))
@@ -387,10 +386,7 @@ class SqliteRuns:
 
     def _put_artifact(self, run_id: int, name: str, content: RecordDict, now: float) -> None:
         self.status(run_id)
-        parts = pack_recorddict_parts(content)
-        row = self._db.row("put_artifact", run_id=run_id, name=name, size=parts_size(parts))
-        assert row is not None  # RETURNING the row inserted or updated
-        self._db.write_blob("artifacts", "content", row["rowid"], parts)
+        self._keep_record(content, "put_artifact", "artifacts", "content", run_id=run_id, name=name)
 
     async def get_artifact(self, run_id: int, name: str) -> RecordDict:
         return await self._db.transact(partial(self._get_artifact, run_id, name))
@@ -401,6 +397,17 @@ class SqliteRuns:
         if row is None:
             raise missing_artifact(run_id, name)
         return unpack_recorddict(self._db.read_blob("artifacts", "content", row["rowid"]))
+
+    def _keep_record(
+        self, record: RecordDict, query: str, table: str, column: str, **keys: object
+    ) -> None:
+        """Keep ``record`` in the blob ``column`` of the ``table`` row that ``query``
+        inserts or updates (it takes ``keys`` and the blob's ``size``, and returns the
+        row's ``rowid``), streamed in without a copy of the whole."""
+        parts = pack_recorddict_parts(record)
+        row = self._db.row(query, **keys, size=parts_size(parts))
+        assert row is not None  # RETURNING the row inserted or updated
+        self._db.write_blob(table, column, row["rowid"], parts)
 
 
 def _run_from(row: sqlite3.Row) -> Run:
