@@ -66,9 +66,13 @@ FASHION_NET = {
 pytestmark = pytest.mark.timeout(120)
 
 
-def simulate(app_dir: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def simulate(
+    app_dir: Path, *args: str, cwd: Path, fedcore: tuple[str, ...] = (str(FEDCORE),)
+) -> subprocess.CompletedProcess[str]:
+    """``fedcore simulate APP_DIR --seed 0 ARGS`` in the offline environment; ``fedcore``
+    is the command that runs fedcore's CLI."""
     return subprocess.run(
-        [str(FEDCORE), "simulate", str(app_dir), "--seed", "0", *args],
+        [*fedcore, "simulate", str(app_dir), "--seed", "0", *args],
         capture_output=True,
         text=True,
         timeout=110,
@@ -231,16 +235,10 @@ def test_advanced_pytorchs_classification_head_stays_in_each_nodes_context(
     app_dir = flower_example_or_skip("advanced-pytorch", tmp_path / "flower")
 
     config = "num-server-rounds=3 fraction-train=1.0"
-    command = [sys.executable, "-c", CONTEXT_PROBE, "simulate", str(app_dir), "--seed", "0"]
-    done = subprocess.run(
-        [*command, "--nodes", "2", "--backend", "process", "--run-config", config],
-        capture_output=True,
-        text=True,
-        timeout=110,
-        cwd=tmp_path,
-        env=offline_environment(STAND_INS),
-        check=False,
-    )
+    done = simulate(
+        app_dir, "--nodes", "2", "--backend", "process", "--run-config", config,
+        cwd=tmp_path, fedcore=(sys.executable, "-c", CONTEXT_PROBE),
+    )  # fmt: skip
 
     assert done.returncode == 0, done.stderr
     seen = json.loads((tmp_path / "context-probe.json").read_text())
