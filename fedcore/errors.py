@@ -16,6 +16,8 @@ them, as Python code is expected to.
     │   ├── RunConfigError          a run-config key or value the app does not accept
     │   ├── TrackerError            an experiment tracker (--track) that cannot start: not
     │   │                           installed, a bad location, a store that refuses
+    │   ├── CheckpointError         a checkpoint a run cannot go on from: damaged, of
+    │   │                           another run's strategy, of another format
     │   ├── BundleError             an app directory that cannot be packed, or a bundle
     │   │                           refused on unpacking (wrong hash, unsafe, over a limit)
     │   ├── WrongServiceError       an address that answers, but not as the API asked for
@@ -80,6 +82,10 @@ class RunConfigError(UsageError):
 class TrackerError(UsageError):
     """An experiment tracker asked for (``--track``) cannot record the run: its package is
     not installed, its location is wrong, or its store refused to open the run."""
+
+
+class CheckpointError(UsageError):
+    """A round checkpoint that a run cannot go on from (:mod:`fedcore.strategy.checkpoint`)."""
 
 
 class BundleError(UsageError):

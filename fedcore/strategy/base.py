@@ -23,7 +23,7 @@ from typing import Any, overload
 import anyio.from_thread
 
 from fedcore.apps.grid import Grid, SyncGrid
-from fedcore.domain import ArrayRecord, ConfigRecord, Message, MetricRecord
+from fedcore.domain import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from fedcore.strategy.result import EvaluateFn, Phase, Result
 from fedcore.strategy.rounds import DEFAULT_TIMEOUT, run_rounds
 from fedcore.strategy.sampling import Nodes
@@ -93,6 +93,24 @@ class Strategy(ABC):
     def min_nodes(self, phase: Phase) -> int:
         """Online nodes to wait for before configuring ``phase`` (0: do not wait)."""
         return 1
+
+    def state(self) -> RecordDict:
+        """What the strategy learned in its rounds that its next round needs, beyond the
+        model: a server optimizer's moments, an adaptive clipping norm. A run's checkpoint
+        keeps it after every round (:mod:`fedcore.strategy.checkpoint`), and a resumed
+        run hands it back to :meth:`load_state` of a strategy built with the same
+        arguments, so that the rounds after go exactly as they would have. A strategy
+        whose rounds depend only on its arguments and the model keeps none (the default).
+        A strategy of one's own with such state overrides both methods."""
+        return RecordDict()
+
+    def load_state(self, state: RecordDict) -> None:
+        """Take back what :meth:`state` returned, before the rounds that follow it."""
+        if state:
+            raise ValueError(
+                f"{type(self).__name__} keeps no state between rounds, but was given "
+                f"{', '.join(map(repr, state))}: a checkpoint of another strategy?"
+            )
 
     def settings(self) -> dict[str, object]:
         """What :meth:`summary` shows: each argument of the constructors of the strategy's

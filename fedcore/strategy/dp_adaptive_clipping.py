@@ -43,7 +43,7 @@ import math
 
 import numpy as np
 
-from fedcore.domain import ArrayRecord, ConfigRecord, Message
+from fedcore.domain import ArrayRecord, ConfigRecord, Message, RecordDict
 from fedcore.privacy import CLIPPING_NORM_KEY, NORM_BIT_KEY
 from fedcore.strategy import arguments
 from fedcore.strategy.base import Strategy
@@ -67,6 +67,10 @@ def adaptive_noise(
             f"({2 * stddev:g}); raise clipped_count_stddev (default num_sampled_clients / 20)"
         )
     return stddev, (noise_multiplier**-2 - (2 * stddev) ** -2) ** -0.5
+
+
+_NORM_STATE = "adaptive-clipping"
+"""The name of the clipping norm's record in an adaptive wrapper's state."""
 
 
 class _AdaptiveClipping(_FixedClipping):
@@ -110,6 +114,23 @@ class _AdaptiveClipping(_FixedClipping):
             f"target_clipped_quantile={self.target_clipped_quantile}, "
             f"clip_norm_lr={self.clip_norm_lr}, num_sampled_clients={self.num_sampled_clients})"
         )
+
+    def state(self) -> RecordDict:
+        """The wrapped strategy's state and the clipping norm the rounds so far adapted."""
+        state = self.strategy.state()
+        if _NORM_STATE in state:
+            raise ValueError(f"{self.strategy!r} keeps a state named {_NORM_STATE!r} already")
+        state[_NORM_STATE] = ConfigRecord({"clipping_norm": self.clipping_norm})
+        return state
+
+    def load_state(self, state: RecordDict) -> None:
+        inner = RecordDict({name: record for name, record in state.items() if name != _NORM_STATE})
+        norm = state.get(_NORM_STATE)
+        value = None if not isinstance(norm, ConfigRecord) else norm.get("clipping_norm")
+        if not isinstance(value, float):
+            raise ValueError(f"{type(self).__name__}'s state has no clipping norm")
+        self.strategy.load_state(inner)
+        self.clipping_norm = value
 
     def count(self, server_round: int, unclipped: bool) -> None:
         """Tally one aggregated reply's bit."""

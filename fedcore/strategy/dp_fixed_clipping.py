@@ -91,6 +91,13 @@ class _FixedClipping(Strategy):
     def min_nodes(self, phase: Phase) -> int:
         return self.strategy.min_nodes(phase)
 
+    def state(self) -> RecordDict:
+        """The wrapped strategy's state; the noise of each round follows from the seed."""
+        return self.strategy.state()
+
+    def load_state(self, state: RecordDict) -> None:
+        self.strategy.load_state(state)
+
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, node_ids: Nodes
     ) -> list[Message]:

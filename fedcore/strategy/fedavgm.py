@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedcore.domain import ArrayRecord
+from fedcore.domain import ArrayRecord, RecordDict
 from fedcore.domain.records import NDArray
 from fedcore.strategy import arguments
 from fedcore.strategy.fedavg import FedAvg, MetricsAggregation
-from fedcore.strategy.optimizers import momentum_step, step_floats
+from fedcore.strategy.optimizers import load_states, momentum_step, states_record, step_floats
 
 
 class FedAvgM(FedAvg):
@@ -66,6 +66,13 @@ class FedAvgM(FedAvg):
         self.server_momentum = arguments.in_range("server_momentum", server_momentum, 0.0, 1.0)
         self.server_opt = self.server_learning_rate != 1.0 or self.server_momentum != 0.0
         self.momentum_vector = {}
+
+    def state(self) -> RecordDict:
+        """The server's velocity (``momentum_vector``): what the next step starts from."""
+        return states_record({"momentum_vector": self.momentum_vector})
+
+    def load_state(self, state: RecordDict) -> None:
+        load_states("FedAvgM", state, {"momentum_vector": self.momentum_vector})
 
     def server_update(self, server_round: int, aggregated: ArrayRecord) -> ArrayRecord:
         if not self.server_opt:

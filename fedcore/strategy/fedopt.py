@@ -28,11 +28,11 @@ from typing import Unpack
 
 import numpy as np
 
-from fedcore.domain import ArrayRecord
+from fedcore.domain import ArrayRecord, RecordDict
 from fedcore.domain.records import NDArray
 from fedcore.strategy import arguments
 from fedcore.strategy.fedavg import FedAvg, FedAvgOptions
-from fedcore.strategy.optimizers import step_floats
+from fedcore.strategy.optimizers import load_states, states_record, step_floats
 
 
 class FedOpt(FedAvg):
@@ -69,6 +69,13 @@ class FedOpt(FedAvg):
         self, server_round: int, current: NDArray, mean: NDArray, m: NDArray, v: NDArray
     ) -> tuple[NDArray, NDArray, NDArray]:
         """One array's ``(new, m, v)`` from its current value, its mean and its moments."""
+
+    def state(self) -> RecordDict:
+        """The moments (``m_t``, ``v_t``): what the next step starts from."""
+        return states_record({"m_t": self.m_t, "v_t": self.v_t})
+
+    def load_state(self, state: RecordDict) -> None:
+        load_states(type(self).__name__, state, {"m_t": self.m_t, "v_t": self.v_t})
 
     def server_update(self, server_round: int, aggregated: ArrayRecord) -> ArrayRecord:
         if self.current_arrays is None:

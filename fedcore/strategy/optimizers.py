@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from fedcore.domain.records import NDArray
+from fedcore.domain.records import ArrayRecord, NDArray, RecordDict
 
 QFFL_LOSS_OFFSET = 1e-10
 """Added to each loss before raising it to ``q`` and ``q − 1`` (as Flower does), so a
@@ -105,6 +105,28 @@ def step_floats(
         # np.asarray: arithmetic on 0-d arrays yields numpy scalars.
         updated[key] = np.asarray(new, dtype=array.dtype)
     return updated
+
+
+def states_record(states: Mapping[str, Mapping[str, NDArray]]) -> RecordDict:
+    """An optimizer's per-key state dicts, by name, as an ArrayRecord each: what
+    :meth:`~fedcore.strategy.base.Strategy.state` returns for them. Empty ones are
+    left out (none has been kept before the first step)."""
+    return RecordDict({name: ArrayRecord(dict(state)) for name, state in states.items() if state})
+
+
+def load_states(owner: str, record: RecordDict, states: Mapping[str, dict[str, NDArray]]) -> None:
+    """Refill ``states`` (the optimizer's own dicts, by name) from what
+    :func:`states_record` made of them; each array is copied, so the next step may
+    update it, and a name ``owner`` does not keep is refused."""
+    unknown = [name for name in record if name not in states]
+    if unknown:
+        raise ValueError(f"{owner} keeps no state named {', '.join(map(repr, unknown))}")
+    for name, state in states.items():
+        held = record.get(name, ArrayRecord())
+        if not isinstance(held, ArrayRecord):
+            raise ValueError(f"{owner}'s {name} must be an ArrayRecord, got {type(held).__name__}")
+        state.clear()
+        state.update((key, np.array(array)) for key, array in held.items())
 
 
 def momentum_step(

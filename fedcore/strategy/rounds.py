@@ -12,6 +12,12 @@ Every round's configure method gets the same ``train_config`` (and
 strategy that changes it (a learning-rate schedule, ``config["lr"] *= 0.5``) changes
 it for the rounds after too; fedcore's own strategies copy it before adding to it.
 
+Where the runtime keeps checkpoints (:mod:`fedcore.strategy.checkpoint`), each round
+ends with one, after its report is logged: a run killed between the two goes on from
+the round before and does that round again, so no round is recorded twice. A resumed
+run starts after its checkpoint's round, with its arrays, metrics, configs and the
+strategy's state.
+
 Each finished round is logged once at INFO on ``fedcore.strategy`` with a
 :class:`~fedcore.strategy.result.RoundReport` attached (``record.fedcore_round``);
 each reply is logged at DEBUG with a :class:`ReplyProgress` (``record.fedcore_reply``)
@@ -32,6 +38,7 @@ import numpy as np
 
 from fedcore.apps.grid import Grid
 from fedcore.domain import ArrayRecord, ConfigRecord, Message, MetricRecord, Run
+from fedcore.strategy.checkpoint import active_checkpoints
 from fedcore.strategy.result import (
     NO_REPLY,
     EvaluateFn,
@@ -134,14 +141,22 @@ async def run_rounds(
     """Drive ``num_rounds`` rounds of ``strategy`` on ``grid``; see the module docstring."""
     seed = sampling_seed(grid.run)
     log.info("%s: %d rounds, sampling seed %s", type(strategy).__name__, num_rounds, seed)
-    result = Result(arrays=initial_arrays)
-    if evaluate_fn is not None:
-        record = await evaluate_on_server(evaluate_fn, 0, initial_arrays)
-        if record is not None:
-            result.evaluate_metrics_serverapp[0] = record
-            log.info("initial server evaluation: %s", metrics_text(record))
+    checkpoints = active_checkpoints()
+    resumed = None if checkpoints is None else checkpoints.begin(strategy, num_rounds)
+    if resumed is not None:
+        result, first = resumed.result, resumed.server_round + 1
+        strategy.load_state(resumed.strategy_state)
+        train_config, evaluate_config = resumed.train_config, resumed.evaluate_config
+        log.info("resuming after round %d of %d, from its checkpoint", first - 1, num_rounds)
+    else:
+        result, first = Result(arrays=initial_arrays), 1
+        if evaluate_fn is not None:
+            record = await evaluate_on_server(evaluate_fn, 0, initial_arrays)
+            if record is not None:
+                result.evaluate_metrics_serverapp[0] = record
+                log.info("initial server evaluation: %s", metrics_text(record))
     limit = round_limit(strategy, grid, timeout)
-    for server_round in range(1, num_rounds + 1):
+    for server_round in range(first, num_rounds + 1):
         started = grid.clock.now()
         options = (grid, limit, server_round, num_rounds)
         node_ids = await _candidates(grid, strategy, "train", server_round, seed, timeout)
@@ -182,6 +197,10 @@ async def run_rounds(
             server_metrics=dict(result.evaluate_metrics_serverapp.get(server_round, {})),
         )
         log.info("%s", report.describe(), extra={"fedcore_round": report})
+        if checkpoints is not None:
+            await checkpoints.save(
+                strategy, server_round, num_rounds, result, train_config, evaluate_config
+            )
     return result
 
 
