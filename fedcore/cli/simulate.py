@@ -29,7 +29,7 @@ DEFAULT_ROUND_TIMEOUT = 600.0
 
 
 @click.command()
-@click.argument("target")
+@click.argument("target", required=False)
 @click.option(
     "--nodes",
     "-n",
@@ -133,6 +133,15 @@ DEFAULT_ROUND_TIMEOUT = 600.0
     "keeps the run on disk). Each needs its extra: pip install 'fedcore[NAME]'. May be "
     "repeated.",
 )
+@click.option(
+    "--resume",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    metavar="DIR",
+    help="Go on with the run whose results directory DIR is, from the last round it "
+    "finished (its checkpoint), in DIR, with the app, nodes, seed and run config it "
+    "started with; it ends with the model the whole run would have. TARGET may be left "
+    "out (run.json names it).",
+)
 @click.option("--verbose", "-v", is_flag=True, help="Show debug logs.")
 @click.option("--quiet", "-q", is_flag=True, help="Show only warnings, errors and the summary.")
 def simulate(
@@ -153,6 +162,7 @@ def simulate(
     out: Path,
     no_save: bool,
     track: tuple[str, ...],
+    resume: Path | None,
     verbose: bool,
     quiet: bool,
 ) -> None:
@@ -173,10 +183,16 @@ def simulate(
       fedcore simulate my_app:app -n 500 --num-gpus 0.25 --max-workers 8
       fedcore simulate examples/quickstart-numpy -n 100 --backend ray --ray-address HEAD:6379
       fedcore simulate examples/quickstart-numpy -n 100 --track tensorboard --track mlflow
+      fedcore simulate --resume results/20261202T101500Z-quickstart-numpy-0
     """
     from fedcore.simulation.progress import showing_progress, summary
     from fedcore.simulation.simulate import run_simulation
 
+    keep: Path | None = None if no_save else out
+    if resume is not None:
+        target, keep = _resumed_target(resume, target, no_save), None
+    elif target is None:
+        raise click.UsageError("Missing argument 'TARGET' (or --resume DIR).")
     if nodes is not None and nodes < 1:
         raise click.BadParameter(f"must be at least 1, got {nodes}", param_hint="--nodes")
     if ray_address is not None and backend != "ray":
@@ -210,8 +226,9 @@ def simulate(
             seed=seed,
             round_timeout=round_timeout,
             progress=False,
-            out=None if no_save else out,
+            out=keep,
             track=track,
+            resume=resume,
         )
     click.echo(summary(display.reports, time.monotonic() - started, result.seed))
     if result.out is not None:
@@ -220,6 +237,25 @@ def simulate(
         click.echo(f"results: {result.out}{shown}", err=True)
     if display.reports and display.reports[-1].trained_nothing:
         raise click.ClickException(display.reports[-1].untrained_reason())
+
+
+def _resumed_target(resume: Path, target: str | None, no_save: bool) -> str:
+    """The app a resumed run runs: TARGET, else the one its run.json names."""
+    from fedcore.results.reading import read_run
+
+    if no_save:
+        raise click.BadParameter("a resumed run keeps its record in DIR", param_hint="--no-save")
+    source = click.get_current_context().get_parameter_source("out")
+    if source is click.core.ParameterSource.COMMANDLINE:
+        raise click.BadParameter("a resumed run keeps its record in DIR", param_hint="--out")
+    if target is not None:
+        return target
+    named = read_run(resume).run.get("target")
+    if not isinstance(named, str):
+        raise click.UsageError(
+            f"{str(resume)!r}'s run.json does not name its app: give it as TARGET"
+        )
+    return named
 
 
 def _resources(

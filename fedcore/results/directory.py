@@ -89,18 +89,32 @@ class ResultsRecorder(logging.Handler):
 
     ``description`` is ``run.json``'s opening content: what ran and how (app,
     config, seed, backend, nodes, resources). :meth:`finish` adds how it ended.
+
+    A resumed run (:mod:`fedcore.results.resume`) passes the ``run.json`` its
+    interrupted run left and ``resumed_after``, the round of its checkpoint: the record
+    is running again, lists the resumption under ``"resumed"``, and gets no second
+    header line in ``metrics.jsonl``.
     """
 
-    def __init__(self, path: Path, description: Mapping[str, Any], started: float) -> None:
+    def __init__(
+        self,
+        path: Path,
+        description: Mapping[str, Any],
+        started: float,
+        *,
+        resumed_after: int | None = None,
+    ) -> None:
         super().__init__(logging.INFO)
         self.path = path
-        self._run: dict[str, Any] = {
-            **description,
-            "fedcore": fedcore_version(),
-            "start": iso_time(started),
-            "end": None,
-            "status": "running",
-        }
+        self._resumed = resumed_after is not None
+        self._run: dict[str, Any] = dict(description)
+        if resumed_after is None:
+            self._run.update(fedcore=fedcore_version(), start=iso_time(started))
+        self._run.update(end=None, status="running")
+        if resumed_after is not None:
+            self._run.pop("error", None)
+            resumption = {"at": iso_time(started), "after_round": resumed_after}
+            self._run["resumed"] = [*self._run.get("resumed", []), resumption]
         self.setFormatter(
             logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S")
         )
@@ -114,7 +128,7 @@ class ResultsRecorder(logging.Handler):
             return
         try:
             started = getattr(record, "fedcore_run", None)
-            if started is not None:
+            if started is not None and not self._resumed:
                 self._run["run_id"] = started.run_id
                 self._line(run_header(started.run_id, started.seed, started.run_config,
                                       started.started))  # fmt: skip

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from fedcore.apps.server_app import ServerApp
 from fedcore.clock import Clock
 from fedcore.domain import SERVER_NODE_ID, Context, Message, RecordDict, Run, RunStatus
-from fedcore.errors import StateError
+from fedcore.errors import CheckpointError, StateError
 from fedcore.simulation.backends.base import Backend
 from fedcore.state.base import LinkState
 from fedcore.transport.inproc.grid import InProcGrid
@@ -79,10 +80,22 @@ class SimulationEngine:
         run_config: dict[str, Any],
         seed: int,
         round_timeout: float | None = None,
+        node_states: Mapping[int, RecordDict] | None = None,
     ) -> SimulationResult:
+        """Run ``server``'s main to its end. ``node_states`` are contexts' states to start
+        the nodes with (a resumed run's, by node id: the seed gives the same ids)."""
         node_ids = await self._state.create_nodes(num_nodes, heartbeat_interval=math.inf)
         self._partitions = {node_id: index for index, node_id in enumerate(node_ids)}
         run = await self._state.create_run(run_config, seed=seed)
+        for node_id, node_state in (node_states or {}).items():
+            if node_id not in self._partitions:
+                raise CheckpointError(
+                    f"the checkpoint holds a context of node {node_id}, which this run has "
+                    "not: resume the run with the nodes and seed it was started with"
+                )
+            self._contexts[node_id] = dataclasses.replace(
+                self._new_context(run, node_id), state=node_state
+            )
         await self._state.update_run_status(run.run_id, RunStatus.STARTING)
         await self._state.update_run_status(run.run_id, RunStatus.RUNNING)
         context = Context(run.run_id, SERVER_NODE_ID, {}, RecordDict(), dict(run_config))
@@ -104,6 +117,11 @@ class SimulationEngine:
             raise failure
         await self._state.update_run_status(run.run_id, RunStatus.COMPLETED)
         return SimulationResult(value, context, seed)
+
+    def node_states(self) -> dict[int, RecordDict]:
+        """Each node's ``Context.state``, by node id, for nodes that have one (a round
+        checkpoint's; called between rounds)."""
+        return {node_id: context.state for node_id, context in self._contexts.items()}
 
     async def _dispatch(self, run: Run, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         """Queue each node with work once; ``backend.concurrency`` runners serve the queue.

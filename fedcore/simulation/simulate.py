@@ -34,8 +34,10 @@ from fedcore.apps.loading import load_app
 from fedcore.apps.run_config import RunConfig, resolve_run_config
 from fedcore.clock import Clock, SystemClock
 from fedcore.errors import UsageError
+from fedcore.results.checkpoint import CheckpointFile
 from fedcore.results.directory import ResultsRecorder, new_run_directory, recording, run_name
 from fedcore.results.plot import draw_summary
+from fedcore.results.resume import Resumption, open_resumption
 from fedcore.results.trackers import create_trackers
 from fedcore.results.trackers.base import TrackedRun
 from fedcore.results.trackers.feed import Trackers, TrackingHandler
@@ -48,6 +50,7 @@ from fedcore.simulation.progress import showing_progress, summary
 from fedcore.simulation.resources import Resources
 from fedcore.state.memory import InMemoryLinkState
 from fedcore.strategy.arguments import positive
+from fedcore.strategy.checkpoint import RoundCheckpoints, checkpointing
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +78,7 @@ async def simulate(
     out: str | Path | None = None,
     ray_address: str | None = None,
     track: Sequence[str] = (),
+    resume: str | Path | None = None,
 ) -> SimulationResult:
     """Run ``app`` on ``nodes`` virtual nodes and return what its ServerApp's main returned.
 
@@ -114,12 +118,34 @@ async def simulate(
     ``"tensorboard"``, ``"wandb"`` (:mod:`fedcore.results.trackers`). One that cannot
     start raises :class:`~fedcore.errors.TrackerError` before the run begins; one that
     fails later is dropped with a warning, and the run goes on.
+
+    A run that keeps a results directory keeps a checkpoint there after every round
+    of its strategy's ``start`` (:mod:`fedcore.strategy.checkpoint`). ``resume`` names
+    such a directory whose run did not complete: the run goes on from its last
+    complete round, in that directory, with the nodes, seed and run config it started
+    with (so ``nodes``, ``seed``, ``run_config``, ``federation`` and ``out`` are not
+    given), and ends with the model the uninterrupted run would have, bit for bit.
+    ``app`` is the one the run ran (``fedcore simulate --resume`` reads it from
+    ``run.json``). It does not take ``track`` yet.
     """
     if os.environ.get(WORKER_ENV):
         raise UsageError(
             "a simulation was started inside a fedcore worker: the module that defines the "
             "ClientApp starts one when imported; put that under `if __name__ == '__main__':`"
         )
+    resumption = None
+    if resume is not None:
+        resumption = _resumption(
+            Path(resume),
+            nodes=nodes,
+            seed=seed,
+            run_config=run_config,
+            federation=federation,
+            out=out,
+            track=track,
+        )
+        nodes, seed = resumption.run["nodes"], resumption.run["seed"]
+        run_config = resumption.run["config"]
     loaded = load_app(app, federation=federation)
     if federation is not None and loaded.path is None:
         raise UsageError("federation= picks defaults of an app directory; this app is not one")
@@ -162,13 +188,17 @@ async def simulate(
         app_name = _app_name(app, loaded.path)
         description: dict[str, Any] = {
             "app": app_name,
+            "target": _target(app),
             "config": config,
             "seed": seed,
             "backend": backend,
             "nodes": nodes,
             "resources": {"num_cpus": resources.num_cpus, "num_gpus": resources.num_gpus},
         }
-        path = None if out is None else new_run_directory(Path(out), app_name, seed, started)
+        if resumption is not None:
+            path: Path | None = resumption.path
+        else:
+            path = None if out is None else new_run_directory(Path(out), app_name, seed, started)
         tracking = None
         if trackers:
             name = run_name(app_name, seed, started) if path is None else path.name
@@ -177,7 +207,14 @@ async def simulate(
             description["trackers"] = tracking.where
             stack.enter_context(recording(TrackingHandler(tracking)))
         recorder = None
-        if path is not None:
+        if resumption is not None:
+            resumed_after = resumption.checkpoint.server_round
+            recorder = ResultsRecorder(
+                resumption.path, resumption.run, started, resumed_after=resumed_after
+            )
+            stack.enter_context(recording(recorder))
+            log.info("resuming %s after round %d", resumption.path, resumed_after)
+        elif path is not None:
             recorder = stack.enter_context(recording(ResultsRecorder(path, description, started)))
         log.info("simulating %d nodes%s on the %s backend, seed %d", nodes, source, backend, seed)
         try:
@@ -194,13 +231,25 @@ async def simulate(
                 ) as runner,
             ):
                 engine = SimulationEngine(state, runner, clock)
-                result = await engine.run(
-                    loaded.app.server,
-                    num_nodes=nodes,
-                    run_config=config,
-                    seed=seed,
-                    round_timeout=round_timeout,
-                )
+                checkpoint = None if resumption is None else resumption.checkpoint
+                with contextlib.ExitStack() as checkpoints:
+                    if path is not None:
+                        store = CheckpointFile(path)
+                        checkpoints.enter_context(
+                            checkpointing(
+                                RoundCheckpoints(
+                                    store, resume_from=checkpoint, nodes=engine.node_states
+                                )
+                            )
+                        )
+                    result = await engine.run(
+                        loaded.app.server,
+                        num_nodes=nodes,
+                        run_config=config,
+                        seed=seed,
+                        round_timeout=round_timeout,
+                        node_states=None if checkpoint is None else checkpoint.nodes,
+                    )
         except BaseException as exc:
             status = "failed" if isinstance(exc, Exception) else "interrupted"
             with anyio.CancelScope(shield=True):
@@ -209,6 +258,7 @@ async def simulate(
             raise
         await _finish(recorder, tracking, result.value, "completed", clock.now())
         if recorder is not None:
+            CheckpointFile(recorder.path).remove()
             await anyio.to_thread.run_sync(draw_summary, recorder.path)
             result.out = recorder.path
             log.info("results in %s", recorder.path)
@@ -244,6 +294,49 @@ async def _finish(
         await anyio.to_thread.run_sync(tracking.finish, status)
     if recorder is not None:
         await anyio.to_thread.run_sync(recorder.finish, value, status, ended, error)
+
+
+def _resumption(
+    path: Path,
+    *,
+    nodes: int | None,
+    seed: int | None,
+    run_config: Mapping[str, Any] | str | None,
+    federation: str | None,
+    out: str | Path | None,
+    track: Sequence[str],
+) -> Resumption:
+    """The run to go on with in ``path``, refusing what would make it another run."""
+    given = [
+        name
+        for name, value in (
+            ("nodes", nodes),
+            ("seed", seed),
+            ("run_config", run_config or None),
+            ("federation", federation),
+        )
+        if value is not None
+    ]
+    if given:
+        raise UsageError(
+            f"a resumed run keeps the {', '.join(given)} it was started with "
+            f"(run.json in {str(path)!r}); leave {'them' if len(given) > 1 else 'it'} out"
+        )
+    if out is not None:
+        raise UsageError(f"a resumed run goes on in its own results directory, {str(path)!r}")
+    if track:
+        raise UsageError("a resumed run does not take trackers yet; resume it without them")
+    return open_resumption(path)
+
+
+def _target(app: App | str | Path) -> str | None:
+    """What ``fedcore simulate --resume`` loads the app from: its directory, made
+    absolute, or its ``module:attr``; ``None`` for an App object."""
+    if isinstance(app, App):
+        return None
+    if isinstance(app, str) and ":" in app and not Path(app).exists():
+        return app
+    return str(Path(app).resolve())
 
 
 def _app_name(app: App | str | Path, path: Path | None) -> str:
