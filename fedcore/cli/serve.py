@@ -25,7 +25,7 @@ CLAIM_LEASE = 10.0
 """``LaunchSettings.claim_lease``."""
 MAX_RUNS = 8
 """``LaunchSettings.max_runs``."""
-MAX_RESTARTS = 0
+MAX_RESTARTS = 1
 """``LaunchSettings.max_restarts``."""
 RUNTIME_ADDRESS = "127.0.0.1:0"
 """``fedcore.runtime.link.RUNTIME_ADDRESS``."""
@@ -119,8 +119,9 @@ it) and inherited by the app processes it starts."""
     default=MAX_RESTARTS,
     show_default=True,
     help="[link, exec] Times a run's ServerApp process that crashed or was killed is "
-    "started again before the run fails (0: it fails at once). The new process runs "
-    "main from its start; the nodes keep their contexts.",
+    "started again before the run fails (0: it fails at once, and the ServerApp keeps "
+    "no round checkpoints). The new process goes on from the last round finished, "
+    "kept on the link; the nodes keep their contexts.",
 )
 @click.option(
     "--database",

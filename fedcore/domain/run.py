@@ -10,6 +10,9 @@ from fedcore.domain.lifecycle import RunStatus
 MODEL_ARTIFACT = "model"
 """The artifact a run keeps its final model under: ``{"arrays": ArrayRecord}``, what
 ``main`` returned (an ArrayRecord, or a strategy's ``Result``)."""
+CHECKPOINT_ARTIFACT = "checkpoint"
+"""The artifact a run's ServerApp keeps its last round checkpoint under, while its exec
+may start it again (:mod:`fedcore.strategy.checkpoint`)."""
 
 
 @dataclass

@@ -40,11 +40,22 @@ class Shipper(Generic[T]):
     Each batch is named (this shipper's random id and a counter), and a batch whose
     sending failed is sent again under the same name: the link appends a name it
     has just appended once only, so a response lost to a link restart does not
-    double the items. Leaving the shipper sends what is still queued.
+    double the items. With ``named``, each item is a batch of its own, named by
+    ``named(item)``: then an item a relaunched ServerApp sends again under the name
+    its dead predecessor last sent (a round's line, for the round done again) is
+    appended once too. Leaving the shipper sends what is still queued;
+    :meth:`drain` sends it now.
     """
 
-    def __init__(self, send: Callable[[list[T], str], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        send: Callable[[list[T], str], Awaitable[None]],
+        *,
+        named: Callable[[T], str] | None = None,
+    ) -> None:
         self._send = send
+        self._named = named
+        self._sending = anyio.Lock()
         self._name = uuid.uuid4().hex
         self._batches = 0
         self._unsent: tuple[str, list[T]] | None = None  # a batch whose sending failed
@@ -87,15 +98,26 @@ class Shipper(Generic[T]):
             self._wake = anyio.Event()
             await self._flush()
 
+    async def drain(self) -> None:
+        """Return once everything queued so far is sent (from the event loop)."""
+        await self._flush()
+
     async def _flush(self) -> None:
-        while self._unsent is not None or self._items:
-            if self._unsent is None:
-                items = [self._items.popleft() for _ in range(min(MAX_BATCH, len(self._items)))]
-                self._batches += 1
-                self._unsent = (f"{self._name}-{self._batches}", items)
-            name, items = self._unsent
-            await self._send(items, name)
-            self._unsent = None
+        async with self._sending:
+            while self._unsent is not None or self._items:
+                if self._unsent is None:
+                    self._unsent = self._next_batch()
+                name, items = self._unsent
+                await self._send(items, name)
+                self._unsent = None
+
+    def _next_batch(self) -> tuple[str, list[T]]:
+        if self._named is not None:
+            item = self._items.popleft()
+            return self._named(item), [item]
+        items = [self._items.popleft() for _ in range(min(MAX_BATCH, len(self._items)))]
+        self._batches += 1
+        return f"{self._name}-{self._batches}", items
 
 
 class LogShipper(Shipper[str]):

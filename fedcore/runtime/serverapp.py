@@ -23,6 +23,17 @@ line is on the link before the run is finished, so whoever follows the run's met
 to its end has them all. ``fedcore pull`` and ``fedcore run --stream`` make a results
 directory of it.
 
+A process its exec may start again (``--max-restarts``, :data:`MAX_RESTARTS_ENV`) keeps
+the run's round checkpoint (:mod:`fedcore.strategy.checkpoint`) on the link as the
+artifact ``checkpoint``, replaced after every round; one started again
+(:data:`RESTART_ENV`) reads it and its ``main``'s ``strategy.start`` goes on after
+that round (with no checkpoint yet, from the first). Every round is in the record
+once, however the process died: each round's line is a batch of its own, named by
+the round, sent before its checkpoint, and the link appends a batch under the name it
+appended last only once — so the line of a round done again after a kill between its
+line and its checkpoint is not appended twice. A restarted process sends no second
+header. The nodes' contexts stay on the link as they are.
+
 A run whose strategy's last round got no successful training reply is
 ``finished:failed`` with that reason, as ``fedcore simulate`` exits 1 for it.
 
@@ -32,11 +43,14 @@ process cannot start (a missing variable, an unreachable link).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import traceback
+from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -46,19 +60,22 @@ from fedcore.apps.loading import load_app
 from fedcore.apps.project import read_project
 from fedcore.clock import Clock, SystemClock
 from fedcore.domain import SERVER_NODE_ID, Context, RecordDict, Run, RunStatus
-from fedcore.domain.run import MODEL_ARTIFACT
-from fedcore.errors import FedcoreError, RunFinishedError, first_error
+from fedcore.domain.run import CHECKPOINT_ARTIFACT, MODEL_ARTIFACT
+from fedcore.errors import FedcoreError, NotFoundError, RunFinishedError, first_error
 from fedcore.results.directory import final_model
 from fedcore.results.metrics import round_row, run_header
 from fedcore.roles.exec.launcher import (
     APP_DIR_ENV,
     HEARTBEAT_ENV,
+    MAX_RESTARTS_ENV,
+    RESTART_ENV,
     RUN_ID_ENV,
     RUNTIME_ENV,
     SECRET_FD_ENV,
 )
 from fedcore.runtime.addresses import parse_address
 from fedcore.runtime.logship import LogShipper, Shipper
+from fedcore.strategy.checkpoint import Checkpoint, RoundCheckpoints, checkpointing
 from fedcore.strategy.result import RoundReport
 from fedcore.transport.http.runtime import HttpRuntimeClient
 from fedcore.transport.runtime_grid import RuntimeGrid
@@ -71,9 +88,18 @@ class _Stopped(Exception):
 
 
 async def serve_run(
-    run_id: int, secret: str, address: str, app_dir: Path, heartbeat: float, clock: Clock
+    run_id: int,
+    secret: str,
+    address: str,
+    app_dir: Path,
+    heartbeat: float,
+    clock: Clock,
+    *,
+    restart: int = 0,
+    max_restarts: int = 0,
 ) -> int:
-    """Run the ServerApp of ``run_id``; return the process's exit status."""
+    """Run the ServerApp of ``run_id``; return the process's exit status. ``restart``:
+    which start of the process this is; ``max_restarts``: its exec's limit."""
     target = parse_address(address, what="runtime API address")
     async with HttpRuntimeClient(target.host, target.port, secret=secret) as client:
         run = await client.authenticate(run_id, secret)
@@ -82,15 +108,24 @@ async def serve_run(
         async def ship(lines: list[str], batch: str) -> None:
             await grid.call(lambda: client.append_logs(run_id, lines, batch=batch))
 
-        async def report(documents: list[dict[str, Any]], batch: str) -> None:
+        async def report(lines: list[tuple[str, dict[str, Any]]], batch: str) -> None:
+            documents = [document for _, document in lines]
             await grid.call(lambda: client.append_metrics(run_id, documents, batch=batch))
 
         async with LogShipper(ship):
             context = Context(run_id, SERVER_NODE_ID, {}, RecordDict(), dict(run.run_config))
-            async with Shipper(report) as metrics:
-                metrics.put(await _header(grid, client, run, app_dir))
+            async with Shipper(report, named=_line_name) as metrics:
+                if restart == 0:
+                    metrics.put(("header", await _header(grid, client, run, app_dir)))
                 rounds = _Rounds(metrics.put)
-                failure, value = await _main(grid, client, context, app_dir, heartbeat, rounds)
+                with contextlib.ExitStack() as stack:
+                    if max_restarts > 0:
+                        store = _LinkCheckpoints(grid, client, run_id, metrics)
+                        resume_from = await store.last() if restart > 0 else None
+                        stack.enter_context(
+                            checkpointing(RoundCheckpoints(store, resume_from=resume_from))
+                        )
+                    failure, value = await _main(grid, client, context, app_dir, heartbeat, rounds)
             # The metrics are all on the link now, before the run finishes.
             if failure is None:
                 await grid.call(lambda: client.save_context(run_id, context.state))
@@ -186,21 +221,64 @@ async def _heartbeat(
         await clock.sleep(next_beat - clock.now())
 
 
+class _LinkCheckpoints:
+    """The run's round checkpoint, kept on the link as its ``checkpoint`` artifact."""
+
+    def __init__(
+        self,
+        grid: RuntimeGrid,
+        client: HttpRuntimeClient,
+        run_id: int,
+        metrics: Shipper[tuple[str, dict[str, Any]]],
+    ) -> None:
+        self._grid, self._client, self._run_id, self._metrics = grid, client, run_id, metrics
+
+    async def save(self, records: RecordDict) -> None:
+        """The round's line on the link first, then its checkpoint (see the module)."""
+        await self._metrics.drain()
+        await self._grid.call(
+            lambda: self._client.put_artifact(self._run_id, CHECKPOINT_ARTIFACT, records)
+        )
+
+    async def last(self) -> Checkpoint | None:
+        """The checkpoint the run's previous process left, if it left one."""
+        try:
+            records = await self._grid.call(
+                lambda: self._client.get_artifact(self._run_id, CHECKPOINT_ARTIFACT)
+            )
+        except NotFoundError:
+            log.info("no round checkpoint on the link: main starts from its first round")
+            return None
+        return Checkpoint.from_records(records)
+
+
+def _line_name(line: tuple[str, dict[str, Any]]) -> str:
+    return line[0]
+
+
 class _Rounds(logging.Handler):
     """Hears the rounds a strategy reports (its log record carries the report): hands
-    each round's metrics line to ``report`` and keeps the last."""
+    each round's metrics line to ``report``, named by its round, and keeps the last.
 
-    def __init__(self, report: Callable[[dict[str, Any]], None]) -> None:
+    A second round of the same number (a ``main`` with two ``start`` calls) is named
+    apart: ``round-3``, then ``round-3-2``.
+    """
+
+    def __init__(self, report: Callable[[tuple[str, dict[str, Any]]], None]) -> None:
         super().__init__()
         self._report = report
+        self._seen: Counter[int] = Counter()
         self.last: RoundReport | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
         report = getattr(record, "fedcore_round", None)
         if isinstance(report, RoundReport):
             self.last = report
+            self._seen[report.server_round] += 1
+            seen = self._seen[report.server_round]
+            name = f"round-{report.server_round}" + (f"-{seen}" if seen > 1 else "")
             try:
-                self._report(round_row(report))
+                self._report((name, round_row(report)))
             except Exception:  # a logging handler must never raise into the code that logged
                 self.handleError(record)
 
@@ -247,6 +325,8 @@ def main() -> None:
         address = os.environ[RUNTIME_ENV]
         app_dir = Path(os.environ[APP_DIR_ENV])
         heartbeat = float(os.environ[HEARTBEAT_ENV])
+        restart = int(os.environ.get(RESTART_ENV, "0"))
+        max_restarts = int(os.environ.get(MAX_RESTARTS_ENV, "0"))
     except (KeyError, ValueError, OSError) as exc:
         print(
             f"error: a ServerApp process is started by an exec; missing or bad {exc}",
@@ -255,7 +335,7 @@ def main() -> None:
         sys.exit(2)
     try:
         code = anyio.run(
-            serve_run,
+            partial(serve_run, restart=restart, max_restarts=max_restarts),
             run_id,
             secret,
             address,

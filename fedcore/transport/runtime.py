@@ -91,6 +91,11 @@ class RuntimeService(ABC):
         """Keep ``content`` as the run's artifact ``name`` (its final model: ``model``)."""
 
     @abstractmethod
+    async def get_artifact(self, run_id: int, name: str) -> RecordDict:
+        """The run's artifact ``name``; ``NotFoundError`` if it keeps none. A relaunched
+        ServerApp reads the run's round checkpoint (``checkpoint``) this way."""
+
+    @abstractmethod
     async def finish(self, run_id: int, status: RunStatus, reason: str = "") -> Run:
         """The ServerApp ends the run: ``finished:completed``, or ``finished:failed`` with why.
 

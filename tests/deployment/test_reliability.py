@@ -24,6 +24,7 @@ import pytest
 from fedcore.testing.deployment import FEDCORE, Deployment, Server, run_config_text
 
 CHAOS_APP = Path(__file__).resolve().parent / "chaos_app"
+RESUME_APP = Path(__file__).resolve().parents[1] / "results" / "resume_app"
 HEARTBEAT = 1.0
 PATIENCE = 2.0
 
@@ -87,7 +88,18 @@ def test_a_crashed_clientapp_process_is_code_8_and_the_next_round_is_fine(
     assert sorted(r["partition"] for r in rounds[3] if r["code"] is None) == [0, 1, 2]
 
 
-def test_a_killed_serverapp_fails_its_run_at_once(federation: Deployment) -> None:
+@pytest.fixture
+def no_restarts(tmp_path: Path) -> Iterator[Deployment]:
+    with Deployment(tmp_path, heartbeat_interval=HEARTBEAT) as deployment:
+        deployment.start_link("--max-restarts", "0")
+        for index in range(3):
+            deployment.start_node(f"partition-id={index} num-partitions=3")
+        (tmp_path / "markers").mkdir()
+        yield deployment
+
+
+def test_without_restarts_a_killed_serverapp_fails_its_run_at_once(no_restarts: Deployment) -> None:
+    federation = no_restarts
     run_id = _submit(federation, rounds=100_000, delay=0.05)
     federation.wait_for_file(federation.root / "markers" / "round-3")
     (pid,) = federation.app_pids()
@@ -98,6 +110,37 @@ def test_a_killed_serverapp_fails_its_run_at_once(federation: Deployment) -> Non
     assert final["reason"] == "the ServerApp process was killed by SIGKILL"
     # The exec sees its child exit: seconds (CLI start-up included), not a heartbeat timeout.
     assert time.monotonic() - killed_at < 5.0
+    assert federation.app_pids() == []
+
+
+def test_a_serverapp_killed_in_round_5_of_10_is_started_again_and_goes_on_from_round_5(
+    federation: Deployment, tmp_path: Path
+) -> None:
+    """The default (``--max-restarts 1``): the new process goes on from the checkpoint of
+    round 4 on the link, does round 5 again, and the record has every round once."""
+    paused = tmp_path / "markers" / "paused"
+    run_id = federation.submit(
+        RESUME_APP, **{"num-server-rounds": 10, "min-nodes": 3, "pause-round": 5,
+                       "pause-file": str(paused)},
+    )  # fmt: skip
+    federation.wait_for_file(paused)
+    (first,) = federation.app_pids()
+    os.kill(first, signal.SIGKILL)
+    final, lines = federation.follow(run_id)
+    assert final["status"] == "finished:completed", final
+    assert any("starting the ServerApp again (restart 1 of 1)" in line for line in lines), lines
+    assert any("resuming after round 4 of 10" in line for line in lines), lines
+    assert sum("round 5/10" in line for line in lines) == 1  # the killed one never reported
+
+    pulled = federation.fedcore("pull", run_id, str(tmp_path / "pulled"))
+    assert pulled.returncode == 0, pulled.stderr
+    rows = [
+        json.loads(line)
+        for line in (tmp_path / "pulled" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert [row["round"] for row in rows if "round" in row] == list(range(1, 11))
+    assert sum("run" in row for row in rows) == 1  # one header: the new process sent none
+    assert (tmp_path / "pulled" / "model.npz").exists()
     assert federation.app_pids() == []
 
 

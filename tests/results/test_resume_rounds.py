@@ -1,7 +1,7 @@
 """A simulation SIGKILLed in round 3, 7 or 10 of 12 and resumed with ``fedcore simulate
 --resume DIR`` ends with the uninterrupted run's model, bit for bit: whole processes.
 
-The app (``resume_app/``) pauses the run it is told to inside round K's server
+The app (``resume_app/``) pauses the run it is told to (once) inside round K's server
 evaluation and says so in a file, so the kill lands in round K on any machine; the
 whole process group goes (the process backend's workers with it). Three runs: FedAvg
 on the process backend, FedAdam (server moments in the strategy's state), and FedAvg
@@ -28,9 +28,9 @@ FEDCORE = Path(sys.executable).parent / "fedcore"
 WAIT = 90.0
 
 CASES = {
-    "fedavg": ("--backend", "process", "--max-workers", "2"),
-    "fedadam": ("--backend", "inline", "--run-config", 'strategy="fedadam"'),
-    "client-state": ("--backend", "inline", "--run-config", "client-state=true"),
+    "fedavg": (("--backend", "process", "--max-workers", "2"), ""),
+    "fedadam": (("--backend", "inline"), 'strategy="fedadam"'),
+    "client-state": (("--backend", "inline"), "client-state=true"),
 }
 
 
@@ -45,8 +45,11 @@ def simulate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def start(case: str, out: Path) -> list[str]:
-    return [str(APP), "--seed", "5", "--out", str(out), "-q", *CASES[case]]
+def start(case: str, out: Path, pause: str = "") -> list[str]:
+    """The command line of ``case``'s run; ``pause``: run-config keys that stop it once."""
+    flags, config = CASES[case]
+    config = " ".join(filter(None, (config, pause)))
+    return [str(APP), "--seed", "5", "--out", str(out), "-q", *flags, "--run-config", config]
 
 
 def only_run(parent: Path) -> Path:
@@ -62,12 +65,10 @@ def model(run_dir: Path) -> dict[str, np.ndarray]:
 def run_killed_in(case: str, kill_round: int, out: Path, cwd: Path) -> Path:
     """Start the run, SIGKILL its whole process group once it is inside ``kill_round``."""
     paused = cwd / f"paused-{case}-{kill_round}"
-    env = {**os.environ, "FEDCORE_TEST_PAUSE_AT": str(kill_round),
-           "FEDCORE_TEST_PAUSE_FILE": str(paused)}  # fmt: skip
+    pause = f'pause-round={kill_round} pause-file="{paused}"'
     process = subprocess.Popen(
-        [str(FEDCORE), "simulate", *start(case, out)],
+        [str(FEDCORE), "simulate", *start(case, out, pause)],
         cwd=cwd,
-        env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,

@@ -29,13 +29,14 @@ lives.
 
 The launcher watches the process: one that exits while its run is not finished has
 crashed or was killed. With :attr:`LaunchSettings.max_restarts` (``--max-restarts``,
-default 0) the launcher starts it again, up to that many times for the run, saying so
-in the run's log with the last lines the process printed. The new process runs
-``main`` again from its start (the nodes keep their ClientApps' contexts meanwhile,
-since the run never ended): it does not yet continue from the last round, so the
-run's record gets the rounds of each start. Once the restarts are spent (at once,
-by default) the run becomes ``finished:failed`` with the exit status and those last
-lines. A run
+default 1) the launcher starts it again, up to that many times for the run, saying so
+in the run's log with the last lines the process printed. It tells each process which
+start it is (:data:`RESTART_ENV`) and whether it may be started again
+(:data:`MAX_RESTARTS_ENV`): a ServerApp that may be keeps a round checkpoint on the link,
+and one started again goes on from it (:mod:`fedcore.runtime.serverapp`); the nodes
+keep their ClientApps' contexts meanwhile, since the run never ended. Once the
+restarts are spent the run becomes ``finished:failed`` with the exit status and those
+last lines. A run
 stopped by an operator (or failed by the link) gets its process terminated, then
 killed after a grace period, and the run's log a last line saying so; the
 launcher hears of it by a long poll on the run. Leaving the launcher terminates the
@@ -88,6 +89,10 @@ SECRET_FD_ENV = "FEDCORE_RUN_SECRET_FD"
 RUNTIME_ENV = "FEDCORE_RUNTIME_ADDRESS"
 APP_DIR_ENV = "FEDCORE_APP_DIR"
 HEARTBEAT_ENV = "FEDCORE_APP_HEARTBEAT"
+RESTART_ENV = "FEDCORE_APP_RESTART"
+"""Which start of the run's ServerApp process this is: 0, then 1 for the first restart…"""
+MAX_RESTARTS_ENV = "FEDCORE_APP_MAX_RESTARTS"
+"""``max_restarts``: a ServerApp that may be started again keeps round checkpoints."""
 LAST_LINES = 20
 """Lines of a crashed ServerApp's output quoted in the run's log."""
 LONGEST_LINE = 2000
@@ -124,7 +129,7 @@ class LaunchSettings:
     command: tuple[str, ...] = (sys.executable, "-m", "fedcore.runtime.serverapp")
     app_env: tuple[str, ...] = ()
     app_user: AppUser | None = None
-    max_restarts: int = 0
+    max_restarts: int = 1
 
 
 class ServerAppLauncher:
@@ -259,7 +264,7 @@ class ServerAppLauncher:
     ) -> int:
         """Start the run's ServerApp process and wait for it to exit; its exit status."""
         run = claim.run
-        process = await self._start_process(claim, app_dir, runtime_address, output_path)
+        process = await self._start_process(claim, app_dir, runtime_address, output_path, restart)
         try:
             if restart == 0:
                 await self._patiently(
@@ -301,7 +306,12 @@ class ServerAppLauncher:
         return True
 
     async def _start_process(
-        self, claim: RunClaim, app_dir: Path, runtime_address: str, output_path: Path
+        self,
+        claim: RunClaim,
+        app_dir: Path,
+        runtime_address: str,
+        output_path: Path,
+        restart: int,
     ) -> anyio.abc.Process:
         """Start the ServerApp of ``claim``, its launch secret waiting in a pipe for it."""
         run, settings = claim.run, self._settings
@@ -313,6 +323,8 @@ class ServerAppLauncher:
             RUNTIME_ENV: runtime_address,
             APP_DIR_ENV: str(app_dir),
             HEARTBEAT_ENV: repr(settings.app_heartbeat),
+            RESTART_ENV: str(restart),
+            MAX_RESTARTS_ENV: str(settings.max_restarts),
         }
         if user is not None:
             environment["TMPDIR"] = str(app_dir.parent)

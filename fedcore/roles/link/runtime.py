@@ -113,6 +113,9 @@ class LinkRuntime(RuntimeService):
     async def put_artifact(self, run_id: int, name: str, content: RecordDict) -> None:
         await self._state.put_artifact(run_id, name, content)
 
+    async def get_artifact(self, run_id: int, name: str) -> RecordDict:
+        return await self._state.get_artifact(run_id, name)
+
     async def finish(self, run_id: int, status: RunStatus, reason: str = "") -> Run:
         if status not in (RunStatus.COMPLETED, RunStatus.FAILED):
             raise InvalidTransitionError(

@@ -101,6 +101,7 @@ def runtime_app(
     routes.add_post("/v1/runtime/logs", route(handlers.append_logs))
     routes.add_post("/v1/runtime/metrics", route(handlers.append_metrics))
     routes.add_put("/v1/runtime/artifacts/{name}", route(handlers.put_artifact))
+    routes.add_get("/v1/runtime/artifacts/{name}", route(handlers.get_artifact), allow_head=False)
     routes.add_post("/v1/runtime/finish", route(handlers.finish))
     return app
 
@@ -201,6 +202,10 @@ class _RuntimeHandlers:
         content = unpack_recorddict(body, self._limits)
         await self._service.put_artifact(run.run_id, name, content)
         return web.Response(status=204)
+
+    async def get_artifact(self, request: web.Request, run: Run) -> web.StreamResponse:
+        content = await self._service.get_artifact(run.run_id, request.match_info["name"])
+        return await payload_response(request, pack_recorddict_parts(content), RECORDDICT)
 
     async def finish(self, request: web.Request, run: Run) -> web.StreamResponse:
         document = await self._document(request)
@@ -341,6 +346,15 @@ class HttpRuntimeClient(SessionClient, RuntimeService):
             headers=self._headers(run_id),
             data=Body(pack_recorddict_parts(content), RECORDDICT),
         )
+
+    async def get_artifact(self, run_id: int, name: str) -> RecordDict:
+        body = await self._session.fetch_payload(
+            "GET",
+            f"/v1/runtime/artifacts/{quote(name, safe='')}",
+            headers=self._headers(run_id),
+            cap=self._max_body,
+        )
+        return unpack_recorddict(body, self._limits)
 
     async def finish(self, run_id: int, status: RunStatus, reason: str = "") -> Run:
         request = {"status": RunStatus(status).value, "reason": reason}

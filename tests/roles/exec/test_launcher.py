@@ -18,7 +18,12 @@ from fedcore.apps.bundle import pack_bundle
 from fedcore.domain import Run, RunStatus
 from fedcore.errors import LinkUnavailableError, UsageError
 from fedcore.roles.exec.app_user import AppUser
-from fedcore.roles.exec.launcher import LaunchSettings, ServerAppLauncher
+from fedcore.roles.exec.launcher import (
+    MAX_RESTARTS_ENV,
+    RESTART_ENV,
+    LaunchSettings,
+    ServerAppLauncher,
+)
 from fedcore.roles.link.exec import LinkExec
 from fedcore.state.base import RunClaim
 from fedcore.state.memory import InMemoryLinkState
@@ -136,15 +141,37 @@ async def test_a_killed_serverapp_is_started_again_and_the_run_fails_once_restar
     assert (tmp_path / "work" / "runs" / f"{run.run_id}-1-restart1.pid").is_file()
 
 
-async def test_by_default_a_killed_serverapp_fails_its_run_at_once(
+async def test_by_default_a_killed_serverapp_is_started_once_more_and_told_so(
+    state: InMemoryLinkState, fake_clock: FakeClock, tmp_path: Path
+) -> None:
+    launches = tmp_path / "launches"
+    told = tmp_path / "told"
+    script = _launch_counting(
+        launches,
+        f"open({str(told)!r}, 'a').write(os.environ[{RESTART_ENV!r}] + ' of ' "
+        f"+ os.environ[{MAX_RESTARTS_ENV!r}] + '\\n')\n"
+        "os.kill(os.getpid(), signal.SIGKILL)",
+    )
+    run = await _submit(state, tmp_path)
+    assert LaunchSettings().max_restarts == 1
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(_launcher(state, fake_clock, tmp_path, script).serve)
+        failed = await _until(state, run.run_id, {RunStatus.FAILED})
+        tasks.cancel_scope.cancel()
+    assert launches.read_text() == "launch\nlaunch\n"
+    assert told.read_text() == "1 of 1\n"  # the second start knows it is one: it resumes
+    assert failed.reason == "the ServerApp process was killed by SIGKILL (after 1 restart)"
+
+
+async def test_with_no_restarts_a_killed_serverapp_fails_its_run_at_once(
     state: InMemoryLinkState, fake_clock: FakeClock, tmp_path: Path
 ) -> None:
     launches = tmp_path / "launches"
     script = _launch_counting(launches, "sys.exit(4)")
     run = await _submit(state, tmp_path)
-    assert LaunchSettings().max_restarts == 0
     async with anyio.create_task_group() as tasks:
-        await tasks.start(_launcher(state, fake_clock, tmp_path, script).serve)
+        launcher = _launcher(state, fake_clock, tmp_path, script, max_restarts=0)
+        await tasks.start(launcher.serve)
         failed = await _until(state, run.run_id, {RunStatus.FAILED})
         tasks.cancel_scope.cancel()
     assert launches.read_text() == "launch\n"

@@ -25,9 +25,11 @@ from fedcore.errors import (
     FedcoreError,
     LinkUnavailableError,
     MessageNotFoundError,
+    NotFoundError,
     RunFinishedError,
     RunNotFoundError,
 )
+from fedcore.state.base import missing_artifact
 from fedcore.testing import FakeClock
 from fedcore.testing.arrays import backing
 from fedcore.testing.network import closed_port
@@ -151,6 +153,12 @@ class FakeRuntime(RuntimeService):
     async def put_artifact(self, run_id: int, name: str, content: RecordDict) -> None:
         self._called("put_artifact", name)
         self.artifacts[name] = content
+
+    async def get_artifact(self, run_id: int, name: str) -> RecordDict:
+        self._called("get_artifact", name)
+        if name not in self.artifacts:
+            raise missing_artifact(run_id, name)
+        return self.artifacts[name]
 
     async def finish(self, run_id: int, status: RunStatus, reason: str = "") -> Run:
         run = self._called("finish", (status, reason))
@@ -404,7 +412,10 @@ async def test_metrics_and_artifacts(fake: FakeRuntime) -> None:
     async with served(fake) as (client, _, _):
         await client.append_metrics(RUN_ID, [header])
         await client.append_metrics(RUN_ID, [row], batch="b-2")
+        with pytest.raises(NotFoundError, match="keeps no model"):
+            await client.get_artifact(RUN_ID, "model")
         await client.put_artifact(RUN_ID, "model", final)
+        assert await client.get_artifact(RUN_ID, "model") == final
     assert fake.metrics[0] == header
     assert fake.metrics[1]["round"] == 1
     assert math.isnan(fake.metrics[1]["server"]["loss"])
@@ -426,6 +437,7 @@ ROUTES: list[tuple[str, str, Any]] = [
     ("POST", "/v1/runtime/logs", {"lines": ["x"]}),
     ("POST", "/v1/runtime/metrics", {"documents": [{"round": 1}]}),
     ("PUT", "/v1/runtime/artifacts/model", Body(pack_recorddict(RecordDict()), "x")),
+    ("GET", "/v1/runtime/artifacts/model", None),
     ("POST", "/v1/runtime/finish", {"status": "finished:completed", "reason": ""}),
 ]
 

@@ -1,15 +1,17 @@
 """The ServerApp: FedAvg or FedAdam over half the nodes a round, a server-side loss.
 
-``FEDCORE_TEST_PAUSE_AT=K`` (the test sets it for the run it kills) stops the run in
-round K's server evaluation and writes ``$FEDCORE_TEST_PAUSE_FILE`` for the test to
-see, so the SIGKILL lands inside round K however fast or busy the machine is.
+``pause-round = K`` and ``pause-file = PATH`` (the run config of a run a test kills)
+stop the run in round K's server evaluation, once: it writes PATH for the test to see
+and waits, so the SIGKILL lands inside round K however fast or busy the machine is.
+The run that goes on after it finds PATH there and does not stop again.
 """
 
 from __future__ import annotations
 
-import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -22,19 +24,28 @@ PAUSE_LIMIT = 120.0
 """Seconds a paused run waits to be killed before it fails instead."""
 
 
-def evaluate_on_server(server_round: int, arrays: fc.ArrayRecord) -> fc.MetricRecord:
-    if str(server_round) == os.environ.get("FEDCORE_TEST_PAUSE_AT"):
-        Path(os.environ["FEDCORE_TEST_PAUSE_FILE"]).write_text(str(server_round))
-        threading.Event().wait(PAUSE_LIMIT)
-        raise RuntimeError("the paused run was not killed")
-    w = np.asarray(arrays["w"])
-    return fc.MetricRecord({"loss": float(np.mean((w - 2.0) ** 2))})
+def server_evaluation(config: dict[str, Any]) -> Callable[[int, fc.ArrayRecord], fc.MetricRecord]:
+    pause = Path(str(config["pause-file"])) if config["pause-file"] else None
+
+    def evaluate(server_round: int, arrays: fc.ArrayRecord) -> fc.MetricRecord:
+        if pause is not None and server_round == config["pause-round"] and not pause.exists():
+            pause.write_text(str(server_round))
+            threading.Event().wait(PAUSE_LIMIT)
+            raise RuntimeError("the paused run was not killed")
+        w = np.asarray(arrays["w"])
+        return fc.MetricRecord({"loss": float(np.mean((w - 2.0) ** 2))})
+
+    return evaluate
 
 
 @app.main()
 async def main(grid: fc.Grid, context: fc.Context) -> fc.ArrayRecord:
     config = context.run_config
-    options = {"fraction_train": 0.5, "fraction_evaluate": 0.3, "min_available_nodes": 10}
+    options = {
+        "fraction_train": 0.5,
+        "fraction_evaluate": 0.3,
+        "min_available_nodes": config["min-nodes"],
+    }
     strategy = (
         FedAdam(eta=0.05, beta_1=0.9, beta_2=0.99, **options)  # type: ignore[arg-type]
         if config["strategy"] == "fedadam"
@@ -44,6 +55,6 @@ async def main(grid: fc.Grid, context: fc.Context) -> fc.ArrayRecord:
         grid=grid,
         initial_arrays=fc.ArrayRecord({"w": np.zeros(4)}),
         num_rounds=int(config["num-server-rounds"]),  # type: ignore[arg-type]
-        evaluate_fn=evaluate_on_server,
+        evaluate_fn=server_evaluation(config),
     )
     return result.arrays
