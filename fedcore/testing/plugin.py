@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -102,6 +103,12 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line("markers", f"{backends.RAY_MARKER}: needs Ray (the [ray] extra)")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # Started in the background by a shell (`make test &`, nohup), this process and
+        # so every process a test starts would ignore SIGINT, and the tests of what
+        # Ctrl-C does would fail for it. A handled signal is reset to the default in
+        # each child; an ignored one is inherited.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
