@@ -59,8 +59,7 @@ def read_checkpoint(directory: Path) -> Checkpoint:
     except FileNotFoundError:
         raise CheckpointError(
             f"{str(directory)!r} has no checkpoint: its run did not finish a round, or its "
-            "main does not use a strategy's start with round checkpoints (FedBuff's "
-            "asynchronous schedule and hand-written round loops keep none)"
+            "main does not use a strategy's start (a hand-written round loop keeps none)"
         ) from None
     except OSError as exc:
         raise CheckpointError(f"cannot read {str(path)!r}: {exc}") from None

@@ -23,6 +23,13 @@ default) of each new model runs beside training and lands in
 
 Which replies share a buffer depends on when they arrive, so unlike the synchronous
 strategies a FedBuff run is reproducible only as far as its nodes' timing is.
+
+Checkpoints (:mod:`fedcore.strategy.checkpoint`) are taken as each step closes, when
+its buffer has just become the new model; a resumed run opens the next step from
+that model. The training in flight when the run died is lost, as if those nodes had
+failed: the resumed run starts its slots again from the newest model (the arrays
+they were sent are not kept), and an evaluation still running beside training when
+the checkpoint was taken is not in it.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from fedcore.strategy.base import Aggregation
 from fedcore.strategy.fedavg import FedAvg, MetricsAggregation
 from fedcore.strategy.result import EvaluateFn, Result, RoundReport
 from fedcore.strategy.rounds import (
+    begin_rounds,
     evaluate_on_server,
     exchange,
     failure_counts,
@@ -331,15 +339,18 @@ class _AsyncRun:
         self.result = Result()
 
     async def drive(self, initial_arrays: ArrayRecord, evaluate_fn: EvaluateFn | None) -> Result:
-        result = self.result
         log.info("%r: %d server steps, sampling seed %s", self.strategy, self.num_rounds, self.seed)
-        result.arrays = initial_arrays
-        if evaluate_fn is not None:
-            record = await evaluate_on_server(evaluate_fn, 0, initial_arrays)
-            if record is not None:
-                result.evaluate_metrics_serverapp[0] = record
-                log.info("initial server evaluation: %s", metrics_text(record))
-        if self.num_rounds == 0:
+        rounds = await begin_rounds(
+            self.strategy,
+            self.num_rounds,
+            initial_arrays,
+            self.train_config,
+            self.evaluate_config,
+            evaluate_fn,
+        )
+        result = self.result = rounds.result
+        self.train_config, self.evaluate_config = rounds.train_config, rounds.evaluate_config
+        if rounds.first > self.num_rounds:
             return result
         send, outcomes = anyio.create_memory_object_stream[Message | _Lost](math.inf)
         # Leaving the block stops training first, then waits for evaluations still running.
@@ -350,7 +361,7 @@ class _AsyncRun:
             outcomes,
         ):
             self._training, self._send = training, send
-            step = await self._open(1)
+            step = await self._open(rounds.first)
             async for outcome in outcomes:
                 self._record(step, outcome)
                 if step.replies < self.strategy.buffer_size:
@@ -362,6 +373,7 @@ class _AsyncRun:
                         step.buffer.server_round,
                     )
                 await self._close(step, evaluate_fn, evaluations)
+                await rounds.keep(step.buffer.server_round)
                 if step.buffer.server_round == self.num_rounds:
                     training.cancel_scope.cancel()
                     break

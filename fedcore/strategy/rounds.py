@@ -38,7 +38,7 @@ import numpy as np
 
 from fedcore.apps.grid import Grid
 from fedcore.domain import ArrayRecord, ConfigRecord, Message, MetricRecord, Run
-from fedcore.strategy.checkpoint import active_checkpoints
+from fedcore.strategy.checkpoint import RoundCheckpoints, active_checkpoints
 from fedcore.strategy.result import (
     NO_REPLY,
     EvaluateFn,
@@ -141,22 +141,16 @@ async def run_rounds(
     """Drive ``num_rounds`` rounds of ``strategy`` on ``grid``; see the module docstring."""
     seed = sampling_seed(grid.run)
     log.info("%s: %d rounds, sampling seed %s", type(strategy).__name__, num_rounds, seed)
-    checkpoints = active_checkpoints()
-    resumed = None if checkpoints is None else checkpoints.begin(strategy, num_rounds)
-    if resumed is not None:
-        result, first = resumed.result, resumed.server_round + 1
-        strategy.load_state(resumed.strategy_state)
-        train_config, evaluate_config = resumed.train_config, resumed.evaluate_config
-        log.info("resuming after round %d of %d, from its checkpoint", first - 1, num_rounds)
-    else:
-        result, first = Result(arrays=initial_arrays), 1
-        if evaluate_fn is not None:
-            record = await evaluate_on_server(evaluate_fn, 0, initial_arrays)
-            if record is not None:
-                result.evaluate_metrics_serverapp[0] = record
-                log.info("initial server evaluation: %s", metrics_text(record))
+    rounds = await begin_rounds(
+        strategy, num_rounds, initial_arrays, train_config, evaluate_config, evaluate_fn
+    )
+    result, train_config, evaluate_config = (
+        rounds.result,
+        rounds.train_config,
+        rounds.evaluate_config,
+    )
     limit = round_limit(strategy, grid, timeout)
-    for server_round in range(first, num_rounds + 1):
+    for server_round in range(rounds.first, num_rounds + 1):
         started = grid.clock.now()
         options = (grid, limit, server_round, num_rounds)
         node_ids = await _candidates(grid, strategy, "train", server_round, seed, timeout)
@@ -197,11 +191,63 @@ async def run_rounds(
             server_metrics=dict(result.evaluate_metrics_serverapp.get(server_round, {})),
         )
         log.info("%s", report.describe(), extra={"fedcore_round": report})
-        if checkpoints is not None:
-            await checkpoints.save(
-                strategy, server_round, num_rounds, result, train_config, evaluate_config
-            )
+        await rounds.keep(server_round)
     return result
+
+
+@dataclass
+class Rounds:
+    """Where a ``start``'s rounds begin (:func:`begin_rounds`) and how each is kept."""
+
+    strategy: Strategy
+    num_rounds: int
+    result: Result
+    first: int
+    """The first round to run: 1, or the one after a resumed run's checkpoint."""
+    train_config: ConfigRecord
+    evaluate_config: ConfigRecord
+    checkpoints: RoundCheckpoints | None
+
+    async def keep(self, server_round: int) -> None:
+        """Round ``server_round`` ended (its report logged): its checkpoint, if the run
+        keeps them."""
+        if self.checkpoints is not None:
+            await self.checkpoints.save(
+                self.strategy,
+                server_round,
+                self.num_rounds,
+                self.result,
+                self.train_config,
+                self.evaluate_config,
+            )
+
+
+async def begin_rounds(
+    strategy: Strategy,
+    num_rounds: int,
+    initial_arrays: ArrayRecord,
+    train_config: ConfigRecord,
+    evaluate_config: ConfigRecord,
+    evaluate_fn: EvaluateFn | None,
+) -> Rounds:
+    """How a ``start`` of ``strategy`` begins: from the run's checkpoint, when it is
+    resumed (its arrays, metrics, configs and the strategy's state); else from
+    ``initial_arrays``, evaluated on the server first when there is ``evaluate_fn``."""
+    checkpoints = active_checkpoints()
+    resumed = None if checkpoints is None else checkpoints.begin(strategy, num_rounds)
+    if resumed is not None:
+        strategy.load_state(resumed.strategy_state)
+        log.info("resuming after round %d of %d, from its checkpoint", resumed.server_round,
+                 num_rounds)  # fmt: skip
+        return Rounds(strategy, num_rounds, resumed.result, resumed.server_round + 1,
+                      resumed.train_config, resumed.evaluate_config, checkpoints)  # fmt: skip
+    result = Result(arrays=initial_arrays)
+    if evaluate_fn is not None:
+        record = await evaluate_on_server(evaluate_fn, 0, initial_arrays)
+        if record is not None:
+            result.evaluate_metrics_serverapp[0] = record
+            log.info("initial server evaluation: %s", metrics_text(record))
+    return Rounds(strategy, num_rounds, result, 1, train_config, evaluate_config, checkpoints)
 
 
 async def _candidates(

@@ -1,4 +1,4 @@
-"""The ServerApp: FedAvg or FedAdam over half the nodes a round, a server-side loss.
+"""The ServerApp: FedAvg or FedAdam over half the nodes a round (or FedBuff), a server-side loss.
 
 ``pause-round = K`` and ``pause-file = PATH`` (the run config of a run a test kills)
 stop the run in round K's server evaluation, once: it writes PATH for the test to see
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 import fedcore as fc
-from fedcore.strategy import FedAdam, FedAvg
+from fedcore.strategy import FedAdam, FedAvg, FedBuff, Strategy
 
 app = fc.ServerApp()
 
@@ -46,11 +46,13 @@ async def main(grid: fc.Grid, context: fc.Context) -> fc.ArrayRecord:
         "fraction_evaluate": 0.3,
         "min_available_nodes": config["min-nodes"],
     }
-    strategy = (
-        FedAdam(eta=0.05, beta_1=0.9, beta_2=0.99, **options)  # type: ignore[arg-type]
-        if config["strategy"] == "fedadam"
-        else FedAvg(**options)  # type: ignore[arg-type]
-    )
+    strategy: Strategy
+    if config["strategy"] == "fedadam":
+        strategy = FedAdam(eta=0.05, beta_1=0.9, beta_2=0.99, **options)  # type: ignore[arg-type]
+    elif config["strategy"] == "fedbuff":
+        strategy = FedBuff(buffer_size=3, concurrency=4, min_available_nodes=config["min-nodes"])
+    else:
+        strategy = FedAvg(**options)  # type: ignore[arg-type]
     result = await strategy.start(
         grid=grid,
         initial_arrays=fc.ArrayRecord({"w": np.zeros(4)}),
