@@ -33,8 +33,9 @@ ALLOWED: dict[str, set[str]] = {
     "strategy": BASE | {"domain", "apps", "privacy"},
     "transport": BASE | {"domain", "wire", "state", "apps"},
     "roles": BASE | {"domain", "wire", "state", "transport", "apps"},
-    # strategy: a run's record holds the round driver's RoundReports and a Result's model.
-    "results": BASE | {"domain", "strategy"},
+    # strategy: a run's record holds the round driver's RoundReports and a Result's model;
+    # wire: its round checkpoint is kept in the wire encoding of a RecordDict.
+    "results": BASE | {"domain", "strategy", "wire"},
     # strategy: the progress display renders the round driver's RoundReports.
     "simulation": BASE | {"domain", "wire", "state", "transport", "apps", "strategy", "results"},
     # strategy: the ServerApp process reads its strategy's last RoundReport; results: it

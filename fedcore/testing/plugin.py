@@ -103,12 +103,14 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line("markers", f"{backends.RAY_MARKER}: needs Ray (the [ray] extra)")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # Started in the background by a shell (`make test &`) or under nohup, this process,
+    # and so every process a test starts, would ignore SIGINT or SIGHUP, and the tests of
+    # what those signals do would fail for it. A handled signal is reset to the default
+    # in each child; an ignored one is inherited.
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        # Started in the background by a shell (`make test &`, nohup), this process and
-        # so every process a test starts would ignore SIGINT, and the tests of what
-        # Ctrl-C does would fail for it. A handled signal is reset to the default in
-        # each child; an ignored one is inherited.
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -175,7 +175,7 @@ def test_help_explains_target_and_options(invoke: Invoke) -> None:
 
     assert result.exit_code == 0
     text = " ".join(result.stdout.split())  # undo click's line wrapping
-    assert "Usage: fedcore simulate [OPTIONS] TARGET" in text
+    assert "Usage: fedcore simulate [OPTIONS] [TARGET]" in text
     assert "TARGET is an app directory whose pyproject.toml has a [tool.fedcore.app] table" in text
     assert '"module:attr" naming a fedcore.App importable from the current directory' in text
     for option in ("--nodes", "--backend", "--run-config", "--seed", "--metrics-out", "--quiet"):

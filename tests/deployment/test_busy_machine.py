@@ -36,7 +36,8 @@ def busy_federation(tmp_path: Path) -> Iterator[Deployment]:
             tmp_path, heartbeat_interval=HEARTBEAT, heartbeat_patience=PATIENCE
         ) as deployment,
     ):
-        deployment.start_link("--heartbeat-interval", repr(HEARTBEAT))
+        # No restarts: a killed ServerApp is to fail its run, found in time beside the load.
+        deployment.start_link("--heartbeat-interval", repr(HEARTBEAT), "--max-restarts", "0")
         for index in range(3):
             deployment.start_node(f"partition-id={index} num-partitions=3")
         (tmp_path / "markers").mkdir()
