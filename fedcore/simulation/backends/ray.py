@@ -64,7 +64,7 @@ from fedcore.clock import Clock
 from fedcore.domain import Context, Error, ErrorCode, Message, RecordDict
 from fedcore.errors import AppLoadError, ResourceError
 from fedcore.simulation.backends.base import WorkerBackend
-from fedcore.simulation.backends.ray_actor import STORED, ClientActor
+from fedcore.simulation.backends.ray_actor import ClientActor
 from fedcore.simulation.backends.ray_cluster import (
     RaySession,
     close_session,
@@ -72,21 +72,25 @@ from fedcore.simulation.backends.ray_cluster import (
     open_session,
     plan_actors,
 )
+from fedcore.simulation.backends.ray_tasks import STORED
 from fedcore.simulation.backends.threads import THREAD_VARIABLES, thread_count
 from fedcore.simulation.backends.worker import WORKER_ENV
 from fedcore.simulation.resources import Resources
 from fedcore.wire import pack_recorddict_parts
-from fedcore.wire.worker import pack_task, unpack_outcome
+from fedcore.wire.worker import pack_task, unpack_outcome, unpack_outcomes
 
 log = logging.getLogger(__name__)
 
 STORE_THRESHOLD = 64 * 1024
 """A content whose arrays add up to more bytes than this goes into the object store
 once; a smaller one travels inside each task (Ray itself inlines objects under 100 KiB)."""
-PIPELINE_DEPTH = 4
-"""Jobs an actor may have in flight while its tasks are short."""
+MAX_BATCH = 32
+"""Jobs an actor gets in one call at most, while its tasks are short."""
+PIPELINE_DEPTH = 2
+"""Calls an actor may have in flight while its tasks are short."""
 SHORT_TASK = 0.005
-"""Seconds per outcome under which tasks count as short, and the pipeline fills."""
+"""Seconds per task (as the actor times them) under which tasks count as short, and
+batches grow."""
 START_TIMEOUT = 300.0
 """Seconds an actor may take to be placed, import the ClientApp and run its lifespan's setup."""
 STOP_GRACE = 5.0
@@ -101,6 +105,7 @@ class _Job:
     message: Message
     task: bytes
     content: Any  # the ObjectRef of the content in the object store, or None
+    alone: bool = False  # it was in a batch that failed as a whole: it runs in a call of its own
     done: anyio.Event = field(default_factory=anyio.Event)
     reply: Message | None = None
     state: RecordDict | None = None
@@ -111,6 +116,18 @@ class _Job:
 
     def fail(self, code: ErrorCode, reason: str) -> None:
         self.settle(Message(error=Error(int(code), reason), reply_to=self.message))
+
+
+@dataclass(eq=False)
+class _Batch:
+    """Jobs sent to an actor in one call, and the ObjectRef of their outcomes."""
+
+    jobs: list[_Job]
+    ref: Any
+
+    @property
+    def expires_at(self) -> float:
+        return min(job.message.metadata.expires_at for job in self.jobs)
 
 
 @dataclass(eq=False)
@@ -164,8 +181,8 @@ class RayBackend(WorkerBackend):
 
     @property
     def concurrency(self) -> int:
-        """Jobs worth having in hand: enough to keep every actor's pipeline full."""
-        return max(self._count, 1) * PIPELINE_DEPTH
+        """Jobs worth having in hand: enough to keep every actor's calls full."""
+        return max(self._count, 1) * PIPELINE_DEPTH * MAX_BATCH
 
     async def _prepare(self) -> None:
         self._session = await open_session(self._address, self._system, self._app_dir)
@@ -232,9 +249,9 @@ class RayBackend(WorkerBackend):
         """
         threads = str(thread_count(self._resources.num_cpus))
         environment = {name: os.environ.get(name) or threads for name in THREAD_VARIABLES}
-        runtime_env: dict[str, Any] = {"env_vars": {**environment, WORKER_ENV: "1"}}
         main = sys.modules.get("__main__")
         arguments = (
+            {**environment, WORKER_ENV: "1"},
             self._client_ref,
             "" if shipped else str(self._app_dir or Path.cwd()),
             [os.path.abspath(p) if p else os.getcwd() for p in sys.path],
@@ -246,7 +263,6 @@ class RayBackend(WorkerBackend):
             "max_restarts": 0,
             "max_task_retries": 0,
             "max_concurrency": 1,
-            "runtime_env": runtime_env,
         }
         return options, arguments
 
@@ -271,68 +287,155 @@ class RayBackend(WorkerBackend):
         self._task_group.start_soon(self._drive, actor, name=f"ray-actor-{pid}-driver")
 
     async def _drive(self, actor: _Actor) -> None:
-        """Feed one actor jobs, keeping its pipeline full, and settle them as they return."""
-        in_flight: deque[tuple[_Job, Any]] = deque()
-        depth, started = 1, self._clock.now()
+        """Feed one actor batches of jobs, sized as its tasks go, and settle them as they return."""
+        in_flight: deque[_Batch] = deque()
+        size = 1
         while True:
             if not in_flight:
                 try:
-                    job = await self._jobs_out.receive()
+                    job = self._jobs_out.receive_nowait()
+                except anyio.WouldBlock:
+                    try:
+                        job = await self._jobs_out.receive()
+                    except anyio.EndOfStream:
+                        return
+                    size = 1  # the queue ran dry: what comes now may be another kind of task
                 except anyio.EndOfStream:
                     return
-                self._submit(actor, in_flight, job)
+                self._submit(actor, in_flight, job, size)
                 del job
-                started = self._clock.now()
-            while len(in_flight) < depth:
+            while len(in_flight) < (PIPELINE_DEPTH if size > 1 else 1):
                 try:
-                    self._submit(actor, in_flight, self._jobs_out.receive_nowait())
+                    job = self._jobs_out.receive_nowait()
                 except (anyio.WouldBlock, anyio.EndOfStream):
                     break
+                self._submit(actor, in_flight, job, size)
+                del job
             if not in_flight:
                 continue
-            # No local names a job: a settled one, its content and reply, must not stay
-            # alive here until the next job comes (a model can be hundreds of MB).
-            remaining = in_flight[0][0].message.metadata.expires_at - self._clock.now()
+            # No local names a batch once it is settled: its jobs, their contents and
+            # replies, must not stay alive here until the next job comes (a model can be
+            # hundreds of MB).
+            remaining = in_flight[0].expires_at - self._clock.now()
             try:
                 with self._clock.move_on_after(remaining) as deadline:
-                    outcome = await in_flight[0][1]
+                    outcome = await in_flight[0].ref
             except ray.exceptions.RayTaskError as exc:  # fedcore's side of the actor failed
-                in_flight.popleft()[0].fail(
-                    ErrorCode.CLIENT_APP_RAISED_EXCEPTION, f"the task failed: {_first(exc)}"
-                )
+                reason = f"the task failed: {_first(exc)}"
+                self._lost(in_flight.popleft(), ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason)
                 continue
             except ray.exceptions.RayError as exc:
-                in_flight.popleft()[0].fail(
-                    ErrorCode.CLIENT_APP_CRASHED, f"the ClientApp crashed: {_first(exc)}"
-                )
+                reason = f"the ClientApp crashed: {_first(exc)}"
+                self._lost(in_flight.popleft(), ErrorCode.CLIENT_APP_CRASHED, reason)
                 await self._retire(actor, in_flight)
                 return
             if deadline.cancelled_caught:
-                reason = (
-                    "the ClientApp was still running when the message's TTL of "
-                    f"{in_flight[0][0].message.metadata.ttl:g} s ran out; its actor was stopped"
-                )
-                in_flight.popleft()[0].fail(ErrorCode.MESSAGE_UNAVAILABLE, reason)
+                self._overran(in_flight.popleft())
                 await self._retire(actor, in_flight)
                 return
-            reply, state = unpack_outcome(outcome.data)
+            short = self._settle(actor, in_flight.popleft(), outcome)
             del outcome
-            in_flight.popleft()[0].settle(reply, state)
+            size = min(size * 2, MAX_BATCH) if short else 1
+
+    def _submit(self, actor: _Actor, in_flight: deque[_Batch], job: _Job, size: int) -> None:
+        """Send ``job`` and up to ``size - 1`` more of the queue to ``actor`` in one call;
+        a job that is to run alone goes in a call of its own, and ends the filling."""
+        jobs: list[_Job] = []
+        while True:
+            if job.message.metadata.expires_at <= self._clock.now():
+                job.fail(
+                    ErrorCode.MESSAGE_UNAVAILABLE, "the message expired before an actor was free"
+                )
+            elif job.alone:
+                if jobs:
+                    self._send(actor, in_flight, jobs)
+                    jobs = []
+                self._send(actor, in_flight, [job])
+                return
+            else:
+                jobs.append(job)
+            if len(jobs) >= size:
+                break
+            try:
+                job = self._jobs_out.receive_nowait()
+            except (anyio.WouldBlock, anyio.EndOfStream):
+                break
+        if jobs:
+            self._send(actor, in_flight, jobs)
+
+    def _send(self, actor: _Actor, in_flight: deque[_Batch], jobs: list[_Job]) -> None:
+        contents: dict[int, int] = {}  # each distinct object of the store once, by position
+        references: list[Any] = []
+        places = []
+        for job in jobs:
+            if job.content is None:
+                places.append(-1)
+                continue
+            place = contents.setdefault(id(job.content), len(references))
+            if place == len(references):
+                references.append(job.content)
+            places.append(place)
+        tasks = [job.task for job in jobs]
+        in_flight.append(_Batch(jobs, actor.handle.run.remote(tasks, places, *references)))
+
+    def _settle(self, actor: _Actor, batch: _Batch, outcome: Any) -> bool:
+        """Settle the jobs of ``batch`` that ran, in order, and queue again those the actor
+        left unrun; whether its tasks were short."""
+        views, seconds = unpack_outcomes(outcome.data)
+        ran = min(len(views), len(batch.jobs))
+        for job, view in zip(batch.jobs[:ran], views[:ran], strict=True):
+            reply, state = unpack_outcome(view)
+            job.settle(reply, state)
             del reply, state
-            self._ran[actor.node_id] += 1
-            now = self._clock.now()
-            depth, started = (PIPELINE_DEPTH if now - started < SHORT_TASK else 1), now
-
-    def _submit(self, actor: _Actor, in_flight: deque[tuple[_Job, Any]], job: _Job) -> None:
-        if job.message.metadata.expires_at <= self._clock.now():
-            job.fail(ErrorCode.MESSAGE_UNAVAILABLE, "the message expired before an actor was free")
-            return
-        in_flight.append((job, actor.handle.run.remote(job.task, job.content)))
-
-    async def _retire(self, actor: _Actor, unstarted: deque[tuple[_Job, Any]]) -> None:
-        """Replace an actor that died or overran a TTL; its ``unstarted`` jobs go back in line."""
-        for job, _ in unstarted:
+        for job in batch.jobs[ran:]:
             self._jobs_in.send_nowait(job)
+        self._ran[actor.node_id] += ran
+        return ran == len(batch.jobs) and seconds < SHORT_TASK * ran
+
+    def _lost(self, batch: _Batch, code: ErrorCode, reason: str) -> None:
+        """Answer a call that failed as a whole: its one job with ``code``; a batch's jobs
+        go back to the queue to run alone (see the module's docstring)."""
+        if len(batch.jobs) == 1:
+            batch.jobs[0].fail(code, reason)
+            return
+        log.warning(
+            "ray: %s, in a batch of %d tasks; they run again, one per call",
+            reason,
+            len(batch.jobs),
+        )
+        for job in batch.jobs:
+            job.alone = True
+            self._jobs_in.send_nowait(job)
+
+    def _overran(self, batch: _Batch) -> None:
+        """Answer the jobs of a call still running when a TTL ran out: those past their
+        TTL with code 3; the others of a batch go back to the queue to run alone."""
+        first = batch.jobs[0].message.metadata
+        if len(batch.jobs) == 1:
+            reason = (
+                f"the ClientApp was still running when the message's TTL of {first.ttl:g} s "
+                "ran out; its actor was stopped"
+            )
+            batch.jobs[0].fail(ErrorCode.MESSAGE_UNAVAILABLE, reason)
+            return
+        now = self._clock.now()
+        for job in batch.jobs:
+            metadata = job.message.metadata
+            if metadata.expires_at <= now:
+                reason = (
+                    f"the message's TTL of {metadata.ttl:g} s ran out while its actor ran a "
+                    f"batch of {len(batch.jobs)} tasks; the actor was stopped"
+                )
+                job.fail(ErrorCode.MESSAGE_UNAVAILABLE, reason)
+            else:
+                job.alone = True
+                self._jobs_in.send_nowait(job)
+
+    async def _retire(self, actor: _Actor, unstarted: deque[_Batch]) -> None:
+        """Replace an actor that died or overran a TTL; its ``unstarted`` jobs go back in line."""
+        for batch in unstarted:
+            for job in batch.jobs:
+                self._jobs_in.send_nowait(job)
         unstarted.clear()
         self._actors.discard(actor)
         ray.kill(actor.handle, no_restart=True)
