@@ -5,22 +5,32 @@ Theory of operation. Entering the backend opens the Ray it runs on
 counts the actors of the ClientApp's ``Resources`` its nodes can place, and creates
 them (:mod:`.ray_actor`), each with ``num_cpus`` and ``num_gpus`` as Ray reserves them
 — a fraction of a GPU shares a device, Ray setting each actor's
-``CUDA_VISIBLE_DEVICES`` — and, in its ``runtime_env``, the thread caps of
-:mod:`.threads`. Each actor imports the ClientApp and runs its lifespan's setup once;
-one that fails to import ends the simulation right there with its one line.
+``CUDA_VISIBLE_DEVICES`` — and the thread caps of :mod:`.threads`, which the actor
+sets itself before anything loads numpy (not a ``runtime_env``, which would cost each
+actor a worker process started for it). Each actor imports the ClientApp and runs its
+lifespan's setup once; one that fails to import ends the simulation right there with
+its one line.
 
 :meth:`RayBackend.run` queues each message as a job; each actor has a driver task that
-submits jobs to it and settles them as their outcomes come back, in order — up to
-:data:`PIPELINE_DEPTH` in flight while tasks are short, one at a time once they take
-longer, as the process backend does. A task is the worker protocol's bytes
-(:mod:`fedcore.wire.worker`); a content whose arrays are large goes into the object
-store once (``ray.put``, off the event loop) and every task that carries it — a
-round's model, sent to every sampled node — refers to that one object, which Ray
-frees once the content is garbage-collected and its last task is done. Outcomes come
-back as ``uint8`` arrays of msgpack frames: on the driver's node Ray hands a large one
-over as a view of its shared memory, and the reply's arrays are views of that, so
-each reply costs its own size, until the strategy has folded it in and let it go.
-Nothing of the app's is pickled either way.
+sends it jobs in batches — several tasks in one actor call, as one Ray call costs about
+a millisecond on two cores (several under load), more than a small ClientApp's whole
+task — and settles each job as its batch's outcomes come back, in order. The batch
+grows as TCP's slow start does: one job after the queue ran dry (a new round, maybe of
+another kind of task), then twice as many after each batch whose tasks the actor
+timed under :data:`SHORT_TASK` each, up to :data:`MAX_BATCH`, with
+:data:`PIPELINE_DEPTH` calls in flight; one job per call again once a task takes
+longer, so that long tasks (real training) spread over the actors one by one. The
+actor ends a batch early when it has run long or its replies grew large
+(:mod:`.ray_tasks`), and the jobs it left go back to the queue. A task is the worker
+protocol's bytes (:mod:`fedcore.wire.worker`); a content whose arrays are large goes
+into the object store once (``ray.put``, off the event loop) and every task that
+carries it — a round's model, sent to every sampled node — refers to that one object,
+passed once per call, which Ray frees once the content is garbage-collected and its
+last task is done. Outcomes come back as one ``uint8`` array of msgpack frames per
+call: on the driver's node Ray hands a large one over as a view of its shared memory,
+and the replies' arrays are views of that, so replies cost their own size, until the
+strategy has folded them in and let them go. Nothing of the app's is pickled either
+way.
 
 The app reaches every node. Run on a cluster (an address), an app directory target
 is the Ray job's working directory: Ray ships it to each node (``.gitignore`` and
@@ -32,16 +42,23 @@ process backend's workers. So does it on a Ray of the run's own, where the app i
 already, and on a Ray this process connected to itself (the job is its own, its
 working directory too).
 
-Failures. A ClientApp exception is the actor's business: it answers with an error
-reply (code 2). An actor that dies — killed, its process crashed, its node gone —
-answers the job it was running with code 8; the jobs queued behind it go back to the
-queue, and a replacement is created wherever Ray can place it. (An actor that dies
-while idle costs the next job sent to it too: Ray says nothing of a death until a
-task finds it.) A job still running when its message's TTL runs out gets its actor
-killed and replaced and is answered with code 3. Leaving the backend — after success,
-an exception, Ctrl-C or cancellation — kills every actor (after its lifespan's
-teardown, when the run ended normally), then closes the Ray session; a Ray of the
-run's own stops with its processes.
+Failures. A ClientApp exception is the actor's business: it answers that message with
+an error reply (code 2), and the rest of its batch runs on. An actor that dies —
+killed, its process crashed, its node gone — while it ran one job answers that job
+with code 8; the calls queued behind it go back to the queue, and a replacement is
+created wherever Ray can place it. (An actor that dies while idle costs the next call
+sent to it too: Ray says nothing of a death until a task finds it.) An actor that dies
+in a batch says nothing of which task it was running, and the outcomes of those it
+had finished die with it: every job of the batch goes back to the queue to run again
+alone, one per call, so that a job that kills its actor again is the one answered with
+code 8 and no other job of its batch is (a death from outside — the OOM killer, a lost
+node — then costs no reply at all; a job of the batch that had finished runs its
+ClientApp twice, and only the second run's reply and state are kept). A call still running when a message's TTL runs out
+gets its actor killed and replaced: its one job is answered with code 3; of a batch,
+the jobs whose TTL has run out are answered with code 3 and the others run again
+alone. Leaving the backend — after success, an exception, Ctrl-C or cancellation —
+kills every actor (after its lifespan's teardown, when the run ended normally), then
+closes the Ray session; a Ray of the run's own stops with its processes.
 """
 
 from __future__ import annotations
