@@ -44,31 +44,36 @@ working directory too).
 
 Failures. A ClientApp exception is the actor's business: it answers that message with
 an error reply (code 2), and the rest of its batch runs on. An actor that dies —
-killed, its process crashed, its node gone — while it ran one job answers that job
-with code 8; the calls queued behind it go back to the queue, and a replacement is
-created wherever Ray can place it. (An actor that dies while idle costs the next call
-sent to it too: Ray says nothing of a death until a task finds it.) An actor that dies
-in a batch says nothing of which task it was running, and the outcomes of those it
-had finished die with it: every job of the batch goes back to the queue to run again
-alone, one per call, so that a job that kills its actor again is the one answered with
-code 8 and no other job of its batch is (a death from outside — the OOM killer, a lost
-node — then costs no reply at all; a job of the batch that had finished runs its
-ClientApp twice, and only the second run's reply and state are kept). A call still running when a message's TTL runs out
-gets its actor killed and replaced: its one job is answered with code 3; of a batch,
-the jobs whose TTL has run out are answered with code 3 and the others run again
-alone. Leaving the backend — after success, an exception, Ctrl-C or cancellation —
-kills every actor (after its lifespan's teardown, when the run ended normally), then
-closes the Ray session; a Ray of the run's own stops with its processes.
+killed, its process crashed, its node gone — while it had one job in flight answers
+that job with code 8, and a replacement is created wherever Ray can place it. (An
+actor that dies while idle costs the next call sent to it too: Ray says nothing of a
+death until a task finds it.) An actor that dies with more in flight — a batch, or
+calls queued behind one — says nothing of which job it was running, and the outcomes
+of those it had finished die with it (even those of a call that had returned, whose
+reply had not left the process yet): every job it had goes back to the queue to run
+again alone, one per call with nothing else in flight on its actor, so that a job
+that kills its actor again is the one answered with code 8 and no other job is. A
+death from outside — the OOM killer, a lost node — then costs no reply at all; a job
+that had finished runs its ClientApp twice, and only the second run's reply and state
+are kept. A call still running when a message's TTL runs out gets its actor killed and
+replaced: its one job is answered with code 3; of a batch, the jobs whose TTL has run
+out are answered with code 3 and the others run again alone; the calls behind it had
+not started and go back to the queue as they were. Leaving the backend — after
+success, an exception, Ctrl-C or cancellation — kills every actor (after its
+lifespan's teardown, when the run ended normally), then closes the Ray session; a Ray
+of the run's own stops with its processes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import sys
 import weakref
 from collections import Counter, deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -306,79 +311,103 @@ class RayBackend(WorkerBackend):
     async def _drive(self, actor: _Actor) -> None:
         """Feed one actor batches of jobs, sized as its tasks go, and settle them as they return."""
         in_flight: deque[_Batch] = deque()
+        held: _Job | None = None  # a job to run alone, waiting for the actor to have none
         size = 1
-        while True:
-            if not in_flight:
-                try:
-                    job = self._jobs_out.receive_nowait()
-                except anyio.WouldBlock:
+        try:
+            while True:
+                if not in_flight:
+                    job, held = held, None
+                    if job is None:
+                        try:
+                            job = self._jobs_out.receive_nowait()
+                        except anyio.WouldBlock:
+                            try:
+                                job = await self._jobs_out.receive()
+                            except anyio.EndOfStream:
+                                return
+                            size = 1  # the queue ran dry: what comes may be another kind of task
+                        except anyio.EndOfStream:
+                            return
+                    held = self._submit(actor, in_flight, job, size)
+                    del job
+                while held is None and self._may_add(in_flight, size):
                     try:
-                        job = await self._jobs_out.receive()
-                    except anyio.EndOfStream:
-                        return
-                    size = 1  # the queue ran dry: what comes now may be another kind of task
-                except anyio.EndOfStream:
-                    return
-                self._submit(actor, in_flight, job, size)
-                del job
-            while len(in_flight) < (PIPELINE_DEPTH if size > 1 else 1):
+                        job = self._jobs_out.receive_nowait()
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                    held = self._submit(actor, in_flight, job, size)
+                    del job
+                if not in_flight:
+                    continue
+                # No local names a batch once it is settled: its jobs, their contents and
+                # replies, must not stay alive here until the next job comes (a model can
+                # be hundreds of MB).
+                remaining = in_flight[0].expires_at - self._clock.now()
                 try:
-                    job = self._jobs_out.receive_nowait()
-                except (anyio.WouldBlock, anyio.EndOfStream):
-                    break
-                self._submit(actor, in_flight, job, size)
-                del job
-            if not in_flight:
-                continue
-            # No local names a batch once it is settled: its jobs, their contents and
-            # replies, must not stay alive here until the next job comes (a model can be
-            # hundreds of MB).
-            remaining = in_flight[0].expires_at - self._clock.now()
-            try:
-                with self._clock.move_on_after(remaining) as deadline:
-                    outcome = await in_flight[0].ref
-            except ray.exceptions.RayTaskError as exc:  # fedcore's side of the actor failed
-                reason = f"the task failed: {_first(exc)}"
-                self._lost(in_flight.popleft(), ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason)
-                continue
-            except ray.exceptions.RayError as exc:
-                reason = f"the ClientApp crashed: {_first(exc)}"
-                self._lost(in_flight.popleft(), ErrorCode.CLIENT_APP_CRASHED, reason)
-                await self._retire(actor, in_flight)
-                return
-            if deadline.cancelled_caught:
-                self._overran(in_flight.popleft())
-                await self._retire(actor, in_flight)
-                return
-            short = self._settle(actor, in_flight.popleft(), outcome)
-            del outcome
-            size = min(size * 2, MAX_BATCH) if short else 1
+                    with self._clock.move_on_after(remaining) as deadline:
+                        outcome = await in_flight[0].ref
+                except ray.exceptions.RayTaskError as exc:  # fedcore's side of the actor failed
+                    reason = f"the task failed: {_first(exc)}"
+                    self._failed(in_flight.popleft(), reason)
+                    continue
+                except ray.exceptions.RayError as exc:
+                    self._died(in_flight, f"the ClientApp crashed: {_first(exc)}")
+                    await self._retire(actor)
+                    return
+                if deadline.cancelled_caught:
+                    self._overran(in_flight.popleft())
+                    self._requeue(in_flight)  # behind a call still running: not started
+                    in_flight.clear()
+                    await self._retire(actor)
+                    return
+                short = self._settle(actor, in_flight.popleft(), outcome)
+                del outcome
+                size = min(size * 2, MAX_BATCH) if short else 1
+        finally:
+            if held is not None:  # the actor is gone, or the run ends: it goes back in line
+                with contextlib.suppress(anyio.ClosedResourceError):
+                    self._jobs_in.send_nowait(held)
 
-    def _submit(self, actor: _Actor, in_flight: deque[_Batch], job: _Job, size: int) -> None:
-        """Send ``job`` and up to ``size - 1`` more of the queue to ``actor`` in one call;
-        a job that is to run alone goes in a call of its own, and ends the filling."""
+    @staticmethod
+    def _may_add(in_flight: deque[_Batch], size: int) -> bool:
+        """Whether another call may go behind those ``in_flight``: while tasks are short,
+        up to :data:`PIPELINE_DEPTH`, and never behind a job running alone."""
+        if in_flight and in_flight[-1].jobs[0].alone:
+            return False
+        return len(in_flight) < (PIPELINE_DEPTH if size > 1 else 1)
+
+    def _submit(self, actor: _Actor, in_flight: deque[_Batch], job: _Job, size: int) -> _Job | None:
+        """Send ``job`` and up to ``size - 1`` more of the queue to ``actor`` in one call.
+
+        A job that is to run alone goes in a call of its own, with no other call in
+        flight on the actor: then a death while it runs is its doing. Met while
+        other calls are in flight, it ends the filling and is returned, to be held
+        until they are done.
+        """
         jobs: list[_Job] = []
+        held: _Job | None = None
         while True:
             if job.message.metadata.expires_at <= self._clock.now():
                 job.fail(
                     ErrorCode.MESSAGE_UNAVAILABLE, "the message expired before an actor was free"
                 )
             elif job.alone:
-                if jobs:
-                    self._send(actor, in_flight, jobs)
-                    jobs = []
-                self._send(actor, in_flight, [job])
-                return
+                if jobs or in_flight:
+                    held = job
+                else:
+                    self._send(actor, in_flight, [job])
+                break
             else:
                 jobs.append(job)
-            if len(jobs) >= size:
-                break
+                if len(jobs) >= size:
+                    break
             try:
                 job = self._jobs_out.receive_nowait()
             except (anyio.WouldBlock, anyio.EndOfStream):
                 break
         if jobs:
             self._send(actor, in_flight, jobs)
+        return held
 
     def _send(self, actor: _Actor, in_flight: deque[_Batch], jobs: list[_Job]) -> None:
         contents: dict[int, int] = {}  # each distinct object of the store once, by position
@@ -409,20 +438,32 @@ class RayBackend(WorkerBackend):
         self._ran[actor.node_id] += ran
         return ran == len(batch.jobs) and seconds < SHORT_TASK * ran
 
-    def _lost(self, batch: _Batch, code: ErrorCode, reason: str) -> None:
-        """Answer a call that failed as a whole: its one job with ``code``; a batch's jobs
-        go back to the queue to run alone (see the module's docstring)."""
+    def _failed(self, batch: _Batch, reason: str) -> None:
+        """Answer a call that raised on fedcore's side of the actor: its one job with code
+        2; a batch's jobs go back to the queue to run alone, so the one that raises is found."""
         if len(batch.jobs) == 1:
-            batch.jobs[0].fail(code, reason)
+            batch.jobs[0].fail(ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason)
             return
-        log.warning(
-            "ray: %s, in a batch of %d tasks; they run again, one per call",
-            reason,
-            len(batch.jobs),
-        )
-        for job in batch.jobs:
-            job.alone = True
-            self._jobs_in.send_nowait(job)
+        log.warning("ray: %s, in a batch of %d tasks; they run again, one per call", reason,
+                    len(batch.jobs))  # fmt: skip
+        self._requeue([batch], alone=True)
+
+    def _died(self, in_flight: deque[_Batch], reason: str) -> None:
+        """Answer the calls in flight on an actor that died (see the module's docstring).
+
+        One job alone in flight is the one the actor was running: code 8. Otherwise the
+        death says nothing of which job it was running — nor even of which call: a call
+        that finished may have lost its reply with the process, when the next one ended
+        it — so every job in flight goes back to the queue, to run alone.
+        """
+        if len(in_flight) == 1 and len(in_flight[0].jobs) == 1:
+            in_flight.popleft().jobs[0].fail(ErrorCode.CLIENT_APP_CRASHED, reason)
+            return
+        count = sum(len(batch.jobs) for batch in in_flight)
+        log.warning("ray: %s, with %d tasks in flight; they run again, one per call", reason,
+                    count)  # fmt: skip
+        self._requeue(in_flight, alone=True)
+        in_flight.clear()
 
     def _overran(self, batch: _Batch) -> None:
         """Answer the jobs of a call still running when a TTL ran out: those past their
@@ -445,15 +486,17 @@ class RayBackend(WorkerBackend):
                 )
                 job.fail(ErrorCode.MESSAGE_UNAVAILABLE, reason)
             else:
-                job.alone = True
+                self._requeue([_Batch([job], None)], alone=True)
+
+    def _requeue(self, batches: Iterable[_Batch], *, alone: bool = False) -> None:
+        """Put the jobs of ``batches`` back in line, to run alone if ``alone``."""
+        for batch in batches:
+            for job in batch.jobs:
+                job.alone = job.alone or alone
                 self._jobs_in.send_nowait(job)
 
-    async def _retire(self, actor: _Actor, unstarted: deque[_Batch]) -> None:
-        """Replace an actor that died or overran a TTL; its ``unstarted`` jobs go back in line."""
-        for batch in unstarted:
-            for job in batch.jobs:
-                self._jobs_in.send_nowait(job)
-        unstarted.clear()
+    async def _retire(self, actor: _Actor) -> None:
+        """Replace an actor that died or overran a TTL."""
         self._actors.discard(actor)
         ray.kill(actor.handle, no_restart=True)
         self._created.pop(id(actor.handle), None)
