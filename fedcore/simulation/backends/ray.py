@@ -21,16 +21,17 @@ timed under :data:`SHORT_TASK` each, up to :data:`MAX_BATCH`, with
 :data:`PIPELINE_DEPTH` calls in flight; one job per call again once a task takes
 longer, so that long tasks (real training) spread over the actors one by one. The
 actor ends a batch early when it has run long or its replies grew large
-(:mod:`.ray_tasks`), and the jobs it left go back to the queue. A task is the worker
+(:mod:`.ray_tasks`): the jobs it left go back to the queue, and its next batch is as
+large as what it ran. A task is the worker
 protocol's bytes (:mod:`fedcore.wire.worker`); a content whose arrays are large goes
 into the object store once (``ray.put``, off the event loop) and every task that
 carries it — a round's model, sent to every sampled node — refers to that one object,
 passed once per call, which Ray frees once the content is garbage-collected and its
 last task is done. Outcomes come back as one ``uint8`` array of msgpack frames per
 call: on the driver's node Ray hands a large one over as a view of its shared memory,
-and the replies' arrays are views of that, so replies cost their own size, until the
-strategy has folded them in and let them go. Nothing of the app's is pickled either
-way.
+and the replies' arrays are views of that, so replies cost their own size (a batch's
+at most ``BATCH_BYTES`` and one more reply, together), until the strategy has folded
+them in and let them go. Nothing of the app's is pickled either way.
 
 The app reaches every node. Run on a cluster (an address), an app directory target
 is the Ray job's working directory: Ray ships it to each node (``.gitignore`` and
@@ -360,9 +361,8 @@ class RayBackend(WorkerBackend):
                     in_flight.clear()
                     await self._retire(actor)
                     return
-                short = self._settle(actor, in_flight.popleft(), outcome)
+                size = self._settle(actor, in_flight.popleft(), outcome, size)
                 del outcome
-                size = min(size * 2, MAX_BATCH) if short else 1
         finally:
             if held is not None:  # the actor is gone, or the run ends: it goes back in line
                 with contextlib.suppress(anyio.ClosedResourceError):
@@ -424,9 +424,13 @@ class RayBackend(WorkerBackend):
         tasks = [job.task for job in jobs]
         in_flight.append(_Batch(jobs, actor.handle.run.remote(tasks, places, *references)))
 
-    def _settle(self, actor: _Actor, batch: _Batch, outcome: Any) -> bool:
+    def _settle(self, actor: _Actor, batch: _Batch, outcome: Any, size: int) -> int:
         """Settle the jobs of ``batch`` that ran, in order, and queue again those the actor
-        left unrun; whether its tasks were short."""
+        left unrun; return the size of the actor's next batch, after one of ``size``.
+
+        Twice as large after a batch of short tasks that ran whole; as large as what ran
+        of one the actor ended early, tasks short all the same; one after long tasks.
+        """
         views, seconds = unpack_outcomes(outcome.data)
         ran = min(len(views), len(batch.jobs))
         for job, view in zip(batch.jobs[:ran], views[:ran], strict=True):
@@ -436,7 +440,9 @@ class RayBackend(WorkerBackend):
         for job in batch.jobs[ran:]:
             self._jobs_in.send_nowait(job)
         self._ran[actor.node_id] += ran
-        return ran == len(batch.jobs) and seconds < SHORT_TASK * ran
+        if seconds >= SHORT_TASK * ran:
+            return 1
+        return min(size * 2, MAX_BATCH) if ran == len(batch.jobs) else max(ran, 1)
 
     def _failed(self, batch: _Batch, reason: str) -> None:
         """Answer a call that raised on fedcore's side of the actor: its one job with code
