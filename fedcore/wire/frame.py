@@ -12,8 +12,9 @@ Layout, offsets from the start of the payload::
 
     0   b"FC"           magic
     2   kind            b"R" a RecordDict, b"M" a Message, b"B" a batch of Messages
-                        (see :mod:`fedcore.wire.batch`); b"T", b"O", b"S" a worker's
-                        task, outcome and spec (see :mod:`fedcore.wire.worker`)
+                        (see :mod:`fedcore.wire.batch`); b"T", b"O", b"Q", b"S" a
+                        worker's task, outcome, outcomes of a batch of tasks, and spec
+                        (see :mod:`fedcore.wire.worker`)
     3   version         FORMAT_VERSION; any other version is refused
     4   header length   uint32, big-endian
     8   header          msgpack: all structure and values, and each array's dtype,
@@ -44,6 +45,7 @@ MESSAGE = b"M"
 BATCH = b"B"
 TASK = b"T"
 OUTCOME = b"O"
+OUTCOMES = b"Q"
 SPEC = b"S"
 _KIND_NAMES = {
     RECORDDICT: "a RecordDict",
@@ -51,6 +53,7 @@ _KIND_NAMES = {
     BATCH: "a message batch",
     TASK: "a worker task",
     OUTCOME: "a worker outcome",
+    OUTCOMES: "a batch of worker outcomes",
     SPEC: "a worker spec",
 }
 _PREFIX_LEN = 8

@@ -8,6 +8,9 @@ Every pipe message is one of:
   the worker maps it instead of receiving a copy;
 - an **outcome** (worker → engine): the reply and the node's ``Context.state`` after
   the handler ran;
+- **outcomes** (a Ray actor → the engine, which sends an actor several tasks per
+  call): the outcomes of the first tasks of a batch, in order, each a whole outcome
+  payload starting aligned, and the seconds the actor spent running them;
 - a **pointer** (either way): ``b"@"`` and the name of a segment holding a task or
   an outcome too large for the pipe;
 - a **release** (engine → worker): ``b"-"`` and the name of an outcome segment the
@@ -30,15 +33,16 @@ blocking ``Connection``. The engine's end, on an event loop, frames with
 
 from __future__ import annotations
 
+import math
 import re
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fedcore.domain import Context, Message, RecordDict
 from fedcore.domain.message import assemble_message
 from fedcore.wire import frame
-from fedcore.wire.frame import DEFAULT_LIMITS, DecodeLimits, Parts, fail
+from fedcore.wire.frame import ALIGNMENT, DEFAULT_LIMITS, DecodeLimits, Parts, fail, parts_size
 from fedcore.wire.message import decode_message, decode_metadata, encode_message, encode_metadata
 from fedcore.wire.records import decode_recorddict, encode_recorddict
 
@@ -111,6 +115,38 @@ def unpack_outcome(
     state = decode_recorddict(header[1], reader, limits)
     reader.finish()
     return reply, state
+
+
+def pack_outcomes(outcomes: Sequence[Parts], seconds: float) -> Parts:
+    """The ``outcomes`` of a batch's tasks (:func:`pack_outcome` each), and the
+    ``seconds`` they took; no outcome is copied."""
+    sizes = [parts_size(parts) for parts in outcomes]
+    packed = frame.encode_parts(frame.OUTCOMES, [float(seconds), sizes], [])
+    position = parts_size(packed)
+    for parts, size in zip(outcomes, sizes, strict=True):
+        pad = -position % ALIGNMENT
+        if pad:
+            packed.append(bytes(pad))
+        packed += parts
+        position += pad + size
+    return packed
+
+
+def unpack_outcomes(
+    data: Buffer, limits: DecodeLimits = DEFAULT_LIMITS
+) -> tuple[list[memoryview], float]:
+    """Views of each outcome of a batch (for :func:`unpack_outcome`), and their seconds."""
+    header, reader = frame.decode(data, frame.OUTCOMES, limits)
+    if not isinstance(header, list) or len(header) != 2:
+        fail("a batch's outcomes header must be a list of 2 fields")
+    seconds, sizes = header
+    if type(seconds) is not float or not math.isfinite(seconds) or seconds < 0:
+        fail("a batch's seconds must be a finite float, not negative")
+    if not isinstance(sizes, list) or not all(type(size) is int and size >= 0 for size in sizes):
+        fail("a batch's outcome sizes must be a list of non-negative ints")
+    views = [reader.take(size, f"outcome {index}") for index, size in enumerate(sizes)]
+    reader.finish()
+    return views, seconds
 
 
 SpecValue = str | int | list[str]

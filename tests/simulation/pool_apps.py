@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
+from pathlib import Path
 
 import anyio
 
@@ -52,6 +54,22 @@ async def hang(msg: fc.Message, context: fc.Context) -> fc.Message:
 @client.query("slow")
 def slow(msg: fc.Message, context: fc.Context) -> fc.Message:
     time.sleep(float(msg.content["config"]["seconds"]))  # type: ignore[arg-type]
+    return _reply(msg, pid=os.getpid())
+
+
+@client.query("asked")
+def asked(msg: fc.Message, context: fc.Context) -> fc.Message:
+    """Quick, unless the message's config asks otherwise: ``fail`` raises, ``exit`` ends the
+    process, ``kill-once`` (a path) SIGKILLs it, as if from outside, unless that file exists."""
+    config = msg.content["config"]
+    if config.get("fail"):
+        raise ValueError("the author's bug")
+    if config.get("exit"):
+        os._exit(3)
+    marker = config.get("kill-once")
+    if isinstance(marker, str) and not os.path.exists(marker):
+        Path(marker).touch()
+        os.kill(os.getpid(), signal.SIGKILL)
     return _reply(msg, pid=os.getpid())
 
 

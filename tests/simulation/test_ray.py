@@ -83,6 +83,48 @@ async def ray_run(app: fc.App | Path, **options: Any) -> Any:
     return (await fc.simulate(app, backend="ray", seed=0, progress=False, **options)).value
 
 
+BATCHED_NODES = 60
+ASKED = 30
+"""Of a round of quick tasks on 60 nodes, the one asked something else, by position: by
+then each actor's batches have grown past one task."""
+
+
+def _asked(config: dict[str, Any]) -> Any:
+    """A round of ``query.asked`` where message :data:`ASKED` carries ``config``;
+    ``main`` returns that message's node and the replies."""
+
+    async def main(grid: fc.Grid, context: fc.Context) -> tuple[int, list[fc.Message]]:
+        nodes = await grid.get_node_ids()
+        messages = [
+            fc.Message(
+                fc.RecordDict({"config": fc.ConfigRecord(config if i == ASKED else {})}),
+                n,
+                "query.asked",
+            )
+            for i, n in enumerate(nodes)
+        ]
+        return nodes[ASKED], await grid.send_and_receive(messages)
+
+    return main
+
+
+def _calls(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
+    """The node of each job of each actor call the backend makes, as it makes them."""
+    calls: list[list[int]] = []
+    send = ray_backend.RayBackend._send
+
+    def recorded(self: Any, actor: Any, in_flight: Any, jobs: list[Any]) -> None:
+        calls.append([job.message.metadata.dst_node_id for job in jobs])
+        send(self, actor, in_flight, jobs)
+
+    monkeypatch.setattr(ray_backend.RayBackend, "_send", recorded)
+    return calls
+
+
+def _errors(replies: list[fc.Message]) -> dict[int, ErrorCode]:
+    return {r.metadata.src_node_id: ErrorCode(r.error.code) for r in replies if r.has_error()}
+
+
 async def test_actors_are_warm_and_set_up_once() -> None:
     replies = await ray_run(_app(_ask("query.whoami")), nodes=20)
     assert len(_pids(replies)) == SHARED_CPUS
@@ -149,6 +191,57 @@ async def test_a_client_app_that_ends_its_process_costs_one_reply() -> None:
     assert [r.error.code for r in crashed if r.has_error()] == [ErrorCode.CLIENT_APP_CRASHED]
     assert sum(reply.has_content() for reply in crashed) == 5
     assert all(reply.has_content() for reply in after)
+
+
+async def test_a_client_app_that_raises_in_a_batch_costs_its_own_reply_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = _calls(monkeypatch)
+    node, replies = await ray_run(_app(_asked({"fail": True})), nodes=BATCHED_NODES)
+    assert len(replies) == BATCHED_NODES
+    assert _errors(replies) == {node: ErrorCode.CLIENT_APP_RAISED_EXCEPTION}
+    assert [len(call) > 1 for call in calls if node in call] == [True], "once, in a batch"
+
+
+async def test_an_actor_that_dies_in_a_batch_costs_the_reply_of_the_job_that_killed_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The batch's jobs run again one per call: the one that ends its process again is
+    the one answered with code 8, and no other job of the batch is."""
+    calls = _calls(monkeypatch)
+    node, replies = await ray_run(_app(_asked({"exit": True})), nodes=BATCHED_NODES)
+    assert len(replies) == BATCHED_NODES
+    assert _errors(replies) == {node: ErrorCode.CLIENT_APP_CRASHED}
+    with_it = [call for call in calls if node in call]
+    assert len(with_it[0]) > 1, "it first ran in a batch"
+    assert with_it[1:] == [[node]], "then alone, once"
+
+
+async def test_an_actor_killed_from_outside_during_a_batch_costs_no_reply(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """SIGKILL mid-batch, once: every job of the lost batch runs again, alone, and succeeds."""
+    calls = _calls(monkeypatch)
+    marker = tmp_path / "killed"
+    node, replies = await ray_run(_app(_asked({"kill-once": str(marker)})), nodes=BATCHED_NODES)
+    assert marker.exists(), "the actor was killed"
+    assert len(replies) == BATCHED_NODES
+    assert _errors(replies) == {}
+    (lost,) = [call for call in calls if node in call and len(call) > 1]
+    assert all(calls.count([n]) == 1 for n in lost), "each job of the lost batch, alone once"
+
+
+async def test_the_thread_variables_reach_the_actor_s_blas(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Set before numpy loads, not only in the environment: numpy's BLAS, loaded by the
+    ClientApp, runs the threads ``OPENBLAS_NUM_THREADS`` says (set here to 2, which
+    fedcore passes on; Ray's own default for a 1-CPU actor is one thread)."""
+    for name in THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    from thread_apps import client as thread_client
+
+    reports = await ray_run(_app(_ask("query.blas"), thread_client), nodes=2)
+    assert [r.content["metrics"]["threads"] for r in reports] == [2, 2]
 
 
 async def test_a_client_app_past_its_ttl_is_stopped_and_answered() -> None:

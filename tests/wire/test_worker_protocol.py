@@ -34,6 +34,7 @@ from fedcore.wire.worker import (
     failure_reason,
     pack_failure,
     pack_outcome,
+    pack_outcomes,
     pack_pointer,
     pack_release,
     pack_spec,
@@ -41,6 +42,7 @@ from fedcore.wire.worker import (
     pointer_target,
     release_target,
     unpack_outcome,
+    unpack_outcomes,
     unpack_spec,
     unpack_task,
 )
@@ -380,6 +382,41 @@ def test_an_outcome_header_of_the_wrong_shape_is_refused() -> None:
         unpack_outcome(frame.encode(frame.OUTCOME, header, blobs))
 
 
+def test_outcomes_of_a_batch_round_trip_in_order_without_copies() -> None:
+    """A batch's outcomes, each starting aligned in one buffer; each decodes from its view."""
+    replies = [reply_with_content(sample_message()), reply_with_error(sample_message())]
+    states = [sample_state(), RecordDict()]
+    packed = pack_outcomes([pack_outcome(r, s) for r, s in zip(replies, states, strict=True)], 0.25)
+    data = np.frombuffer(b"".join(packed), np.uint8)  # as the actor returns it
+    views, seconds = unpack_outcomes(data.data)
+    assert seconds == 0.25
+    decoded = [unpack_outcome(view) for view in views]
+    assert [reply for reply, _ in decoded] == replies
+    assert [state for _, state in decoded] == states
+    w = decoded[0][0].content.array_records["update"]["w"]
+    assert np.shares_memory(w, data), "the reply's arrays are views of the batch's buffer"
+    assert w.ctypes.data % 16 == 0
+
+
+def test_an_empty_batch_of_outcomes_round_trips() -> None:
+    assert unpack_outcomes(b"".join(pack_outcomes([], 0.0))) == ([], 0.0)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [[0.1], [0.1, [1], 3], ["0.1", [1]], [-1.0, []], [math.nan, []], [0.1, 5], [0.1, [-1]],
+     [0.1, [True]]],
+)  # fmt: skip
+def test_outcomes_headers_of_the_wrong_shape_are_refused(header: object) -> None:
+    with pytest.raises(DecodeError):
+        unpack_outcomes(frame.encode(frame.OUTCOMES, header, []))
+
+
+def test_outcomes_claiming_more_bytes_than_they_have_are_refused() -> None:
+    with pytest.raises(DecodeError, match="past the end"):
+        unpack_outcomes(frame.encode(frame.OUTCOMES, [0.1, [10]], []))
+
+
 # ---------------------------------------------------------------- small messages
 
 
@@ -534,7 +571,22 @@ def decode_task(data: bytes) -> object:
     return unpack_task(data, empty_segment)
 
 
-DECODERS: list[Callable[[bytes], object]] = [decode_task, unpack_outcome, unpack_spec]
+def decode_outcomes(data: bytes) -> object:
+    views, _ = unpack_outcomes(data)
+    return [unpack_outcome(view) for view in views]
+
+
+VALID_OUTCOMES = b"".join(
+    pack_outcomes(
+        [[VALID_OUTCOME], pack_outcome(reply_with_error(sample_message()), RecordDict())], 0.5
+    )
+)
+DECODERS: list[Callable[[bytes], object]] = [
+    decode_task,
+    unpack_outcome,
+    decode_outcomes,
+    unpack_spec,
+]
 
 
 @settings(max_examples=300, deadline=None)
@@ -542,7 +594,7 @@ DECODERS: list[Callable[[bytes], object]] = [decode_task, unpack_outcome, unpack
 def test_random_bytes_only_raise_decode_error(data: bytes) -> None:
     for decode in DECODERS:
         refused_or_decoded(decode, data)
-    for kind in (frame.TASK, frame.OUTCOME, frame.SPEC):
+    for kind in (frame.TASK, frame.OUTCOME, frame.OUTCOMES, frame.SPEC):
         framed = frame.MAGIC + kind + bytes([FORMAT_VERSION]) + data
         for decode in DECODERS:
             refused_or_decoded(decode, framed)
@@ -563,7 +615,7 @@ msgpack_values = st.recursive(
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(msgpack_values, min_size=2, max_size=5), st.binary(max_size=40))
 def test_random_headers_only_raise_decode_error(header: list[Any], tail: bytes) -> None:
-    for kind in (frame.TASK, frame.OUTCOME, frame.SPEC):
+    for kind in (frame.TASK, frame.OUTCOME, frame.OUTCOMES, frame.SPEC):
         packed = msgpack.packb(header, use_bin_type=True)
         data = frame.MAGIC + kind + bytes([FORMAT_VERSION]) + len(packed).to_bytes(4, "big")
         for decode in DECODERS:
@@ -571,7 +623,12 @@ def test_random_headers_only_raise_decode_error(header: list[Any], tail: bytes) 
 
 
 @pytest.mark.parametrize(
-    ("payload", "decode"), [(VALID_TASK, decode_task), (VALID_OUTCOME, unpack_outcome)]
+    ("payload", "decode"),
+    [
+        (VALID_TASK, decode_task),
+        (VALID_OUTCOME, unpack_outcome),
+        (VALID_OUTCOMES, decode_outcomes),
+    ],
 )
 def test_every_truncation_is_refused(payload: bytes, decode: Callable[[bytes], object]) -> None:
     decode(payload)  # the whole payload is valid
@@ -583,7 +640,12 @@ def test_every_truncation_is_refused(payload: bytes, decode: Callable[[bytes], o
 
 
 @pytest.mark.parametrize(
-    ("payload", "decode"), [(VALID_TASK, decode_task), (VALID_OUTCOME, unpack_outcome)]
+    ("payload", "decode"),
+    [
+        (VALID_TASK, decode_task),
+        (VALID_OUTCOME, unpack_outcome),
+        (VALID_OUTCOMES, decode_outcomes),
+    ],
 )
 def test_every_flipped_byte_decodes_or_is_refused(
     payload: bytes, decode: Callable[[bytes], object]
@@ -604,7 +666,13 @@ def test_every_flipped_byte_decodes_or_is_refused(
 @given(st.data())
 def test_random_corruptions_only_raise_decode_error(data: st.DataObject) -> None:
     payload, decode = data.draw(
-        st.sampled_from([(VALID_TASK, decode_task), (VALID_OUTCOME, unpack_outcome)])
+        st.sampled_from(
+            [
+                (VALID_TASK, decode_task),
+                (VALID_OUTCOME, unpack_outcome),
+                (VALID_OUTCOMES, decode_outcomes),
+            ]
+        )
     )
     corrupted = bytearray(payload)
     for _ in range(data.draw(st.integers(1, 4))):

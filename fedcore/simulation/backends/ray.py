@@ -5,22 +5,33 @@ Theory of operation. Entering the backend opens the Ray it runs on
 counts the actors of the ClientApp's ``Resources`` its nodes can place, and creates
 them (:mod:`.ray_actor`), each with ``num_cpus`` and ``num_gpus`` as Ray reserves them
 — a fraction of a GPU shares a device, Ray setting each actor's
-``CUDA_VISIBLE_DEVICES`` — and, in its ``runtime_env``, the thread caps of
-:mod:`.threads`. Each actor imports the ClientApp and runs its lifespan's setup once;
-one that fails to import ends the simulation right there with its one line.
+``CUDA_VISIBLE_DEVICES`` — and the thread caps of :mod:`.threads`, which the actor
+sets itself before anything loads numpy (not a ``runtime_env``, which would cost each
+actor a worker process started for it). Each actor imports the ClientApp and runs its
+lifespan's setup once; one that fails to import ends the simulation right there with
+its one line.
 
 :meth:`RayBackend.run` queues each message as a job; each actor has a driver task that
-submits jobs to it and settles them as their outcomes come back, in order — up to
-:data:`PIPELINE_DEPTH` in flight while tasks are short, one at a time once they take
-longer, as the process backend does. A task is the worker protocol's bytes
-(:mod:`fedcore.wire.worker`); a content whose arrays are large goes into the object
-store once (``ray.put``, off the event loop) and every task that carries it — a
-round's model, sent to every sampled node — refers to that one object, which Ray
-frees once the content is garbage-collected and its last task is done. Outcomes come
-back as ``uint8`` arrays of msgpack frames: on the driver's node Ray hands a large one
-over as a view of its shared memory, and the reply's arrays are views of that, so
-each reply costs its own size, until the strategy has folded it in and let it go.
-Nothing of the app's is pickled either way.
+sends it jobs in batches — several tasks in one actor call, as one Ray call costs about
+a millisecond on two cores (several under load), more than a small ClientApp's whole
+task — and settles each job as its batch's outcomes come back, in order. The batch
+grows as TCP's slow start does: one job after the queue ran dry (a new round, maybe of
+another kind of task), then twice as many after each batch whose tasks the actor
+timed under :data:`SHORT_TASK` each, up to :data:`MAX_BATCH`, with
+:data:`PIPELINE_DEPTH` calls in flight; one job per call again once a task takes
+longer, so that long tasks (real training) spread over the actors one by one. The
+actor ends a batch early when it has run long or its replies grew large
+(:mod:`.ray_tasks`): the jobs it left go back to the queue, and its next batch is as
+large as what it ran. A task is the worker
+protocol's bytes (:mod:`fedcore.wire.worker`); a content whose arrays are large goes
+into the object store once (``ray.put``, off the event loop) and every task that
+carries it — a round's model, sent to every sampled node — refers to that one object,
+passed once per call, which Ray frees once the content is garbage-collected and its
+last task is done. Outcomes come back as one ``uint8`` array of msgpack frames per
+call: on the driver's node Ray hands a large one over as a view of its shared memory,
+and the replies' arrays are views of that, so replies cost their own size (a batch's
+at most ``BATCH_BYTES`` and one more reply, together), until the strategy has folded
+them in and let them go. Nothing of the app's is pickled either way.
 
 The app reaches every node. Run on a cluster (an address), an app directory target
 is the Ray job's working directory: Ray ships it to each node (``.gitignore`` and
@@ -32,26 +43,38 @@ process backend's workers. So does it on a Ray of the run's own, where the app i
 already, and on a Ray this process connected to itself (the job is its own, its
 working directory too).
 
-Failures. A ClientApp exception is the actor's business: it answers with an error
-reply (code 2). An actor that dies — killed, its process crashed, its node gone —
-answers the job it was running with code 8; the jobs queued behind it go back to the
-queue, and a replacement is created wherever Ray can place it. (An actor that dies
-while idle costs the next job sent to it too: Ray says nothing of a death until a
-task finds it.) A job still running when its message's TTL runs out gets its actor
-killed and replaced and is answered with code 3. Leaving the backend — after success,
-an exception, Ctrl-C or cancellation — kills every actor (after its lifespan's
-teardown, when the run ended normally), then closes the Ray session; a Ray of the
-run's own stops with its processes.
+Failures. A ClientApp exception is the actor's business: it answers that message with
+an error reply (code 2), and the rest of its batch runs on. An actor that dies —
+killed, its process crashed, its node gone — while it had one job in flight answers
+that job with code 8, and a replacement is created wherever Ray can place it. (An
+actor that dies while idle costs the next call sent to it too: Ray says nothing of a
+death until a task finds it.) An actor that dies with more in flight — a batch, or
+calls queued behind one — says nothing of which job it was running, and the outcomes
+of those it had finished die with it (even those of a call that had returned, whose
+reply had not left the process yet): every job it had goes back to the queue to run
+again alone, one per call with nothing else in flight on its actor, so that a job
+that kills its actor again is the one answered with code 8 and no other job is. A
+death from outside — the OOM killer, a lost node — then costs no reply at all; a job
+that had finished runs its ClientApp twice, and only the second run's reply and state
+are kept. A call still running when a message's TTL runs out gets its actor killed and
+replaced: its one job is answered with code 3; of a batch, the jobs whose TTL has run
+out are answered with code 3 and the others run again alone; the calls behind it had
+not started and go back to the queue as they were. Leaving the backend — after
+success, an exception, Ctrl-C or cancellation — kills every actor (after its
+lifespan's teardown, when the run ended normally), then closes the Ray session; a Ray
+of the run's own stops with its processes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import sys
 import weakref
 from collections import Counter, deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,7 +87,7 @@ from fedcore.clock import Clock
 from fedcore.domain import Context, Error, ErrorCode, Message, RecordDict
 from fedcore.errors import AppLoadError, ResourceError
 from fedcore.simulation.backends.base import WorkerBackend
-from fedcore.simulation.backends.ray_actor import STORED, ClientActor
+from fedcore.simulation.backends.ray_actor import ClientActor
 from fedcore.simulation.backends.ray_cluster import (
     RaySession,
     close_session,
@@ -72,21 +95,25 @@ from fedcore.simulation.backends.ray_cluster import (
     open_session,
     plan_actors,
 )
+from fedcore.simulation.backends.ray_tasks import STORED
 from fedcore.simulation.backends.threads import THREAD_VARIABLES, thread_count
 from fedcore.simulation.backends.worker import WORKER_ENV
 from fedcore.simulation.resources import Resources
 from fedcore.wire import pack_recorddict_parts
-from fedcore.wire.worker import pack_task, unpack_outcome
+from fedcore.wire.worker import pack_task, unpack_outcome, unpack_outcomes
 
 log = logging.getLogger(__name__)
 
 STORE_THRESHOLD = 64 * 1024
 """A content whose arrays add up to more bytes than this goes into the object store
 once; a smaller one travels inside each task (Ray itself inlines objects under 100 KiB)."""
-PIPELINE_DEPTH = 4
-"""Jobs an actor may have in flight while its tasks are short."""
+MAX_BATCH = 32
+"""Jobs an actor gets in one call at most, while its tasks are short."""
+PIPELINE_DEPTH = 2
+"""Calls an actor may have in flight while its tasks are short."""
 SHORT_TASK = 0.005
-"""Seconds per outcome under which tasks count as short, and the pipeline fills."""
+"""Seconds per task (as the actor times them) under which tasks count as short, and
+batches grow."""
 START_TIMEOUT = 300.0
 """Seconds an actor may take to be placed, import the ClientApp and run its lifespan's setup."""
 STOP_GRACE = 5.0
@@ -101,6 +128,7 @@ class _Job:
     message: Message
     task: bytes
     content: Any  # the ObjectRef of the content in the object store, or None
+    alone: bool = False  # it was in a batch that failed as a whole: it runs in a call of its own
     done: anyio.Event = field(default_factory=anyio.Event)
     reply: Message | None = None
     state: RecordDict | None = None
@@ -111,6 +139,18 @@ class _Job:
 
     def fail(self, code: ErrorCode, reason: str) -> None:
         self.settle(Message(error=Error(int(code), reason), reply_to=self.message))
+
+
+@dataclass(eq=False)
+class _Batch:
+    """Jobs sent to an actor in one call, and the ObjectRef of their outcomes."""
+
+    jobs: list[_Job]
+    ref: Any
+
+    @property
+    def expires_at(self) -> float:
+        return min(job.message.metadata.expires_at for job in self.jobs)
 
 
 @dataclass(eq=False)
@@ -164,8 +204,8 @@ class RayBackend(WorkerBackend):
 
     @property
     def concurrency(self) -> int:
-        """Jobs worth having in hand: enough to keep every actor's pipeline full."""
-        return max(self._count, 1) * PIPELINE_DEPTH
+        """Jobs worth having in hand: enough to keep every actor's calls full."""
+        return max(self._count, 1) * PIPELINE_DEPTH * MAX_BATCH
 
     async def _prepare(self) -> None:
         self._session = await open_session(self._address, self._system, self._app_dir)
@@ -232,9 +272,9 @@ class RayBackend(WorkerBackend):
         """
         threads = str(thread_count(self._resources.num_cpus))
         environment = {name: os.environ.get(name) or threads for name in THREAD_VARIABLES}
-        runtime_env: dict[str, Any] = {"env_vars": {**environment, WORKER_ENV: "1"}}
         main = sys.modules.get("__main__")
         arguments = (
+            {**environment, WORKER_ENV: "1"},
             self._client_ref,
             "" if shipped else str(self._app_dir or Path.cwd()),
             [os.path.abspath(p) if p else os.getcwd() for p in sys.path],
@@ -246,7 +286,6 @@ class RayBackend(WorkerBackend):
             "max_restarts": 0,
             "max_task_retries": 0,
             "max_concurrency": 1,
-            "runtime_env": runtime_env,
         }
         return options, arguments
 
@@ -271,69 +310,199 @@ class RayBackend(WorkerBackend):
         self._task_group.start_soon(self._drive, actor, name=f"ray-actor-{pid}-driver")
 
     async def _drive(self, actor: _Actor) -> None:
-        """Feed one actor jobs, keeping its pipeline full, and settle them as they return."""
-        in_flight: deque[tuple[_Job, Any]] = deque()
-        depth, started = 1, self._clock.now()
-        while True:
-            if not in_flight:
+        """Feed one actor batches of jobs, sized as its tasks go, and settle them as they return."""
+        in_flight: deque[_Batch] = deque()
+        held: _Job | None = None  # a job to run alone, waiting for the actor to have none
+        size = 1
+        try:
+            while True:
+                if not in_flight:
+                    job, held = held, None
+                    if job is None:
+                        try:
+                            job = self._jobs_out.receive_nowait()
+                        except anyio.WouldBlock:
+                            try:
+                                job = await self._jobs_out.receive()
+                            except anyio.EndOfStream:
+                                return
+                            size = 1  # the queue ran dry: what comes may be another kind of task
+                        except anyio.EndOfStream:
+                            return
+                    held = self._submit(actor, in_flight, job, size)
+                    del job
+                while held is None and self._may_add(in_flight, size):
+                    try:
+                        job = self._jobs_out.receive_nowait()
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                    held = self._submit(actor, in_flight, job, size)
+                    del job
+                if not in_flight:
+                    continue
+                # No local names a batch once it is settled: its jobs, their contents and
+                # replies, must not stay alive here until the next job comes (a model can
+                # be hundreds of MB).
+                remaining = in_flight[0].expires_at - self._clock.now()
                 try:
-                    job = await self._jobs_out.receive()
-                except anyio.EndOfStream:
+                    with self._clock.move_on_after(remaining) as deadline:
+                        outcome = await in_flight[0].ref
+                except ray.exceptions.RayTaskError as exc:  # fedcore's side of the actor failed
+                    reason = f"the task failed: {_first(exc)}"
+                    self._failed(in_flight.popleft(), reason)
+                    continue
+                except ray.exceptions.RayError as exc:
+                    self._died(in_flight, f"the ClientApp crashed: {_first(exc)}")
+                    await self._retire(actor)
                     return
-                self._submit(actor, in_flight, job)
-                del job
-                started = self._clock.now()
-            while len(in_flight) < depth:
-                try:
-                    self._submit(actor, in_flight, self._jobs_out.receive_nowait())
-                except (anyio.WouldBlock, anyio.EndOfStream):
+                if deadline.cancelled_caught:
+                    self._overran(in_flight.popleft())
+                    self._requeue(in_flight)  # behind a call still running: not started
+                    in_flight.clear()
+                    await self._retire(actor)
+                    return
+                size = self._settle(actor, in_flight.popleft(), outcome, size)
+                del outcome
+        finally:
+            if held is not None:  # the actor is gone, or the run ends: it goes back in line
+                with contextlib.suppress(anyio.ClosedResourceError):
+                    self._jobs_in.send_nowait(held)
+
+    @staticmethod
+    def _may_add(in_flight: deque[_Batch], size: int) -> bool:
+        """Whether another call may go behind those ``in_flight``: while tasks are short,
+        up to :data:`PIPELINE_DEPTH`, and never behind a job running alone."""
+        if in_flight and in_flight[-1].jobs[0].alone:
+            return False
+        return len(in_flight) < (PIPELINE_DEPTH if size > 1 else 1)
+
+    def _submit(self, actor: _Actor, in_flight: deque[_Batch], job: _Job, size: int) -> _Job | None:
+        """Send ``job`` and up to ``size - 1`` more of the queue to ``actor`` in one call.
+
+        A job that is to run alone goes in a call of its own, with no other call in
+        flight on the actor: then a death while it runs is its doing. Met while
+        other calls are in flight, it ends the filling and is returned, to be held
+        until they are done.
+        """
+        jobs: list[_Job] = []
+        held: _Job | None = None
+        while True:
+            if job.message.metadata.expires_at <= self._clock.now():
+                job.fail(
+                    ErrorCode.MESSAGE_UNAVAILABLE, "the message expired before an actor was free"
+                )
+            elif job.alone:
+                if jobs or in_flight:
+                    held = job
+                else:
+                    self._send(actor, in_flight, [job])
+                break
+            else:
+                jobs.append(job)
+                if len(jobs) >= size:
                     break
-            if not in_flight:
-                continue
-            # No local names a job: a settled one, its content and reply, must not stay
-            # alive here until the next job comes (a model can be hundreds of MB).
-            remaining = in_flight[0][0].message.metadata.expires_at - self._clock.now()
             try:
-                with self._clock.move_on_after(remaining) as deadline:
-                    outcome = await in_flight[0][1]
-            except ray.exceptions.RayTaskError as exc:  # fedcore's side of the actor failed
-                in_flight.popleft()[0].fail(
-                    ErrorCode.CLIENT_APP_RAISED_EXCEPTION, f"the task failed: {_first(exc)}"
-                )
+                job = self._jobs_out.receive_nowait()
+            except (anyio.WouldBlock, anyio.EndOfStream):
+                break
+        if jobs:
+            self._send(actor, in_flight, jobs)
+        return held
+
+    def _send(self, actor: _Actor, in_flight: deque[_Batch], jobs: list[_Job]) -> None:
+        contents: dict[int, int] = {}  # each distinct object of the store once, by position
+        references: list[Any] = []
+        places = []
+        for job in jobs:
+            if job.content is None:
+                places.append(-1)
                 continue
-            except ray.exceptions.RayError as exc:
-                in_flight.popleft()[0].fail(
-                    ErrorCode.CLIENT_APP_CRASHED, f"the ClientApp crashed: {_first(exc)}"
-                )
-                await self._retire(actor, in_flight)
-                return
-            if deadline.cancelled_caught:
-                reason = (
-                    "the ClientApp was still running when the message's TTL of "
-                    f"{in_flight[0][0].message.metadata.ttl:g} s ran out; its actor was stopped"
-                )
-                in_flight.popleft()[0].fail(ErrorCode.MESSAGE_UNAVAILABLE, reason)
-                await self._retire(actor, in_flight)
-                return
-            reply, state = unpack_outcome(outcome.data)
-            del outcome
-            in_flight.popleft()[0].settle(reply, state)
+            place = contents.setdefault(id(job.content), len(references))
+            if place == len(references):
+                references.append(job.content)
+            places.append(place)
+        tasks = [job.task for job in jobs]
+        in_flight.append(_Batch(jobs, actor.handle.run.remote(tasks, places, *references)))
+
+    def _settle(self, actor: _Actor, batch: _Batch, outcome: Any, size: int) -> int:
+        """Settle the jobs of ``batch`` that ran, in order, and queue again those the actor
+        left unrun; return the size of the actor's next batch, after one of ``size``.
+
+        Twice as large after a batch of short tasks that ran whole; as large as what ran
+        of one the actor ended early, tasks short all the same; one after long tasks.
+        """
+        views, seconds = unpack_outcomes(outcome.data)
+        ran = min(len(views), len(batch.jobs))
+        for job, view in zip(batch.jobs[:ran], views[:ran], strict=True):
+            reply, state = unpack_outcome(view)
+            job.settle(reply, state)
             del reply, state
-            self._ran[actor.node_id] += 1
-            now = self._clock.now()
-            depth, started = (PIPELINE_DEPTH if now - started < SHORT_TASK else 1), now
-
-    def _submit(self, actor: _Actor, in_flight: deque[tuple[_Job, Any]], job: _Job) -> None:
-        if job.message.metadata.expires_at <= self._clock.now():
-            job.fail(ErrorCode.MESSAGE_UNAVAILABLE, "the message expired before an actor was free")
-            return
-        in_flight.append((job, actor.handle.run.remote(job.task, job.content)))
-
-    async def _retire(self, actor: _Actor, unstarted: deque[tuple[_Job, Any]]) -> None:
-        """Replace an actor that died or overran a TTL; its ``unstarted`` jobs go back in line."""
-        for job, _ in unstarted:
+        for job in batch.jobs[ran:]:
             self._jobs_in.send_nowait(job)
-        unstarted.clear()
+        self._ran[actor.node_id] += ran
+        if seconds >= SHORT_TASK * ran:
+            return 1
+        return min(size * 2, MAX_BATCH) if ran == len(batch.jobs) else max(ran, 1)
+
+    def _failed(self, batch: _Batch, reason: str) -> None:
+        """Answer a call that raised on fedcore's side of the actor: its one job with code
+        2; a batch's jobs go back to the queue to run alone, so the one that raises is found."""
+        if len(batch.jobs) == 1:
+            batch.jobs[0].fail(ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason)
+            return
+        log.warning("ray: %s, in a batch of %d tasks; they run again, one per call", reason,
+                    len(batch.jobs))  # fmt: skip
+        self._requeue([batch], alone=True)
+
+    def _died(self, in_flight: deque[_Batch], reason: str) -> None:
+        """Answer the calls in flight on an actor that died (see the module's docstring).
+
+        One job alone in flight is the one the actor was running: code 8. Otherwise the
+        death says nothing of which job it was running — nor even of which call: a call
+        that finished may have lost its reply with the process, when the next one ended
+        it — so every job in flight goes back to the queue, to run alone.
+        """
+        if len(in_flight) == 1 and len(in_flight[0].jobs) == 1:
+            in_flight.popleft().jobs[0].fail(ErrorCode.CLIENT_APP_CRASHED, reason)
+            return
+        count = sum(len(batch.jobs) for batch in in_flight)
+        log.warning("ray: %s, with %d tasks in flight; they run again, one per call", reason,
+                    count)  # fmt: skip
+        self._requeue(in_flight, alone=True)
+        in_flight.clear()
+
+    def _overran(self, batch: _Batch) -> None:
+        """Answer the jobs of a call still running when a TTL ran out: those past their
+        TTL with code 3; the others of a batch go back to the queue to run alone."""
+        first = batch.jobs[0].message.metadata
+        if len(batch.jobs) == 1:
+            reason = (
+                f"the ClientApp was still running when the message's TTL of {first.ttl:g} s "
+                "ran out; its actor was stopped"
+            )
+            batch.jobs[0].fail(ErrorCode.MESSAGE_UNAVAILABLE, reason)
+            return
+        now = self._clock.now()
+        for job in batch.jobs:
+            metadata = job.message.metadata
+            if metadata.expires_at <= now:
+                reason = (
+                    f"the message's TTL of {metadata.ttl:g} s ran out while its actor ran a "
+                    f"batch of {len(batch.jobs)} tasks; the actor was stopped"
+                )
+                job.fail(ErrorCode.MESSAGE_UNAVAILABLE, reason)
+            else:
+                self._requeue([_Batch([job], None)], alone=True)
+
+    def _requeue(self, batches: Iterable[_Batch], *, alone: bool = False) -> None:
+        """Put the jobs of ``batches`` back in line, to run alone if ``alone``."""
+        for batch in batches:
+            for job in batch.jobs:
+                job.alone = job.alone or alone
+                self._jobs_in.send_nowait(job)
+
+    async def _retire(self, actor: _Actor) -> None:
+        """Replace an actor that died or overran a TTL."""
         self._actors.discard(actor)
         ray.kill(actor.handle, no_restart=True)
         self._created.pop(id(actor.handle), None)
