@@ -158,14 +158,7 @@ def test_a_new_app_runs_on_a_link_with_two_nodes(tmp_path: Path) -> None:
     assert len(re.findall(r"round \d/3: ", done.stdout)) == 3
 
 
-@pytest.mark.timeout(300)  # mypy reads torch's types from cold: 50-90 s on 2 cores
-def test_the_rendered_code_passes_the_repository_s_ruff_and_mypy(
-    tmp_path: Path, pytestconfig: pytest.Config
-) -> None:
-    kinds = [kind for kind in templates.TEMPLATES if kind != "pytorch"]
-    if importlib.util.find_spec("torch") is not None:
-        kinds.append("pytorch")  # its types come from torch itself
-    packages = []
+def test_the_rendered_code_passes_the_repository_s_ruff(tmp_path: Path) -> None:
     for kind in templates.TEMPLATES:
         templates.render(f"{kind}-app", kind, tmp_path, fedcore_version="0.1")
         app = str(tmp_path / f"{kind}-app")
@@ -176,6 +169,19 @@ def test_the_rendered_code_passes_the_repository_s_ruff_and_mypy(
                 [str(BIN / "ruff"), *check, app], capture_output=True, text=True, check=False
             )
             assert ruff.returncode == 0, f"{kind}: {ruff.stdout}{ruff.stderr}"
+
+
+@pytest.mark.slow  # mypy reads torch's types from cold: 50-90 s of CI's 20 minutes
+@pytest.mark.timeout(300)
+def test_the_rendered_code_passes_the_repository_s_mypy(
+    tmp_path: Path, pytestconfig: pytest.Config
+) -> None:
+    kinds = [kind for kind in templates.TEMPLATES if kind != "pytorch"]
+    if importlib.util.find_spec("torch") is not None:
+        kinds.append("pytorch")  # its types come from torch itself
+    packages = []
+    for kind in kinds:
+        templates.render(f"{kind}-app", kind, tmp_path, fedcore_version="0.1")
     for kind in kinds:
         packages += ["-p", f"{kind}_app"]
     config = tmp_path / "mypy.ini"
