@@ -241,7 +241,7 @@ def simulate(
 
 def _resumed_target(resume: Path, target: str | None, no_save: bool) -> str:
     """The app a resumed run runs: TARGET, else the one its run.json names."""
-    from fedcore.results.reading import read_run
+    from fedcore.results.reading import read_run_file
 
     if no_save:
         raise click.BadParameter("a resumed run keeps its record in DIR", param_hint="--no-save")
@@ -250,7 +250,7 @@ def _resumed_target(resume: Path, target: str | None, no_save: bool) -> str:
         raise click.BadParameter("a resumed run keeps its record in DIR", param_hint="--out")
     if target is not None:
         return target
-    named = read_run(resume).run.get("target")
+    named = read_run_file(resume).get("target")
     if not isinstance(named, str):
         raise click.UsageError(
             f"{str(resume)!r}'s run.json does not name its app: give it as TARGET"

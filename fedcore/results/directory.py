@@ -110,11 +110,11 @@ class ResultsRecorder(logging.Handler):
         self._run: dict[str, Any] = dict(description)
         if resumed_after is None:
             self._run.update(fedcore=fedcore_version(), start=iso_time(started))
-        self._run.update(end=None, status="running")
-        if resumed_after is not None:
+        else:
             self._run.pop("error", None)
             resumption = {"at": iso_time(started), "after_round": resumed_after}
             self._run["resumed"] = [*self._run.get("resumed", []), resumption]
+        self._run.update(end=None, status="running")
         self.setFormatter(
             logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S")
         )

@@ -42,8 +42,8 @@ class RunResults:
         return rounds, values
 
 
-def read_run(path: Path) -> RunResults:
-    """The run recorded in ``path``; ``UsageError`` if it is not a results directory."""
+def read_run_file(path: Path) -> dict[str, Any]:
+    """``run.json`` of results directory ``path``; ``UsageError`` if it is not one."""
     try:
         run = json.loads((path / RUN_FILE).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -52,6 +52,12 @@ def read_run(path: Path) -> RunResults:
         ) from None
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot read {str(path / RUN_FILE)!r}: {exc}") from None
+    return run if isinstance(run, dict) else {}
+
+
+def read_run(path: Path) -> RunResults:
+    """The run recorded in ``path``; ``UsageError`` if it is not a results directory."""
+    run = read_run_file(path)
     rounds: list[dict[str, Any]] = []
     metrics = path / METRICS_FILE
     lines = metrics.read_text(encoding="utf-8").splitlines() if metrics.exists() else []
@@ -64,7 +70,7 @@ def read_run(path: Path) -> RunResults:
             raise UsageError(f"{str(metrics)!r} line {number} is not JSON") from None
         if isinstance(row, dict) and "round" in row:
             rounds.append(row)
-    return RunResults(path, run if isinstance(run, dict) else {}, rounds)
+    return RunResults(path, run, rounds)
 
 
 def _number(value: object) -> bool:

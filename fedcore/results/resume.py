@@ -25,7 +25,7 @@ from typing import Any
 from fedcore.errors import UsageError
 from fedcore.results.checkpoint import read_checkpoint
 from fedcore.results.directory import METRICS_FILE
-from fedcore.results.reading import read_run
+from fedcore.results.reading import read_run_file
 from fedcore.strategy.checkpoint import Checkpoint
 
 
@@ -38,12 +38,6 @@ class Resumption:
     """``run.json`` as the run left it."""
     checkpoint: Checkpoint
 
-    @property
-    def target(self) -> str | None:
-        """The app the run ran (its directory or ``module:attr``), if ``run.json`` says."""
-        target = self.run.get("target")
-        return target if isinstance(target, str) else None
-
 
 def open_resumption(path: Path) -> Resumption:
     """The run in results directory ``path``, its metrics set back to its checkpoint.
@@ -51,8 +45,7 @@ def open_resumption(path: Path) -> Resumption:
     ``UsageError`` (a :class:`~fedcore.errors.CheckpointError` among them) when ``path``
     is not a results directory, its run completed, or it holds no usable checkpoint.
     """
-    recorded = read_run(path)
-    run = recorded.run
+    run = read_run_file(path)
     if run.get("status") == "completed":
         raise UsageError(f"the run in {str(path)!r} completed: there is nothing to resume")
     for key in ("seed", "nodes", "config"):

@@ -118,13 +118,15 @@ async def serve_run(
                 if restart == 0:
                     metrics.put(("header", await _header(grid, client, run, app_dir)))
                 rounds = _Rounds(metrics.put)
-                with contextlib.ExitStack() as stack:
-                    if max_restarts > 0:
-                        store = _LinkCheckpoints(grid, client, run_id, metrics)
-                        resume_from = await store.last() if restart > 0 else None
-                        stack.enter_context(
-                            checkpointing(RoundCheckpoints(store, resume_from=resume_from))
-                        )
+                checkpoints = None
+                if max_restarts > 0:
+                    store = _LinkCheckpoints(grid, client, run_id, metrics)
+                    resume_from = await store.last() if restart > 0 else None
+                    checkpoints = RoundCheckpoints(store, resume_from=resume_from)
+                keeping = (
+                    contextlib.nullcontext() if checkpoints is None else checkpointing(checkpoints)
+                )
+                with keeping:
                     failure, value = await _main(grid, client, context, app_dir, heartbeat, rounds)
             # The metrics are all on the link now, before the run finishes.
             if failure is None:

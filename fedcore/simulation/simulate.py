@@ -232,16 +232,13 @@ async def simulate(
             ):
                 engine = SimulationEngine(state, runner, clock)
                 checkpoint = None if resumption is None else resumption.checkpoint
-                with contextlib.ExitStack() as checkpoints:
-                    if path is not None:
-                        store = CheckpointFile(path)
-                        checkpoints.enter_context(
-                            checkpointing(
-                                RoundCheckpoints(
-                                    store, resume_from=checkpoint, nodes=engine.node_states
-                                )
-                            )
-                        )
+                keeping: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
+                if path is not None:
+                    store = CheckpointFile(path)
+                    keeping = checkpointing(
+                        RoundCheckpoints(store, resume_from=checkpoint, nodes=engine.node_states)
+                    )
+                with keeping:
                     result = await engine.run(
                         loaded.app.server,
                         num_nodes=nodes,

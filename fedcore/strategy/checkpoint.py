@@ -76,7 +76,8 @@ class Checkpoint:
     train_config: ConfigRecord
     evaluate_config: ConfigRecord
     nodes: dict[int, RecordDict] = field(default_factory=dict)
-    """Each node's ``Context.state``, by node id (a runtime's; empty where it keeps them)."""
+    """Each node's ``Context.state``, by node id: the simulation's; empty in deployment,
+    where the link keeps the contexts itself."""
 
     def to_records(self) -> RecordDict:
         """The checkpoint as one RecordDict, its records named by what they hold."""

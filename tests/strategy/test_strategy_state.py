@@ -13,6 +13,7 @@ import pytest
 
 from fedcore import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from fedcore.errors import CheckpointError
+from fedcore.results.checkpoint import CheckpointFile, read_checkpoint
 from fedcore.results.resume import open_resumption
 from fedcore.strategy import (
     DifferentialPrivacyServerSideAdaptiveClipping,
@@ -26,7 +27,7 @@ from fedcore.strategy import (
     Strategy,
 )
 from fedcore.strategy.checkpoint import Checkpoint, RoundCheckpoints
-from fedcore.wire import pack_recorddict, unpack_recorddict
+from fedcore.wire import pack_recorddict, pack_recorddict_parts, unpack_recorddict
 
 NODES = [31, 32, 33]
 MODEL = ArrayRecord({"w": np.array([0.5, -1.0, 2.0]), "n": np.array([7], dtype=np.int64)})
@@ -203,3 +204,19 @@ def test_what_cannot_be_resumed_says_why(
     if status == "running":
         with pytest.raises(CheckpointError, match="is damaged"):
             open_resumption(tmp_path)
+
+
+@pytest.mark.anyio
+async def test_a_checkpoint_write_that_fails_midway_leaves_the_last_one_whole(
+    tmp_path: Path,
+) -> None:
+    """What the README says of a kill mid-write: the new checkpoint goes beside the old
+    one and over it only once complete, so a write that stops leaves the old one."""
+    store = CheckpointFile(tmp_path)
+    await store.save(_checkpoint(4).to_records())
+    parts = pack_recorddict_parts(_checkpoint(5).to_records())
+    with pytest.raises(TypeError):
+        store._write([*parts[:1], "the write stops here", *parts[1:]])  # type: ignore[list-item]
+    assert read_checkpoint(tmp_path).server_round == 4
+    await store.save(_checkpoint(5).to_records())
+    assert read_checkpoint(tmp_path).server_round == 5
