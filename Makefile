@@ -1,8 +1,17 @@
-# Every target bootstraps .venv on a fresh machine; re-installs when pyproject.toml changes.
+# Every target bootstraps .venv on a fresh machine from constraints.txt, the pinned set
+# `make lock` writes: `make demo` installs what the demo needs, `make test` the rest.
+# A target re-installs when pyproject.toml or constraints.txt changes.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-stamp
+# PIP_CONSTRAINT, not -c alone: pip passes it on to the isolated environment that builds
+# fedcore's editable install, so setuptools is pinned there too.
+PIP    := PIP_CONSTRAINT=$(CURDIR)/constraints.txt $(BIN)/python -m pip install --quiet
+DEMO_STAMP := $(VENV)/.demo-stamp
+STAMP      := $(VENV)/.installed-stamp
+# The extras make test installs, and so the ones constraints.txt pins.
+TEST_EXTRAS := dev,examples,plots,ray
+LOCK_VENV   := .venv-lock
 # Flower's own environment for `make bench-flower`, apart from fedcore's: the apps it
 # runs import the real flwr there (in fedcore's, `import flwr` in an app is fedcore).
 FLOWER_VENV  := .venv-flower
@@ -10,16 +19,20 @@ FLOWER_STAMP := $(FLOWER_VENV)/.installed-stamp
 FLOWER_PINS  := 'flwr[simulation]==1.42.0' scikit-learn
 BENCH_ARGS   ?=
 
-.PHONY: demo test test-all lint bench bench-flower proto clean
+.PHONY: demo test test-all lint lock bench bench-flower proto clean
 
-$(STAMP): pyproject.toml
+$(DEMO_STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "fedcore needs Python >= 3.11, found " + sys.version.split()[0]'
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,examples,plots,ray]'
+	$(PIP) --upgrade pip
+	$(PIP) -e '.[examples,plots]'
 	@touch $@
 
-demo: $(STAMP)  ## 100 simulated nodes learn to read digits: 30 rounds, 10 nodes per round; results/ keeps the record and its picture
+$(STAMP): $(DEMO_STAMP)
+	$(PIP) -e '.[$(TEST_EXTRAS)]'
+	@touch $@
+
+demo: $(DEMO_STAMP)  ## 100 simulated nodes learn to read digits: 30 rounds, 10 nodes per round; results/ keeps the record and its picture
 	$(BIN)/fedcore simulate examples/quickstart-numpy --nodes 100 --seed 0
 
 test: lint  ## lint, type-check and the test suite (what CI runs)
@@ -32,6 +45,17 @@ lint: $(STAMP)
 	$(BIN)/ruff check fedcore tests benchmarks examples
 	$(BIN)/ruff format --check fedcore tests benchmarks examples
 	$(BIN)/mypy
+
+lock:  ## re-resolve pyproject.toml's ranges in a new venv and pin the result in constraints.txt (an upgrade: commit it)
+	rm -rf $(LOCK_VENV)
+	$(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(LOCK_VENV)/bin/python -m pip install --quiet '.[$(TEST_EXTRAS)]'
+	{ echo "# Written by \`make lock\` from pyproject.toml's ranges with the extras [$(TEST_EXTRAS)],"; \
+	  echo "# on Python $$($(LOCK_VENV)/bin/python -c 'import platform; print(platform.python_version(), platform.machine())'):"; \
+	  echo "# what make demo, make test and CI install. Edit pyproject.toml, not this file."; \
+	  $(LOCK_VENV)/bin/python -m pip freeze --all --exclude-editable | grep -v '^fedcore=='; } > constraints.txt
+	rm -rf $(LOCK_VENV)
 
 bench: $(STAMP)  ## the workloads of docs/benchmarks.md; figures to benchmarks/results.json
 	$(BIN)/python -m benchmarks
@@ -49,4 +73,4 @@ proto: $(STAMP)  ## regenerate fedcore/wire/_pb from protos/ (commit the result;
 	$(BIN)/python -m fedcore.wire.protogen
 
 clean:
-	rm -rf $(VENV) $(FLOWER_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(FLOWER_VENV) $(LOCK_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

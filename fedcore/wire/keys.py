@@ -100,6 +100,7 @@ class PublicKey:
         text = text.strip()
         if len(text) > MAX_KEY_TEXT:
             raise UsageError("a public key is a few hundred characters, not this many")
+        key: object  # PEM and OpenSSH loaders return different unions; _public checks it
         try:
             if text.startswith("-----BEGIN"):
                 key = serialization.load_pem_public_key(text.encode("ascii"))
