@@ -39,10 +39,10 @@ demo: $(DEMO_STAMP)  ## 100 simulated nodes learn to read digits: 30 rounds, 10 
 	$(BIN)/fedcore simulate examples/quickstart-numpy --nodes 100 --seed 0
 
 test: lint $(FLOWER_WHEEL)  ## lint, type-check and the test suite (what CI runs)
-	FEDCORE_FLOWER_WHEEL=$(FLOWER_WHEEL) $(BIN)/python -m pytest -m "not slow" -q
+	FEDCORE_FLOWER_WHEEL=$(CURDIR)/$(FLOWER_WHEEL) $(BIN)/python -m pytest -m "not slow" -q
 
 test-all: lint $(FLOWER_WHEEL)  ## everything, soaks and large scales included
-	FEDCORE_FLOWER_WHEEL=$(FLOWER_WHEEL) $(BIN)/python -m pytest -q
+	FEDCORE_FLOWER_WHEEL=$(CURDIR)/$(FLOWER_WHEEL) $(BIN)/python -m pytest -q
 
 $(FLOWER_WHEEL): tests/flower-wheel.txt $(DEMO_STAMP)
 	$(BIN)/python -m pip download --quiet --no-deps --require-hashes -r $< -d $(@D)
