@@ -30,8 +30,9 @@ from fedcore.testing.flower_examples import FLOWER_COMMIT, FLOWER_REPO_ENV
 FLOWER_WHEEL_ENV = "FEDCORE_FLOWER_WHEEL"
 FLOWER_VERSION = "1.42.0"
 GET_THE_WHEEL = (
-    f"set {FLOWER_WHEEL_ENV} to Flower's wheel: "
-    f"pip download --no-deps flwr=={FLOWER_VERSION} -d DIR (make test does)"
+    f"set {FLOWER_WHEEL_ENV} to Flower's wheel file: `pip download --no-deps "
+    f"flwr=={FLOWER_VERSION} -d DIR` saves DIR/flwr-{FLOWER_VERSION}-py3-none-any.whl "
+    "(make test does both)"
 )
 APP_MODULES = (
     "flwr.app",
