@@ -4,8 +4,8 @@ The tests of fedcore's import hook (:mod:`fedcore.apps.flower_imports`) check it
 serves every name Flower offers apps, taking the list from Flower rather than from a
 copy kept here, so a name Flower adds fails a test instead of a user's app:
 
-- :class:`FlowerWheel` reads Flower's wheel (``$FEDCORE_FLOWER_WHEEL``, the
-  ``flwr-1.42.0-py3-none-any.whl`` ``make test`` downloads) as a zip: the ``__all__``
+- :class:`FlowerWheel` reads Flower's wheel (``$FEDCORE_FLOWER_WHEEL``: the release
+  ``tests/flower-wheel.txt`` pins, which ``make test`` downloads) as a zip: the ``__all__``
   of a module, and what kind of thing each name is (:data:`Kind`), from the statement
   that defines it, following the wheel's own re-exports;
 - :func:`example_imports` reads every ``flwr`` name each of Flower's example apps
@@ -28,11 +28,9 @@ from typing import Literal
 from fedcore.testing.flower_examples import FLOWER_COMMIT, FLOWER_REPO_ENV
 
 FLOWER_WHEEL_ENV = "FEDCORE_FLOWER_WHEEL"
-FLOWER_VERSION = "1.42.0"
 GET_THE_WHEEL = (
-    f"set {FLOWER_WHEEL_ENV} to Flower's wheel file: `pip download --no-deps "
-    f"flwr=={FLOWER_VERSION} -d DIR` saves DIR/flwr-{FLOWER_VERSION}-py3-none-any.whl "
-    "(make test does both)"
+    f"set {FLOWER_WHEEL_ENV} to the wheel file of the Flower release tests/flower-wheel.txt "
+    "pins (make test downloads it; by hand: pip download --no-deps flwr==VERSION -d DIR)"
 )
 APP_MODULES = (
     "flwr.app",
