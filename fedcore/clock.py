@@ -13,6 +13,7 @@ import math
 import time
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
+from datetime import UTC, datetime
 
 import anyio
 
@@ -50,3 +51,11 @@ class SystemClock(Clock):
         if seconds is None or math.isinf(seconds):
             return anyio.CancelScope()
         return anyio.move_on_after(max(seconds, 0.0))
+
+
+def utc_now(clock: Clock | None = None) -> datetime:
+    """This moment on ``clock`` (the system's by default) as a timezone-aware UTC datetime.
+
+    Flower's ``flwr.common.now()``, which apps use to stamp what they write.
+    """
+    return datetime.fromtimestamp((clock or SystemClock()).now(), UTC)

@@ -27,6 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "wire": {"errors", "domain"},
     "data": set(),
     "privacy": {"domain"},
+    "privacy_accounting": {"errors"},
     "apps": BASE | {"domain"},
     "mods": {"errors", "domain", "wire", "apps", "privacy"},
     "state": BASE | {"domain", "wire"},
@@ -64,7 +65,9 @@ GUARDED: dict[str, set[str]] = {
     "mlflow": {"results"},
     "tensorboard": {"results"},
     "wandb": {"results"},
-    "anyio": set(ALLOWED) - {"domain", "wire", "data", "errors", "privacy"},
+    # Google's privacy accounting, behind the accountant (the [dp] extra).
+    "dp_accounting": {"privacy_accounting"},
+    "anyio": set(ALLOWED) - {"domain", "wire", "data", "errors", "privacy", "privacy_accounting"},
 }
 
 

@@ -38,6 +38,13 @@ MetricValue: TypeAlias = int | float | list[int] | list[float] | list[int | floa
 ConfigScalar: TypeAlias = bool | int | float | str | bytes
 ConfigValue: TypeAlias = ConfigScalar | list[ConfigScalar]
 
+# Flower's names for these value types, as ``flwr.app`` offers them to annotations.
+MetricScalar: TypeAlias = int | float
+MetricScalarList: TypeAlias = list[int] | list[float]
+MetricRecordValues: TypeAlias = MetricValue
+ConfigScalarList: TypeAlias = list[bool] | list[int] | list[float] | list[str] | list[bytes]
+ConfigRecordValues: TypeAlias = ConfigValue
+
 # dtype kinds that have a plain, portable byte representation: bool, signed and
 # unsigned integers, floats and complex numbers. Object, string, void (structured)
 # and datetime arrays are refused: they cannot travel without pickle.
