@@ -118,7 +118,8 @@ def test_keep_input_false_takes_the_items_out_of_the_dict_given() -> None:
     assert MetricRecord(given, keep_input=False) == {"a": 1, "b": 2.0}
     assert given == {}
     config = {"c": "x"}
-    assert ConfigRecord(config, keep_input=False) == {"c": "x"} and config == {}
+    assert ConfigRecord(config, keep_input=False) == {"c": "x"}
+    assert config == {}
 
 
 def test_flowers_deprecated_record_dict_spellings_warn() -> None:
@@ -127,9 +128,9 @@ def test_flowers_deprecated_record_dict_spellings_warn() -> None:
         content = RecordDict(metrics_records={"m": metrics})
     with pytest.warns(DeprecationWarning, match="metric_records"):
         assert content.metrics_records == {"m": metrics}
-    with pytest.warns(DeprecationWarning):
+    with pytest.warns(DeprecationWarning, match="array_records"):
         assert content.parameters_records == {}
-    with pytest.warns(DeprecationWarning):
+    with pytest.warns(DeprecationWarning, match="config_records"):
         assert content.configs_records == {}
 
 
