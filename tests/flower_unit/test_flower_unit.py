@@ -55,7 +55,10 @@ def pending(why: str) -> Expected:
 _INFLATABLE = (
     "inflatable objects: Flower's content-addressed transfer format; fedcore's wire is its own"
 )
-_RECORD_MAKER = "a helper of Flower's serde tests (flwr.common.serde_test)"
+_NOW = (
+    "flwr.common.now, public in Flower 1.42, is not served yet (issue #23 item 3); its "
+    "RecordMaker (serde_test) needs it; next it needs make_message, a Flower internal"
+)
 _CONSTANTS = "Flower's constants module (flwr.common.constant)"
 _STYPE = "flwr.common.constant.SType"
 _HOLDS_NDARRAYS = "An `ArrayRecord` holds ndarrays, not `Array` objects"
@@ -136,32 +139,20 @@ EXPECTED: dict[str, Expected] = {
         _HOLDS_NDARRAYS, "it expects a plain ndarray value to be refused"
     ),
     # message
-    MESSAGE + "test_altering_message[*": internal(
-        "flwr.common.serde_test.RecordMaker", _RECORD_MAKER
-    ),
+    MESSAGE + "test_altering_message[*": pending(_NOW),
     MESSAGE + "test_create_ins_message_failure[*": internal(
         "flwr.common.message.MessageInitializationError", "Flower's private exception class"
     ),
-    MESSAGE + "test_create_ins_message_success[*": pending(_UNSERVED + ": now"),
-    MESSAGE + "test_create_reply*": internal("flwr.common.serde_test.RecordMaker", _RECORD_MAKER),
-    MESSAGE + "test_inflate_deflate_message_with_*": internal(
-        "flwr.common.serde_test.RecordMaker", _RECORD_MAKER
-    ),
-    MESSAGE + "test_message_creation[*": internal(
-        "flwr.common.serde_test.RecordMaker", _RECORD_MAKER
-    ),
-    MESSAGE + "test_object_id_excludes_message_id_in_metadata": internal(
-        "flwr.common.serde_test.RecordMaker", _RECORD_MAKER
-    ),
-    MESSAGE + "test_remove_content_from_message": internal(
-        "flwr.common.serde_test.RecordMaker", _RECORD_MAKER
-    ),
-    MESSAGE + "test_reply_ttl_limitation[*": internal(
-        "flwr.common.serde_test.RecordMaker", _RECORD_MAKER
-    ),
+    MESSAGE + "test_create_ins_message_success[*": pending(_NOW),
+    MESSAGE + "test_create_reply*": pending(_NOW),
+    MESSAGE + "test_inflate_deflate_message_with_*": pending(_NOW),
+    MESSAGE + "test_message_creation[*": pending(_NOW),
+    MESSAGE + "test_object_id_excludes_message_id_in_metadata": pending(_NOW),
+    MESSAGE + "test_remove_content_from_message": pending(_NOW),
+    MESSAGE + "test_reply_ttl_limitation[*": pending(_NOW),
     MESSAGE + "test_repr[Error-kwargs1]": pending("Error's repr is not Flower's"),
     MESSAGE + "test_repr[Message-*": pending(
-        "Message(metadata=..., content=...) is refused (its metadata is a RecordMaker's)"
+        "Message(metadata=..., content=...), Flower's form for a rebuilt message, is refused"
     ),
     MESSAGE + "test_repr[Metadata-kwargs0]": pending(
         "Metadata's repr has a delivered_at field and another order"
