@@ -17,10 +17,11 @@ else, by one rule, for each name a statement imports from a Flower module:
   only the tests that use it fail, not their whole module.
 
 The helper modules of :data:`FLOWER_UNIT_HELPERS` are ported with them (imported by
-the tests, not run). A rewritten statement keeps its lines (padded with blank ones), so a traceback's
-line numbers are Flower's. :func:`run_flower_unit_tests` runs the ported package with
-pytest in a process of its own, where ``import flwr…`` is answered by fedcore's hook
-(:mod:`fedcore.testing.flower_unit_plugin`), and returns every test's outcome.
+the tests, not run). A rewritten statement keeps its lines (padded with blank ones),
+so a traceback's line numbers are Flower's. :func:`run_flower_unit_tests` runs the
+ported package with pytest in a process of its own, where ``import flwr…`` is answered
+by fedcore's hook (:mod:`fedcore.testing.flower_unit_plugin`), and returns every test's
+outcome.
 """
 
 from __future__ import annotations
