@@ -117,7 +117,11 @@ class _FlowerInternal:
     def __mro_entries__(self, bases: tuple[object, ...]) -> NoReturn:
         self._used()
 
-    __hash__ = object.__hash__
+    def __hash__(self) -> int:  # a dict key or set member is a use, once tests run
+        if not _FlowerInternal.deferring:
+            self._used()
+        return id(self)
+
     __call__ = __getitem__ = __or__ = __ror__ = __neg__ = _deferred
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _deferred
     __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = _deferred
