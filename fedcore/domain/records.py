@@ -325,6 +325,12 @@ class SerializedArray(Array):
     def __reduce__(self) -> tuple[Any, ...]:
         return (SerializedArray._kept, self._fields)
 
+    def __copy__(self) -> SerializedArray:
+        return SerializedArray._kept(*self._fields)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> SerializedArray:
+        return SerializedArray._kept(*self._fields)
+
     def numpy(self) -> NDArray:
         """The data read as Flower reads it (see the class docstring)."""
         if self.stype != NUMPY_STYPE:
