@@ -328,7 +328,7 @@ class SerializedArray(Array):
     def __copy__(self) -> SerializedArray:
         return SerializedArray._kept(*self._fields)
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> SerializedArray:
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> SerializedArray:
         return SerializedArray._kept(*self._fields)
 
     def numpy(self) -> NDArray:
