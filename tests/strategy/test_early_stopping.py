@@ -228,6 +228,11 @@ async def test_a_zero_round_run_returns_the_initial_arrays(make: Callable[[], St
     assert list(result.evaluate_metrics_serverapp) == [0]
 
 
+def _only_run(parent: Path) -> Path:
+    (run_dir,) = parent.iterdir()
+    return run_dir
+
+
 def _rows(run_dir: Path) -> list[dict[str, Any]]:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     return [row for row in map(json.loads, lines) if "round" in row]
@@ -278,7 +283,7 @@ class _Stops:
 async def test_an_early_stop_is_in_the_results_directory(tmp_path: Path) -> None:
     stops = _Stops()
     result = await _simulate(stops.app(), out=tmp_path)
-    (run_dir,) = tmp_path.iterdir()
+    run_dir = _only_run(tmp_path)
     record = json.loads((run_dir / "run.json").read_text())
     assert (record["status"], record["stopped_early_after_round"]) == ("completed", 6)
     rows = _rows(run_dir)
@@ -289,9 +294,7 @@ async def test_an_early_stop_is_in_the_results_directory(tmp_path: Path) -> None
     assert stops.asked == [1, 2, 3, 4, 5, 6]
 
 
-@pytest.mark.parametrize(
-    "die_in", [3, "after"], ids=["killed in round 3", "killed after the stop"]
-)
+@pytest.mark.parametrize("die_in", [3, "after"], ids=["killed in round 3", "killed after the stop"])
 async def test_a_resumed_run_stops_where_the_uninterrupted_one_did(
     die_in: int | str, tmp_path: Path
 ) -> None:
@@ -304,7 +307,7 @@ async def test_a_resumed_run_stops_where_the_uninterrupted_one_did(
     stops = _Stops(die_in)
     with pytest.raises(RuntimeError, match="the machine died"):
         await _simulate(stops.app(), out=tmp_path / "killed")
-    (run_dir,) = (tmp_path / "killed").iterdir()
+    run_dir = _only_run(tmp_path / "killed")
     assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
     asked_before, trained_before = len(stops.asked), len(stops.trained)
 
