@@ -14,8 +14,10 @@ What a checkpoint holds is what the next round needs and nothing the seed alread
 fixes: the arrays, the strategy's own state (:meth:`~fedcore.strategy.base.Strategy.state`:
 server optimizer moments, an adaptive clipping norm), the train and evaluate configs
 (a strategy may change them from round to round), the metrics of the rounds so far,
-and, from the runtime, every node's ``Context.state``. The nodes each round samples
-follow from (seed, round), so the sampling needs no state of its own. A checkpoint is
+whether ``start``'s ``should_stop`` ended the run after this round (a run resumed from
+it then runs no round more), and, from the runtime, every node's ``Context.state``.
+The nodes each round samples follow from (seed, round), so the sampling needs no state
+of its own. A checkpoint is
 a :class:`~fedcore.domain.RecordDict` (:meth:`Checkpoint.to_records`), so whatever
 can keep records — a file, the link's artifacts — can keep it.
 

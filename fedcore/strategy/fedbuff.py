@@ -21,6 +21,10 @@ cannot spin and a run always ends. Optional federated evaluation (``fraction_eva
 default) of each new model runs beside training and lands in
 ``result.evaluate_metrics_clientapp`` when its replies are in.
 
+``start``'s ``should_stop`` is asked as each step closes, with the step's training and
+server metrics; its federated evaluation, which runs beside the next steps, may land
+in the result only later. A true answer stops training after that step.
+
 Which replies share a buffer depends on when they arrive, so unlike the synchronous
 strategies a FedBuff run is reproducible only as far as its nodes' timing is.
 
