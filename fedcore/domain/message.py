@@ -181,9 +181,10 @@ class Message:
         if parts.reply_to is not None:
             self.metadata = _reply_metadata(parts.reply_to, now, parts.ttl)
             return
+        dst_node_id, message_type = parts.destination()
         self.metadata = Metadata(
-            dst_node_id=parts.dst_node_id,
-            message_type=check_message_type(parts.message_type),
+            dst_node_id=dst_node_id,
+            message_type=check_message_type(message_type),
             group_id=parts.group_id or "",
             created_at=now,
             ttl=DEFAULT_TTL if parts.ttl is None else _check_ttl(parts.ttl),
@@ -194,7 +195,7 @@ class Message:
         """The records carried; raises ``ValueError`` on an error reply (see :attr:`error`)."""
         if self._content is None:
             raise ValueError(
-                f"this message carries an error, not content: {self._error.describe()}"
+                f"this message carries an error, not content: {self.error.describe()}"
             )
         return self._content
 
@@ -344,10 +345,15 @@ class _MessageArguments:
             raise MessageInitializationError(
                 "only a reply can carry an error: pass reply_to=the message"
             )
+        self.destination()
+
+    def destination(self) -> tuple[int, str]:
+        """``dst_node_id`` and ``message_type`` of a message that is not a reply."""
         if self.dst_node_id is None or self.message_type is None:
             raise MessageInitializationError(
                 "a message that is not a reply needs content, dst_node_id and message_type"
             )
+        return self.dst_node_id, self.message_type
 
 
 def _reply_metadata(original: Message, now: float, ttl: float | None) -> Metadata:
