@@ -46,7 +46,7 @@ import anyio.lowlevel
 from anyio.lowlevel import EventLoopToken
 
 from fedcore.apps.handler_threads import run_in_thread
-from fedcore.apps.lifespan import Lifespan, takes_context
+from fedcore.apps.lifespan import Lifespan, lifespan_context, takes_context
 from fedcore.domain import Context, Error, ErrorCode, Message
 from fedcore.domain.message import MessageType, check_message_type
 
@@ -160,7 +160,7 @@ class ClientApp:
         none, or if the lifespan takes a Context and so runs around each message)."""
         if self._lifespan is None or self._lifespan_takes_context:
             return contextlib.nullcontext()
-        return contextlib.contextmanager(cast(Callable[[], Iterator[None]], self._lifespan))()
+        return lifespan_context(cast(Callable[[], Iterator[None]], self._lifespan))
 
     @property
     def defining_modules(self) -> list[str]:
@@ -351,10 +351,9 @@ def _is_async(function: object) -> bool:
 
 def _lifespan_mod(function: Callable[[Context], Iterator[None]]) -> Mod:
     """A lifespan that takes a Context as the outermost mod, run around every message."""
-    manager = contextlib.contextmanager(function)
 
     def lifespan(msg: Message, context: Context, call_next: CallNext) -> Message:
-        with manager(context):
+        with lifespan_context(function, context):
             return call_next(msg, context)
 
     return lifespan

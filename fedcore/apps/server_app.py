@@ -5,15 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
-from typing import Any, TypeAlias, TypeVar, cast
+from typing import Any, TypeAlias, TypeVar
 
 import anyio
 import anyio.to_thread
 
 from fedcore.apps.grid import Grid, SyncGrid
-from fedcore.apps.lifespan import Lifespan, takes_context
+from fedcore.apps.lifespan import Lifespan, lifespan_context, takes_context
 from fedcore.domain import Context
 
 Main: TypeAlias = Callable[[Any, Context], Any]
@@ -124,10 +124,8 @@ class ServerApp:
         if self._lifespan is None:
             return None
         if self._lifespan_takes_context:
-            per_run = cast(Callable[[Context], Iterator[None]], self._lifespan)
-            return contextlib.contextmanager(per_run)(context)
-        without = cast(Callable[[], Iterator[None]], self._lifespan)
-        return contextlib.contextmanager(without)()
+            return lifespan_context(self._lifespan, context)
+        return lifespan_context(self._lifespan)
 
 
 @contextlib.asynccontextmanager

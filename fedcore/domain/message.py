@@ -194,9 +194,7 @@ class Message:
     def content(self) -> RecordDict:
         """The records carried; raises ``ValueError`` on an error reply (see :attr:`error`)."""
         if self._content is None:
-            raise ValueError(
-                f"this message carries an error, not content: {self.error.describe()}"
-            )
+            raise ValueError(f"this message carries an error, not content: {self.error.describe()}")
         return self._content
 
     @content.setter
