@@ -40,6 +40,8 @@ of its forms, :class:`MessageInitializationError`, a ``TypeError`` (Flower's cla
     │                               waited for nodes past the timeout
     ├── InconsistentRepliesError (ValueError)
     │                               a round's replies that cannot be aggregated together
+    ├── AggregationError (ValueError)
+    │                               an aggregate that does not fit the model it updates
     ├── MessageInitializationError (TypeError)
     │                               Message(...) arguments that fit none of its forms
     ├── ResourceError               the machine has no room for it (shared memory, disk)
@@ -184,6 +186,12 @@ class NotEnoughNodesError(FedcoreError, TimeoutError):
 class InconsistentRepliesError(FedcoreError, ValueError):
     """A round's replies that cannot be aggregated together: one lacks its weight, or
     their records disagree (Flower's ``InconsistentMessageReplies``)."""
+
+
+class AggregationError(FedcoreError, ValueError):
+    """A round's aggregate that a server optimizer cannot apply: its arrays differ in
+    names or shapes from the model it updates, or from the optimizer's state (Flower's
+    ``AggregationError``)."""
 
 
 class MessageInitializationError(FedcoreError, TypeError):
