@@ -365,7 +365,7 @@ def _reply_metadata(original: Message, now: float, ttl: float | None) -> Metadat
     left = meta.expires_at - now
     if ttl is not None:
         ttl = _check_ttl(ttl)
-    if left > 0 and (ttl is None or ttl - left > TTL_TOLERANCE):
+    if 0 < left < math.inf and (ttl is None or ttl - left > TTL_TOLERANCE):
         ttl = left
     return Metadata(
         run_id=meta.run_id,
