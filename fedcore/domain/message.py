@@ -248,8 +248,9 @@ class Message:
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
+        """Flower's: ``Message(metadata=Metadata(...), content=RecordDict(...))``."""
         body = f"error={self._error!r}" if self._error is not None else f"content={self._content!r}"
-        return f"Message({self.metadata!r}, {body})"
+        return f"Message(metadata={self.metadata!r}, {body})"
 
 
 def assemble_message(

@@ -86,6 +86,15 @@ def test_error_and_metadata_print_as_flower_prints_them() -> None:
     )
 
 
+def test_a_message_prints_as_flower_prints_one() -> None:
+    reply = Message(Error(3, "gone"), reply_to=_sent())
+    assert (
+        repr(reply) == f"Message(metadata={reply.metadata!r}, error=Error(code=3, reason='gone'))"
+    )
+    sent = _sent()
+    assert repr(sent) == f"Message(metadata={sent.metadata!r}, content={sent.content!r})"
+
+
 def test_content_xor_error() -> None:
     with pytest.raises(MessageInitializationError, match="exactly one"):
         Message(RecordDict(), error=Error(0), reply_to=_sent())  # type: ignore[call-overload]
