@@ -97,7 +97,7 @@ class ClientApp:
         self._mods = _check_mods(mods)
         self._handlers: dict[str, Handler] = {}
         self._handler_mods: dict[str, list[Mod]] = {}
-        self._lifespan: Lifespan | None = None
+        self._lifespan_function: Lifespan | None = None
         self._lifespan_takes_context = False
         # What wraps each handler: a lifespan taking a Context (outermost), then the mods.
         self._around = self._mods
@@ -144,9 +144,9 @@ class ClientApp:
 
         def decorator(function: L) -> L:
             with_context = takes_context(function)
-            if self._lifespan is not None:
+            if self._lifespan_function is not None:
                 raise ValueError("this ClientApp already has a lifespan")
-            self._lifespan = function
+            self._lifespan_function = function
             self._lifespan_takes_context = with_context
             if with_context:
                 per_message = cast(Callable[[Context], Iterator[None]], function)
@@ -158,14 +158,14 @@ class ClientApp:
     def started(self) -> AbstractContextManager[None]:
         """The once-per-worker lifespan as a context manager (nothing to do if there is
         none, or if the lifespan takes a Context and so runs around each message)."""
-        if self._lifespan is None or self._lifespan_takes_context:
+        if self._lifespan_function is None or self._lifespan_takes_context:
             return contextlib.nullcontext()
-        return lifespan_context(cast(Callable[[], Iterator[None]], self._lifespan))
+        return lifespan_context(cast(Callable[[], Iterator[None]], self._lifespan_function))
 
     @property
     def defining_modules(self) -> list[str]:
         """Names of the modules its handlers and lifespan were defined in."""
-        functions = [*self._handlers.values(), self._lifespan]
+        functions = [*self._handlers.values(), self._lifespan_function]
         names = (getattr(function, "__module__", None) for function in functions)
         return list(dict.fromkeys(name for name in names if isinstance(name, str)))
 

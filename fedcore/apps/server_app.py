@@ -35,7 +35,7 @@ class ServerApp:
 
     def __init__(self) -> None:
         self._main: Main | None = None
-        self._lifespan: Lifespan | None = None
+        self._lifespan_function: Lifespan | None = None
         self._lifespan_takes_context = False
 
     def main(self) -> Callable[[M], M]:
@@ -68,9 +68,9 @@ class ServerApp:
 
         def decorator(function: L) -> L:
             with_context = takes_context(function)
-            if self._lifespan is not None:
+            if self._lifespan_function is not None:
                 raise ValueError("this ServerApp already has a lifespan")
-            self._lifespan = function
+            self._lifespan_function = function
             self._lifespan_takes_context = with_context
             return function
 
@@ -121,11 +121,11 @@ class ServerApp:
 
     def _lifespan_manager(self, context: Context) -> AbstractContextManager[None] | None:
         """The lifespan, with or without ``context``, as a context manager to enter."""
-        if self._lifespan is None:
+        if self._lifespan_function is None:
             return None
         if self._lifespan_takes_context:
-            return lifespan_context(self._lifespan, context)
-        return lifespan_context(self._lifespan)
+            return lifespan_context(self._lifespan_function, context)
+        return lifespan_context(self._lifespan_function)
 
 
 @contextlib.asynccontextmanager

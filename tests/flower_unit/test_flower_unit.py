@@ -159,41 +159,36 @@ EXPECTED: dict[str, Expected] = {
     MESSAGE + "test_reply_ttl_limitation[*": internal(
         "flwr.common.serde_test.RecordMaker", _RECORD_MAKER
     ),
-    MESSAGE + "test_repr[Error-kwargs1]": pending("Error's repr is not Flower's"),
     MESSAGE + "test_repr[Message-*": pending(
         "Message(metadata=..., content=...) is refused (its metadata is a RecordMaker's)"
     ),
-    MESSAGE + "test_repr[Metadata-kwargs0]": pending(
-        "Metadata's repr has a delivered_at field and another order"
-    ),
     # ClientApp, ServerApp, mods
-    CLIENTAPP + "test_lifespan_*": pending("a lifespan is not Flower's context-manager protocol"),
-    CLIENTAPP + "test_register_func_with_custom_action[*": pending(
-        "ClientApp(message, context) cannot be called"
-    ),
-    CLIENTAPP + "test_register_func_with_default[*": pending(
-        "ClientApp(message, context) cannot be called"
-    ),
-    CLIENTAPP + "test_register_func_with_mods[*": pending("@app.train(mods=[...]) is refused"),
     **{
-        CLIENTAPP + f"test_register_func_with_wrong_action_name[{case}]": (
-            pending("action names 'no-hyphen' and '123' are accepted")
+        app + f"test_lifespan_{case}": internal(
+            "._lifespan", "it enters the app's private _lifespan context manager"
         )
-        for case in (
-            f"{a}-{n}" for a in ("evaluate", "query", "train") for n in ("123", "no-hyphen")
-        )
+        for app in (CLIENTAPP, SERVERAPP)
+        for case in ("success", "failure", "multiple_yields")
     },
-    DP_MODS + "test_adaptiveclipping_mod_handles_scalar_ndarray": pending(
-        "its config keys are Flower's constants (KEY_CLIPPING_NORM, internal), so the mod "
-        "gets a stand-in key"
+    **{
+        app + "test_lifespan_no_yield": difference(
+            "A lifespan that is no generator function is refused when registered",
+            "it registers a lifespan that is no generator function, and reads _lifespan",
+        )
+        for app in (CLIENTAPP, SERVERAPP)
+    },
+    **{
+        DP_MODS + f"test_{mod}_mod_handles_scalar_ndarray": difference(
+            "They clip a 0-d array's update too",
+            "it asserts Flower's unclipped 0-d update (2.0 for a clipping norm of 1.0); it "
+            "also keys the config by KEY_CLIPPING_NORM, a Flower internal",
+        )
+        for mod in ("fixedclipping", "adaptiveclipping")
+    },
+    DP_MODS + "test_localdp_mod_handles_scalar_ndarray": difference(
+        "They clip a 0-d array's update too",
+        "it asserts Flower's unclipped 0-d update (2.0 for a clipping norm of 1.0)",
     ),
-    DP_MODS + "test_fixedclipping_mod_handles_scalar_ndarray": pending(
-        "its config keys are Flower's constants (KEY_CLIPPING_NORM, internal), so the mod "
-        "gets a stand-in key"
-    ),
-    DP_MODS + "test_localdp_mod_handles_scalar_ndarray": pending("LocalDpMod fails on a 0-d array"),
-    SERVERAPP + "test_lifespan_*": pending("a lifespan is not Flower's context-manager protocol"),
-    SERVERAPP + "test_server_app_custom_mode": pending("ServerApp(grid, context) cannot be called"),
     SERVERAPP + "test_server_app_exception_when_both_modes": pending(
         _UNSERVED + ": flwr.server.ServerConfig"
     ),
@@ -207,15 +202,6 @@ EXPECTED: dict[str, Expected] = {
     ),
     MULTIKRUM + "test_aggregate_train_*": internal(".object_id", _INFLATABLE),
     STRATEGY_UTILS + "test_arrayrecords_aggregation*": internal(".object_id", _INFLATABLE),
-    STRATEGY_UTILS + "test_config_to_str": pending(
-        "config_to_str shows bytes as <5 bytes>, Flower as <bytes>"
-    ),
-    **{
-        STRATEGY_UTILS + f"test_consistency_of_replies_with_different_keys_{case}": (
-            pending("validate_message_reply_consistency accepts replies whose record names differ")
-        )
-        for case in (0, 2)
-    },
     STRATEGY_UTILS + "test_metricrecords_aggregation": internal(
         ".__dict__", "it reads a record's private storage, record.__dict__['_data']"
     ),
