@@ -358,12 +358,13 @@ class _MessageArguments:
 def _reply_metadata(original: Message, now: float, ttl: float | None) -> Metadata:
     """A reply's metadata: routed back to the sender, created ``now``, its ttl at most
     what ``original`` has left (the asked-for ``ttl`` if within :data:`TTL_TOLERANCE`
-    of that). A message with no time left — already expired, or stamped by a clock
-    ahead of this one — bounds nothing here; the link that stores the reply does."""
+    of that), never more than its ttl. A message with no time left — already expired,
+    or stamped by a clock ahead of this one — bounds nothing here; the link that
+    stores the reply does."""
     meta = original.metadata
     if original.is_reply:
         raise ValueError("cannot reply to a reply")
-    left = meta.expires_at - now
+    left = min(meta.expires_at - now, meta.ttl)
     if ttl is not None:
         ttl = _check_ttl(ttl)
     if 0 < left < math.inf and (ttl is None or ttl - left > TTL_TOLERANCE):

@@ -201,6 +201,13 @@ def test_a_reply_ttl_is_cut_to_what_its_message_has_left(asked: float, expected:
     assert reply.metadata.ttl == expected
 
 
+def test_a_reply_ttl_is_never_more_than_its_messages() -> None:
+    """A message stamped by a clock behind this one has more than its ttl left."""
+    message = Message(RecordDict(), 1, "train", ttl=60)
+    message.metadata.created_at += 3600.0
+    assert Message(RecordDict(), reply_to=message).metadata.ttl == 60.0
+
+
 def test_a_reply_to_a_message_with_no_time_left_keeps_its_ttl() -> None:
     """A message stamped by another clock (the link's, ahead) or already expired bounds
     nothing at construction: the link that stores the reply decides."""
