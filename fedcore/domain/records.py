@@ -325,6 +325,12 @@ class SerializedArray(Array):
     def __reduce__(self) -> tuple[Any, ...]:
         return (SerializedArray._kept, self._fields)
 
+    def __copy__(self) -> SerializedArray:
+        return SerializedArray._kept(*self._fields)
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> SerializedArray:
+        return SerializedArray._kept(*self._fields)
+
     def numpy(self) -> NDArray:
         """The data read as Flower reads it (see the class docstring)."""
         if self.stype != NUMPY_STYPE:
@@ -637,16 +643,17 @@ def _check_int(context: str, value: int) -> int:
 class MetricRecord(_Record[MetricValue]):
     """Named numbers to aggregate: ``int``, ``float``, or a list of either (not both).
 
-    ``keep_input=False`` (Flower's) takes each item out of the dict given once stored.
+    Flower's signature: ``MetricRecord(metric_dict=None, keep_input=True)``;
+    ``keep_input=False`` takes each item out of the dict given once stored.
     """
 
     __slots__ = ()
 
     def __init__(
-        self, metrics: Mapping[str, MetricValue] | None = None, keep_input: bool = True
+        self, metric_dict: Mapping[str, MetricValue] | None = None, keep_input: bool = True
     ) -> None:
         super().__init__()
-        _fill(self, metrics, keep_input)
+        _fill(self, metric_dict, keep_input)
 
     def _check(self, key: str, value: object) -> MetricValue:
         context = f"MetricRecord[{key!r}]"
@@ -703,16 +710,17 @@ def _config_bytes(value: ConfigScalar) -> int:
 class ConfigRecord(_Record[ConfigValue]):
     """Named settings: ``bool | int | float | str | bytes`` or a list of one of those types.
 
-    ``keep_input=False`` (Flower's) takes each item out of the dict given once stored.
+    Flower's signature: ``ConfigRecord(config_dict=None, keep_input=True)``;
+    ``keep_input=False`` takes each item out of the dict given once stored.
     """
 
     __slots__ = ()
 
     def __init__(
-        self, config: Mapping[str, ConfigValue] | None = None, keep_input: bool = True
+        self, config_dict: Mapping[str, ConfigValue] | None = None, keep_input: bool = True
     ) -> None:
         super().__init__()
-        _fill(self, config, keep_input)
+        _fill(self, config_dict, keep_input)
 
     def _check(self, key: str, value: object) -> ConfigValue:
         context = f"ConfigRecord[{key!r}]"

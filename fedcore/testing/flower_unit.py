@@ -16,10 +16,12 @@ else, by one rule, for each name a statement imports from a Flower module:
   :class:`~fedcore.errors.FlowerInternalError` naming it when a test touches it, so
   only the tests that use it fail, not their whole module.
 
-A rewritten statement keeps its lines (padded with blank ones), so a traceback's
-line numbers are Flower's. :func:`run_flower_unit_tests` runs the ported package with
-pytest in a process of its own, where ``import flwr…`` is answered by fedcore's hook
-(:mod:`fedcore.testing.flower_unit_plugin`), and returns every test's outcome.
+The helper modules of :data:`FLOWER_UNIT_HELPERS` are ported with them (imported by
+the tests, not run). A rewritten statement keeps its lines (padded with blank ones),
+so a traceback's line numbers are Flower's. :func:`run_flower_unit_tests` runs the
+ported package with pytest in a process of its own, where ``import flwr…`` is answered
+by fedcore's hook (:mod:`fedcore.testing.flower_unit_plugin`), and returns every test's
+outcome.
 """
 
 from __future__ import annotations
@@ -52,6 +54,11 @@ FLOWER_UNIT_TESTS = (
 )
 """Flower's unit tests of its public Message API: records, Message, ClientApp and its
 mods, ServerApp, strategies."""
+
+FLOWER_UNIT_HELPERS = (f"{FLOWER_SOURCE}common/serde_test.py",)
+"""Flower test modules the tests above import helpers from (``serde_test``'s
+``RecordMaker``, which builds records and Metadata with public names only): ported the
+same way, their own tests not run (they test Flower's protobuf serde)."""
 
 PORTED_PACKAGE = "flwr_tests"
 """The package the ported test modules form, laid out as ``flwr`` is (``flwr.common.
@@ -110,7 +117,11 @@ class _FlowerInternal:
     def __mro_entries__(self, bases: tuple[object, ...]) -> NoReturn:
         self._used()
 
-    __hash__ = object.__hash__
+    def __hash__(self) -> int:  # a dict key or set member is a use, once tests run
+        if not _FlowerInternal.deferring:
+            self._used()
+        return id(self)
+
     __call__ = __getitem__ = __or__ = __ror__ = __neg__ = _deferred
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _deferred
     __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = _deferred
@@ -251,6 +262,10 @@ def _absolute(node: ast.ImportFrom, package: str) -> str:
     return ".".join([*base, node.module] if node.module else base)
 
 
+def _ported_path(path: str) -> str:
+    return f"{PORTED_PACKAGE}/{path.removeprefix(FLOWER_SOURCE)}"
+
+
 def _ported(module: str) -> str:
     return PORTED_PACKAGE + module.removeprefix("flwr")
 
@@ -287,10 +302,11 @@ def run_flower_unit_tests(timeout: float = 300) -> FlowerUnitRun:
     clone of Flower's repository, and ``RuntimeError`` if pytest itself fails.
     """
     paths = flower_paths(FLOWER_UNIT_TESTS)
+    helpers = flower_paths(FLOWER_UNIT_HELPERS)
     with tempfile.TemporaryDirectory(prefix="flower-unit-") as tmp:
         root = Path(tmp)
-        extract_flower(paths, root / "flower")
-        modules = {path: flower_module_name(path) for path in paths}
+        extract_flower([*paths, *helpers], root / "flower")
+        modules = {path: flower_module_name(path) for path in [*paths, *helpers]}
         tests = root / PORTED_PACKAGE
         for path, module in modules.items():
             target = tests / path.removeprefix(FLOWER_SOURCE)
@@ -308,6 +324,7 @@ def run_flower_unit_tests(timeout: float = 300) -> FlowerUnitRun:
                 *(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"),
                 *("-p", "fedcore.testing.flower_unit_plugin"),
                 *("-c", str(root / "pytest.ini"), "--rootdir", str(root)),
+                *(f"--ignore={_ported_path(path)}" for path in helpers),
                 *("--continue-on-collection-errors", PORTED_PACKAGE),
             ],
             cwd=root,

@@ -94,6 +94,7 @@ def test_a_flower_internal_raises_only_when_used() -> None:
         lambda: stand_in["x"],
         lambda: list(stand_in),
         lambda: stand_in == "numpy.ndarray",
+        lambda: {stand_in: 1.0},
         lambda: stand_in + 1,
         lambda: isinstance(1, stand_in),  # type: ignore[arg-type]
         lambda: types.new_class("Sub", (stand_in,)),
