@@ -61,7 +61,7 @@ $(LOCK_VENV)/bin/python -m pip install --quiet --upgrade pip
 $(LOCK_VENV)/bin/python -m pip install --quiet $(1)
 { echo "# Written by \`make lock\` from $(2), on Python $$($(LOCK_VENV)/bin/python -c 'import platform; print(platform.python_version(), platform.machine())')."; \
   echo "# Edit that, not this file; an upgrade is a commit of what make lock wrote."; \
-  $(LOCK_VENV)/bin/python -m pip freeze --all --exclude-editable | grep -v '^fedcore=='; } > $(3)
+  $(LOCK_VENV)/bin/python -m pip freeze --all --exclude-editable | grep -v '^fedcore[ =]'; } > $(3)
 rm -rf $(LOCK_VENV)
 endef
 LOCK_SOURCE        := pyproject.toml's ranges with the extras [$(TEST_EXTRAS)] (what make demo, make test and CI install)

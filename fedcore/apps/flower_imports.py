@@ -127,10 +127,12 @@ FLOWER_NAMES: dict[str, dict[str, str]] = {
     "flwr.serverapp.strategy": {name: f"fedcore.strategy:{name}" for name in _STRATEGIES},
     "flwr.serverapp.strategy.strategy_utils": _STRATEGY_UTILS,
     "flwr.serverapp.exception": {
-        "InconsistentMessageReplies": "fedcore.errors:InconsistentRepliesError"
+        "AggregationError": "fedcore.errors:AggregationError",
+        "InconsistentMessageReplies": "fedcore.errors:InconsistentRepliesError",
     },
     "flwr.clientapp": _top(("ClientApp",)),
     "flwr.clientapp.mod": {name: f"fedcore.mods:{name}" for name in _MODS},
+    "flwr.clientapp.typing": _MOD_TYPES,
     "flwr.client": _top(("ClientApp",)),
     "flwr.client.typing": _MOD_TYPES,
     "flwr.server": _top(("Grid", "ServerApp")),

@@ -250,10 +250,11 @@ _VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 
 
 def config_to_str(config: ConfigRecord) -> str:
-    """``config`` as one line for a log, each bytes value shown by its size only (a
-    serialised model or a key has no place in a log): ``{'lr': 0.1, 'blob': <3 bytes>}``."""
+    """``config`` as one line for a log, as Flower writes it: each value as ``str()`` shows
+    it, a bytes value masked (a serialised model or a key has no place in a log):
+    ``{'lr': 0.1, 'optimizer': adam, 'blob': <bytes>}``."""
     items = (
-        f"{key!r}: {f'<{len(value)} bytes>' if isinstance(value, bytes) else repr(value)}"
+        f"{key!r}: {'<bytes>' if isinstance(value, bytes) else value}"
         for key, value in config.items()
     )
     return "{" + ", ".join(items) + "}"

@@ -392,7 +392,7 @@ def failure_counts(errors: list[Message], missing: int) -> dict[str, int]:
 def log_failures(
     server_round: int, phase: Phase, errors: list[Message], missing: int, timeout: float
 ) -> None:
-    reasons = Counter(str(reply.error) for reply in errors)
+    reasons = Counter(reply.error.describe() for reply in errors)
     if missing:
         reasons[f"no reply within the {timeout:g} s timeout"] += missing
     summary = "; ".join(f"{count}× {reason}" for reason, count in reasons.most_common(3))

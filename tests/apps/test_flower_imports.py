@@ -277,6 +277,21 @@ def test_every_strategy_utils_helper_is_served() -> None:
     assert namespace["InconsistentMessageReplies"] is errors.InconsistentRepliesError
 
 
+def test_the_exceptions_strategies_raise_and_the_mod_types_are_served() -> None:
+    """``AggregationError`` (a server optimizer's refused aggregate) and
+    ``flwr.clientapp.typing``, where Flower's guide to mods imports their types from."""
+    namespace: dict[str, object] = {}
+    exec(
+        "from flwr.serverapp.exception import AggregationError\n"
+        "from flwr.clientapp.typing import ClientAppCallable, Mod",
+        namespace,
+    )
+
+    assert namespace["AggregationError"] is errors.AggregationError
+    assert namespace["ClientAppCallable"] is fedcore.mods.ClientAppCallable
+    assert namespace["Mod"] is fedcore.mods.Mod
+
+
 def test_flwr_common_logger_is_a_module_with_log() -> None:
     """advanced-pytorch: ``from flwr.common import log, logger`` then ``logger.log(...)``."""
     namespace: dict[str, object] = {}

@@ -374,6 +374,90 @@ def test_a_lifespan_must_be_a_generator_taking_at_most_the_context(server: Serve
         server.lifespan()(one)
 
 
+# ------------------------------------------------------------------ calling the app
+
+
+@pytest.mark.parametrize("style", ["flower", "fedcore"])
+def test_calling_the_app_runs_main_with_the_grid_given_inside_the_lifespan(
+    server: ServerApp, context: Context, style: str
+) -> None:
+    """``server(grid, context)`` is Flower's form: the grid goes to main as it is."""
+    events: list[object] = []
+    stand_in = object()
+
+    if style == "flower":
+
+        @server.lifespan()
+        def lifespan(ctx: Context) -> Iterator[None]:
+            events.append(("setup", ctx))
+            yield
+            events.append("teardown")
+
+    else:
+
+        @server.lifespan()
+        def lifespan() -> Iterator[None]:
+            events.append(("setup", context))
+            yield
+            events.append("teardown")
+
+    @server.main()
+    def main(grid: Any, ctx: Context) -> int:
+        events.append(("main", grid, ctx))
+        return 7
+
+    assert server(stand_in, context) == 7
+    assert events == [("setup", context), ("main", stand_in, context), "teardown"]
+
+
+def test_calling_the_app_tears_down_and_raises_when_main_raises(
+    server: ServerApp, context: Context
+) -> None:
+    events: list[str] = []
+
+    @server.lifespan()
+    def lifespan(ctx: Context) -> Iterator[None]:
+        try:
+            yield
+        finally:
+            events.append("teardown")
+
+    @server.main()
+    def main(grid: Any, ctx: Context) -> None:
+        raise RuntimeError("main failed")
+
+    with pytest.raises(RuntimeError, match="main failed"):
+        server(None, context)
+    assert events == ["teardown"]
+
+
+def test_calling_the_app_runs_an_async_main_on_a_loop_of_its_own(
+    server: ServerApp, grid: EchoGrid, context: Context
+) -> None:
+    @server.main()
+    async def main(grid: Grid, ctx: Context) -> list[int]:
+        return await grid.get_node_ids()
+
+    assert server(grid, context) == [11, 12, 13]
+
+
+@pytest.mark.anyio
+async def test_calling_the_app_on_a_running_loop_refuses_an_async_main(
+    server: ServerApp, grid: EchoGrid, context: Context
+) -> None:
+    @server.main()
+    async def main(grid: Grid, ctx: Context) -> None:
+        return None
+
+    with pytest.raises(TypeError, match=r"await server\.run"):
+        server(grid, context)
+
+
+def test_calling_an_app_without_main_is_a_type_error(server: ServerApp, context: Context) -> None:
+    with pytest.raises(TypeError, match="no main"):
+        server(None, context)
+
+
 # ------------------------------------------------------------------ Grid.create_message
 
 

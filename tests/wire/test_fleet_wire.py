@@ -70,9 +70,7 @@ recorddicts = st.dictionaries(
     ).map(ConfigRecord),
     max_size=3,
 )
-message_types = st.from_regex(
-    r"(train|evaluate|query|system)(\.[a-z_][a-z0-9_-]*)?", fullmatch=True
-)
+message_types = st.from_regex(r"(train|evaluate|query|system)(\.[a-z_][a-z0-9_]*)?", fullmatch=True)
 ttls = st.floats(min_value=0, exclude_min=True, allow_infinity=False)
 # -0.0 + 0.0 is 0.0: protobuf leaves a field equal to its default (0.0) off the wire, so a
 # created_at of -0.0 would arrive as 0.0 (the same instant).

@@ -84,7 +84,7 @@ recorddicts = st.dictionaries(
     keys, array_records | metric_records | config_records, max_size=4
 ).map(RecordDict)
 message_types = st.from_regex(
-    r"(train|evaluate|query|system)(\.[A-Za-z0-9_][A-Za-z0-9_-]*)?", fullmatch=True
+    r"(train|evaluate|query|system)(\.[A-Za-z_][A-Za-z0-9_]*)?", fullmatch=True
 )
 ttls = st.floats(min_value=0, exclude_min=True, allow_infinity=False)
 times = st.floats(allow_nan=False, allow_infinity=False)
