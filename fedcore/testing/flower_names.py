@@ -9,7 +9,7 @@ copy kept here, so a name Flower adds fails a test instead of a user's app:
   of a module, and what kind of thing each name is (:data:`Kind`), from the statement
   that defines it, following the wheel's own re-exports;
 - :func:`example_imports` reads every ``flwr`` name each of Flower's example apps
-  refers to, at :data:`~fedcore.testing.flower_examples.FLOWER_COMMIT` of the clone
+  refers to, at :data:`~fedcore.testing.flower_repo.FLOWER_COMMIT` of the clone
   ``$FEDCORE_FLOWER_REPO`` names; :func:`uses_legacy_api` tells the apps written
   against Flower's legacy API (``NumPyClient``, ``client_fn``, ``flwr.server.strategy``…).
 """
@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
-from fedcore.testing.flower_examples import FLOWER_COMMIT, FLOWER_REPO_ENV
+from fedcore.testing.flower_repo import FLOWER_COMMIT, FLOWER_REPO_ENV
 
 FLOWER_WHEEL_ENV = "FEDCORE_FLOWER_WHEEL"
 GET_THE_WHEEL = (
