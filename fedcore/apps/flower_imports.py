@@ -147,6 +147,12 @@ FLOWER_NAMES: dict[str, dict[str, str]] = {
     },
     "flwr.common.config": {"unflatten_dict": "fedcore.apps.run_config:unflatten"},
     "flwr.common.logger": _LOG,
+    # Not in Flower's __all__, but where its users (and its own Message tests) take them.
+    "flwr.common.message": {
+        "DEFAULT_TTL": _TTL["DEFAULT_TTL"],
+        "MessageInitializationError": "fedcore.errors:MessageInitializationError",
+        "make_message": "fedcore.domain.message:assemble_message",
+    },
     "flwr.common.typing": {**_ARRAY_TYPES, **_top(("UserConfig", "UserConfigValue"))},
 }
 """Each ``flwr`` module fedcore serves -> each of its names -> the fedcore ``module:attr``.

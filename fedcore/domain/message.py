@@ -262,7 +262,9 @@ def assemble_message(
     already checked each part; authors build messages with ``Message(...)``.
     """
     if (content is None) == (error is None):
-        raise ValueError("a Message carries either content or an error, exactly one")
+        raise MessageInitializationError(
+            "a Message carries either content or an error, exactly one"
+        )
     message = Message.__new__(Message)
     message.metadata, message._content, message._error = metadata, content, error
     return message
@@ -362,8 +364,6 @@ def _reply_metadata(original: Message, now: float, ttl: float | None) -> Metadat
     or stamped by a clock ahead of this one — bounds nothing here; the link that
     stores the reply does."""
     meta = original.metadata
-    if original.is_reply:
-        raise ValueError("cannot reply to a reply")
     left = min(meta.expires_at - now, meta.ttl)
     if ttl is not None:
         ttl = _check_ttl(ttl)
