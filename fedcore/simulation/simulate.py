@@ -32,7 +32,7 @@ import anyio.to_thread
 from fedcore.apps.app import App
 from fedcore.apps.loading import load_app
 from fedcore.apps.run_config import RunConfig, resolve_run_config
-from fedcore.clock import Clock, SystemClock
+from fedcore.clock import Clock, SystemClock, using_clock
 from fedcore.errors import UsageError
 from fedcore.results.checkpoint import CheckpointFile
 from fedcore.results.directory import ResultsRecorder, new_run_directory, recording, run_name
@@ -180,6 +180,7 @@ async def simulate(
     clock = clock or SystemClock()
     started = clock.now()
     with contextlib.ExitStack() as stack:
+        stack.enter_context(using_clock(clock))  # messages built in this run stamp its time
         display = None
         if progress and not logging.getLogger("fedcore").hasHandlers():
             display = stack.enter_context(
