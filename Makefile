@@ -16,7 +16,10 @@ LOCK_VENV   := .venv-lock
 # runs import the real flwr there (in fedcore's, `import flwr` in an app is fedcore).
 FLOWER_VENV  := .venv-flower
 FLOWER_STAMP := $(FLOWER_VENV)/.installed-stamp
-FLOWER_PINS  := 'flwr[simulation]==1.42.0' scikit-learn
+FLOWER_CONSTRAINTS := benchmarks/flower-constraints.txt
+# The Flower release of tests/flower-wheel.txt, whose wheel the names test reads.
+FLOWER_RELEASE := $(shell sed -n 's/^flwr==\([^ ]*\) .*/\1/p' tests/flower-wheel.txt)
+FLOWER_WHEEL   := $(VENV)/flower-wheel/flwr-$(FLOWER_RELEASE)-py3-none-any.whl
 BENCH_ARGS   ?=
 
 .PHONY: demo test test-all lint lock bench bench-flower proto clean
@@ -35,35 +38,46 @@ $(STAMP): $(DEMO_STAMP)
 demo: $(DEMO_STAMP)  ## 100 simulated nodes learn to read digits: 30 rounds, 10 nodes per round; results/ keeps the record and its picture
 	$(BIN)/fedcore simulate examples/quickstart-numpy --nodes 100 --seed 0
 
-test: lint  ## lint, type-check and the test suite (what CI runs)
-	$(BIN)/python -m pytest -m "not slow" -q
+test: lint $(FLOWER_WHEEL)  ## lint, type-check and the test suite (what CI runs)
+	FEDCORE_FLOWER_WHEEL=$(CURDIR)/$(FLOWER_WHEEL) $(BIN)/python -m pytest -m "not slow" -q
 
-test-all: lint  ## everything, soaks and large scales included
-	$(BIN)/python -m pytest -q
+test-all: lint $(FLOWER_WHEEL)  ## everything, soaks and large scales included
+	FEDCORE_FLOWER_WHEEL=$(CURDIR)/$(FLOWER_WHEEL) $(BIN)/python -m pytest -q
+
+$(FLOWER_WHEEL): tests/flower-wheel.txt $(DEMO_STAMP)
+	$(BIN)/python -m pip download --quiet --no-deps --require-hashes -r $< -d $(@D)
 
 lint: $(STAMP)
 	$(BIN)/ruff check fedcore tests benchmarks examples
 	$(BIN)/ruff format --check fedcore tests benchmarks examples
 	$(BIN)/mypy
 
-lock:  ## re-resolve pyproject.toml's ranges in a new venv and pin the result in constraints.txt (an upgrade: commit it)
-	rm -rf $(LOCK_VENV)
-	$(PYTHON) -m venv $(LOCK_VENV)
-	$(LOCK_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(LOCK_VENV)/bin/python -m pip install --quiet '.[$(TEST_EXTRAS)]'
-	{ echo "# Written by \`make lock\` from pyproject.toml's ranges with the extras [$(TEST_EXTRAS)],"; \
-	  echo "# on Python $$($(LOCK_VENV)/bin/python -c 'import platform; print(platform.python_version(), platform.machine())'):"; \
-	  echo "# what make demo, make test and CI install. Edit pyproject.toml, not this file."; \
-	  $(LOCK_VENV)/bin/python -m pip freeze --all --exclude-editable | grep -v '^fedcore=='; } > constraints.txt
-	rm -rf $(LOCK_VENV)
+# $(call lock_into,PIP-INSTALL-ARGUMENTS,SOURCE,FILE): resolve in a new venv, pin what was
+# installed (pip freeze: the exact builds, the local CPU torch included) in FILE.
+define lock_into
+rm -rf $(LOCK_VENV)
+$(PYTHON) -m venv $(LOCK_VENV)
+$(LOCK_VENV)/bin/python -m pip install --quiet --upgrade pip
+$(LOCK_VENV)/bin/python -m pip install --quiet $(1)
+{ echo "# Written by \`make lock\` from $(2), on Python $$($(LOCK_VENV)/bin/python -c 'import platform; print(platform.python_version(), platform.machine())')."; \
+  echo "# Edit that, not this file; an upgrade is a commit of what make lock wrote."; \
+  $(LOCK_VENV)/bin/python -m pip freeze --all --exclude-editable | grep -v '^fedcore[ =]'; } > $(3)
+rm -rf $(LOCK_VENV)
+endef
+LOCK_SOURCE        := pyproject.toml's ranges with the extras [$(TEST_EXTRAS)] (what make demo, make test and CI install)
+FLOWER_LOCK_SOURCE := flwr[simulation]==$(FLOWER_RELEASE) and scikit-learn (make bench-flower's .venv-flower)
+
+lock:  ## re-resolve pyproject.toml's ranges (and bench-flower's Flower) in a new venv and pin the result: constraints.txt, benchmarks/flower-constraints.txt (an upgrade: commit them)
+	$(call lock_into,'.[$(TEST_EXTRAS)]',$(LOCK_SOURCE),constraints.txt)
+	$(call lock_into,'flwr[simulation]==$(FLOWER_RELEASE)' scikit-learn,$(FLOWER_LOCK_SOURCE),$(FLOWER_CONSTRAINTS))
 
 bench: $(STAMP)  ## the workloads of docs/benchmarks.md; figures to benchmarks/results.json
 	$(BIN)/python -m benchmarks
 
-$(FLOWER_STAMP): Makefile
+$(FLOWER_STAMP): $(FLOWER_CONSTRAINTS)
 	$(PYTHON) -m venv $(FLOWER_VENV)
-	$(FLOWER_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(FLOWER_VENV)/bin/python -m pip install --quiet $(FLOWER_PINS)
+	PIP_CONSTRAINT=$(CURDIR)/$< $(FLOWER_VENV)/bin/python -m pip install --quiet --upgrade pip
+	PIP_CONSTRAINT=$(CURDIR)/$< $(FLOWER_VENV)/bin/python -m pip install --quiet 'flwr[simulation]==$(FLOWER_RELEASE)' scikit-learn
 	@touch $@
 
 bench-flower: $(STAMP) $(FLOWER_STAMP)  ## W2, W3, W4 as Flower apps: Flower 1.42's simulation (default resources, num_cpus=1) against fedcore process and ray, alternating (BENCH_ARGS="--repeat 2" or "W2 --quick")

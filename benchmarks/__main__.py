@@ -32,7 +32,7 @@ CASES = [
     for workload in ("W1", "W2", "W3")
     for variant in ("floor", "pool", "inline", "process")
 ] + [("W2", "cli"), ("100k", "process"), ("W3", "accuracy"), ("async", "race")]
-CASES += [("startup", "help")]
+CASES += [("startup", "help"), ("install", "demo-cold")]
 CASES += [
     ("deploy", variant)
     for variant in (
@@ -128,6 +128,13 @@ def main() -> None:
             continue  # a line of its own, below
         if row["workload"] == "startup":
             _startup(row)
+            continue
+        if row["workload"] == "install":
+            print(
+                f"install  cold make demo {row['seconds']:.1f} s "
+                f"(target < {row['target_seconds']:g} s), venv {row['venv_bytes'] / MIB:.0f} MiB; "
+                f"load avg {row['load_average']:.1f}"
+            )
             continue
         if row["variant"] == "race":
             for entry in row["race"]:

@@ -11,7 +11,8 @@ included), ``accuracy`` (W3 only) or ``race`` (async: FedBuff against FedAvg). T
 numpy: ``floor`` at one thread, ``capped`` with none (fedcore's cap applies),
 ``uncapped`` at the machine's cores (a user's choice, which fedcore keeps); each also
 as ``floor-cli``, ``capped-cli`` and ``uncapped-cli``, a whole process. The
-``startup`` workload has one case, ``help`` (benchmarks/startup.py).
+``startup`` workload has one case, ``help`` (benchmarks/startup.py), and so has
+``install``, ``demo-cold`` (benchmarks/install.py).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ WORKLOADS = {
     "W4": "benchmarks.w4",
     "W4-torch": "benchmarks.w4_torch",
     "startup": "benchmarks.startup",
+    "install": "benchmarks.install",
 }
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 """fedcore's (fedcore.simulation.backends.threads), named here because importing that
@@ -70,7 +72,7 @@ def case(workload: str, variant: str) -> dict[str, Any]:
         return row | {"accuracies": accuracies, "mean": mean(accuracies)}
     if variant == "race":
         return row | {"race": module.rows()}
-    if workload in ("deploy", "startup"):
+    if workload in ("deploy", "startup", "install"):
         figures: dict[str, Any] = module.case(variant)
         return row | figures
     work: Callable[[], None]

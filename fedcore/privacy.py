@@ -141,11 +141,13 @@ def _check_real(key: str, array: NDArray) -> None:
 
 
 def _cast(values: NDArray, dtype: np.dtype[Any]) -> NDArray:
-    """float64 ``values`` back to ``dtype``: integers rounded and saturated, booleans
-    thresholded at one half."""
+    """float64 ``values`` back to an array of ``dtype``: integers rounded and saturated,
+    booleans thresholded at one half. Arithmetic on a 0-d array gives a numpy scalar;
+    it goes back to being a 0-d array here."""
+    values = np.asarray(values)
     if dtype.kind == "b":
-        return values >= 0.5
+        return np.asarray(values >= 0.5)
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
-        return np.clip(np.rint(values), info.min, info.max).astype(dtype)
-    return values.astype(dtype)
+        return np.asarray(np.clip(np.rint(values), info.min, info.max).astype(dtype))
+    return np.asarray(values.astype(dtype))

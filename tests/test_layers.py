@@ -23,10 +23,12 @@ ALLOWED: dict[str, set[str]] = {
     "backoff": {"clock"},
     "signals": set(),
     "lazy": set(),
-    "domain": {"errors", "lazy"},
+    # clock: Message(...) stamps its creation time from the context's clock, as Flower's.
+    "domain": {"errors", "lazy", "clock"},
     "wire": {"errors", "domain"},
     "data": set(),
     "privacy": {"domain"},
+    "privacy_accounting": {"errors"},
     "apps": BASE | {"domain"},
     "mods": {"errors", "domain", "wire", "apps", "privacy"},
     "state": BASE | {"domain", "wire"},
@@ -64,7 +66,9 @@ GUARDED: dict[str, set[str]] = {
     "mlflow": {"results"},
     "tensorboard": {"results"},
     "wandb": {"results"},
-    "anyio": set(ALLOWED) - {"domain", "wire", "data", "errors", "privacy"},
+    # Google's privacy accounting, behind the accountant (the [dp] extra).
+    "dp_accounting": {"privacy_accounting"},
+    "anyio": set(ALLOWED) - {"domain", "wire", "data", "errors", "privacy", "privacy_accounting"},
 }
 
 

@@ -154,3 +154,20 @@ def test_zero_noise_returns_the_arrays_and_draws_nothing() -> None:
 def test_a_bad_std_is_a_value_error(std: float) -> None:
     with pytest.raises(ValueError, match="noise std must be a finite number >= 0"):
         add_gaussian_noise(SENT, std, np.random.default_rng(0))
+
+
+def test_0d_arrays_are_clipped_and_noised_as_0d_arrays() -> None:
+    """numpy arithmetic on a 0-d array gives a scalar; the records get 0-d arrays back."""
+    sent = ArrayRecord({"s": np.array(0.0), "n": np.array(1, dtype=np.int32)})
+    reply = ArrayRecord({"s": np.array(3.0), "n": np.array(5, dtype=np.int32)})
+    clipped = clip_update(reply, sent, 2.5)  # update (3, 4), norm 5, halved
+    assert clipped.scale == 0.5
+    for key, value in {"s": 1.5, "n": 3}.items():
+        array = clipped.arrays[key]
+        assert isinstance(array, np.ndarray)
+        assert (array.shape, array.dtype, array.item()) == ((), reply[key].dtype, value)
+    noisy = add_gaussian_noise(clipped.arrays, 0.1, np.random.default_rng(0))
+    assert [(noisy[key].shape, noisy[key].dtype) for key in noisy] == [
+        ((), np.dtype(np.float64)),
+        ((), np.dtype(np.int32)),
+    ]

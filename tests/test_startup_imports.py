@@ -156,11 +156,15 @@ def test_simulate_and_its_workers_import_no_deployment_code(tmp_path: Path) -> N
     workers = [p for p in done.processes if "fedcore.cli" not in p]
     assert len(workers) == 2, "expected the simulation's own process and its 2 workers"
     assert all("startup_tiny_app" in worker for worker in workers)
-    # Ray is the ray backend's alone, and each tracker's library its own (--track):
-    # installed or not, nothing else imports them.
+    # Ray is the ray backend's alone, each tracker's library its own (--track), and
+    # dp-accounting the privacy accountant's: installed or not, nothing else imports them.
     trackers = ("mlflow", "tensorboard", "wandb", "fedcore.results.trackers.mlflow")
     trackers += ("fedcore.results.trackers.tensorboard", "fedcore.results.trackers.wandb")
-    assert offending(done.modules, (*DEPLOYMENT, *DEPLOYMENT_CODE, "ray", *trackers)) == []
+    accounting = ("dp_accounting", "fedcore.privacy_accounting")
+    assert (
+        offending(done.modules, (*DEPLOYMENT, *DEPLOYMENT_CODE, "ray", *trackers, *accounting))
+        == []
+    )
     # A worker loads its ClientApp, not the engine that drives it.
     engine = ("fedcore.simulation.engine", "fedcore.simulation.simulate", "fedcore.state")
     engine += ("fedcore.simulation.backends.process_pool", "fedcore.simulation.progress")

@@ -12,6 +12,7 @@ same — per-node state lives only in ``Context.state``.
 Mods (``ClientApp(mods=[...])``) are middleware in Flower's shape: a plain ``def``
 ``mod(msg, context, call_next) -> Message``, where ``call_next(msg, context)`` runs
 the next mod or, last, the handler; the first mod in the list is the outermost.
+A handler's own mods (``@client.train(mods=[...])``) run inside the app's.
 Mods wrap the registered handlers only: a message no handler answers gets its
 "no handler" error reply without passing through them (as in Flower). What
 ``call_next`` returns is always a reply to the message given to it — a handler or
@@ -23,11 +24,15 @@ an ``async def`` handler at its end is run to completion by ``call_next``.
 :meth:`ClientApp.handle` is the single
 entry point every backend calls: it never raises for the app's own failures — a
 missing handler, an exception, a wrong return value — but answers with an error
-reply, so a broken ClientApp costs one failed reply, never a hung round.
+reply, so a broken ClientApp costs one failed reply, never a hung round. Calling
+the app, ``client(msg, context)`` (Flower's form, for tests and for code that runs
+it by hand), runs the same chain here and now and lets everything through: what the
+handler returns, and what it raises.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 import logging
@@ -41,7 +46,7 @@ import anyio.lowlevel
 from anyio.lowlevel import EventLoopToken
 
 from fedcore.apps.handler_threads import run_in_thread
-from fedcore.apps.lifespan import Lifespan, takes_context
+from fedcore.apps.lifespan import Lifespan, lifespan_context, takes_context
 from fedcore.domain import Context, Error, ErrorCode, Message
 from fedcore.domain.message import MessageType, check_message_type
 
@@ -56,6 +61,9 @@ Mod: TypeAlias = Callable[[Message, Context, CallNext], Message]
 """A ClientApp mod: ``def mod(msg, context, call_next) -> Message`` (see the module docstring)."""
 Finish: TypeAlias = Callable[[Awaitable[Message]], object]
 """How a chain of mods completes what an ``async def`` handler returned."""
+
+DEFAULT_ACTION = "default"
+"""The action that names a category's plain handler (``train.default`` is ``train``)."""
 
 log = logging.getLogger(__name__)
 
@@ -76,29 +84,45 @@ class ClientApp:
         @client.train("fast")             # answers message type "train.fast"
         def train_fast(msg, context): ...
 
-    ``mods`` wrap every handler, the first outermost (see the module docstring).
+        @client.query(mods=[message_size_mod])   # mods of this handler only
+        def query(msg, context): ...
+
+    ``mods`` wrap every handler, the first outermost, and a handler's own mods inside
+    them (see the module docstring). An action is a Python identifier; ``"default"``
+    names the handler without one (``@client.train("default")`` is ``@client.train()``,
+    and a ``train.default`` message goes to it), as in Flower.
     """
 
     def __init__(self, *, mods: Sequence[Mod] | None = None) -> None:
         self._mods = _check_mods(mods)
         self._handlers: dict[str, Handler] = {}
-        self._lifespan: Lifespan | None = None
+        self._handler_mods: dict[str, list[Mod]] = {}
+        self._lifespan_function: Lifespan | None = None
         self._lifespan_takes_context = False
         # What wraps each handler: a lifespan taking a Context (outermost), then the mods.
         self._around = self._mods
         self._warned = False
 
-    def train(self, action: str | None = None) -> Callable[[H], H]:
-        """Register the handler for ``train`` (or ``train.<action>``) messages."""
-        return self._register(MessageType.TRAIN, action)
+    def train(
+        self, action: str | None = None, *, mods: Sequence[Mod] | None = None
+    ) -> Callable[[H], H]:
+        """Register the handler for ``train`` (or ``train.<action>``) messages, inside
+        ``mods`` of its own if given."""
+        return self._register(MessageType.TRAIN, action, mods)
 
-    def evaluate(self, action: str | None = None) -> Callable[[H], H]:
-        """Register the handler for ``evaluate`` (or ``evaluate.<action>``) messages."""
-        return self._register(MessageType.EVALUATE, action)
+    def evaluate(
+        self, action: str | None = None, *, mods: Sequence[Mod] | None = None
+    ) -> Callable[[H], H]:
+        """Register the handler for ``evaluate`` (or ``evaluate.<action>``) messages, inside
+        ``mods`` of its own if given."""
+        return self._register(MessageType.EVALUATE, action, mods)
 
-    def query(self, action: str | None = None) -> Callable[[H], H]:
-        """Register the handler for ``query`` (or ``query.<action>``) messages."""
-        return self._register(MessageType.QUERY, action)
+    def query(
+        self, action: str | None = None, *, mods: Sequence[Mod] | None = None
+    ) -> Callable[[H], H]:
+        """Register the handler for ``query`` (or ``query.<action>``) messages, inside
+        ``mods`` of its own if given."""
+        return self._register(MessageType.QUERY, action, mods)
 
     def lifespan(self) -> Callable[[L], L]:
         """Register a generator to run around the messages this app serves.
@@ -120,9 +144,9 @@ class ClientApp:
 
         def decorator(function: L) -> L:
             with_context = takes_context(function)
-            if self._lifespan is not None:
+            if self._lifespan_function is not None:
                 raise ValueError("this ClientApp already has a lifespan")
-            self._lifespan = function
+            self._lifespan_function = function
             self._lifespan_takes_context = with_context
             if with_context:
                 per_message = cast(Callable[[Context], Iterator[None]], function)
@@ -134,14 +158,14 @@ class ClientApp:
     def started(self) -> AbstractContextManager[None]:
         """The once-per-worker lifespan as a context manager (nothing to do if there is
         none, or if the lifespan takes a Context and so runs around each message)."""
-        if self._lifespan is None or self._lifespan_takes_context:
+        if self._lifespan_function is None or self._lifespan_takes_context:
             return contextlib.nullcontext()
-        return contextlib.contextmanager(cast(Callable[[], Iterator[None]], self._lifespan))()
+        return lifespan_context(cast(Callable[[], Iterator[None]], self._lifespan_function))
 
     @property
     def defining_modules(self) -> list[str]:
         """Names of the modules its handlers and lifespan were defined in."""
-        functions = [*self._handlers.values(), self._lifespan]
+        functions = [*self._handlers.values(), self._lifespan_function]
         names = (getattr(function, "__module__", None) for function in functions)
         return list(dict.fromkeys(name for name in names if isinstance(name, str)))
 
@@ -155,10 +179,30 @@ class ClientApp:
         """The mods around every handler, outermost first."""
         return list(self._mods)
 
-    def _register(self, kind: str, action: str | None) -> Callable[[H], H]:
+    def __call__(self, message: Message, context: Context) -> Message:
+        """Run the app on ``message`` here and now, as Flower's ``app(message, context)``.
+
+        The handler for its type runs inside the lifespan that takes a Context and the
+        mods, as in :meth:`handle`; but what it returns comes back as it is, and what
+        it (or a mod) raises is raised — ``ValueError`` if no handler answers the
+        type. An ``async def`` handler is run to completion on an event loop of its
+        own, so this cannot be called from a running loop's thread with one; there,
+        await :meth:`handle`. A lifespan without arguments runs once per worker and
+        is not entered here (enter :meth:`started` for it).
+        """
+        message_type = message.metadata.message_type
+        handler = self._handlers.get(_routed(message_type))
+        if handler is None:
+            raise ValueError(self._no_handler(message_type))
+        return self._chain(message_type, handler, _run_here, checked=False)(message, context)
+
+    def _register(
+        self, kind: str, action: str | None, mods: Sequence[Mod] | None
+    ) -> Callable[[H], H]:
         if callable(action):
             raise TypeError(f"use @client.{kind}() with parentheses")
-        message_type = check_message_type(kind if action is None else f"{kind}.{action}")
+        own_mods = _check_mods(mods)
+        message_type = _routed(check_message_type(kind if action is None else f"{kind}.{action}"))
 
         def decorator(handler: H) -> H:
             if not callable(handler):
@@ -175,6 +219,8 @@ class ClientApp:
             if message_type in self._handlers:
                 raise ValueError(f"a {message_type} handler is already registered")
             self._handlers[message_type] = handler
+            if own_mods:
+                self._handler_mods[message_type] = own_mods
             return handler
 
         return decorator
@@ -194,16 +240,17 @@ class ClientApp:
         from there — and still runs on the calling loop, reached through
         ``anyio.from_thread``.
         """
-        handler = self._handlers.get(message.metadata.message_type)
+        message_type = message.metadata.message_type
+        handler = self._handlers.get(_routed(message_type))
         if handler is None:
             return self._unhandled(message)
         try:
-            if self._around:
+            if self._wrapping(message_type):
                 if in_thread or _is_async(handler):
                     finish = partial(_finish_on, anyio.lowlevel.current_token())
-                    chain = self._chain(message, handler, finish)
+                    chain = self._chain(message_type, handler, finish)
                     return await run_in_thread(chain, message, context)
-                return self._chain(message, handler, _cannot_finish)(message, context)
+                return self._chain(message_type, handler, _cannot_finish)(message, context)
             if in_thread and not _is_async(handler):
                 reply = await run_in_thread(handler, message, context)
             else:
@@ -223,12 +270,13 @@ class ClientApp:
         """:meth:`handle` for a process that owns its thread: a plain handler (or the
         chain of mods) runs here and now, and ``run`` (an event loop's
         ``run_until_complete``) finishes an async handler."""
-        handler = self._handlers.get(message.metadata.message_type)
+        message_type = message.metadata.message_type
+        handler = self._handlers.get(_routed(message_type))
         if handler is None:
             return self._unhandled(message)
         try:
-            if self._around:
-                return self._chain(message, handler, run)(message, context)
+            if self._wrapping(message_type):
+                return self._chain(message_type, handler, run)(message, context)
             reply = handler(message, context)
             if inspect.isawaitable(reply):
                 reply = run(reply)
@@ -236,27 +284,34 @@ class ClientApp:
             return self._failed(message, exc)
         return _check_reply(message, reply)
 
-    def _chain(self, message: Message, handler: Handler, finish: Finish) -> CallNext:
-        """The mods around ``handler`` as one ``call_next``; each link checks what its
-        mod (or, innermost, the handler) returned, so every mod gets a proper reply."""
+    def _wrapping(self, message_type: str) -> list[Mod]:
+        """What wraps the handler of ``message_type``, outermost first: a lifespan taking
+        a Context, the app's mods, the handler's own."""
+        return [*self._around, *self._handler_mods.get(_routed(message_type), ())]
+
+    def _chain(
+        self, message_type: str, handler: Handler, finish: Finish, *, checked: bool = True
+    ) -> CallNext:
+        """The mods around ``handler`` as one ``call_next``. ``checked``: each link checks
+        what its mod (or, innermost, the handler) returned, so every mod gets a proper
+        reply; unchecked (``app(msg, context)``), what each returns passes as it is."""
 
         def innermost(msg: Message, context: Context) -> Message:
             reply = handler(msg, context)
             finished = finish(reply) if inspect.isawaitable(reply) else reply
-            return _check_reply(msg, finished)
+            return _check_reply(msg, finished) if checked else cast(Message, finished)
 
         call_next: CallNext = innermost
-        for mod in reversed(self._around):
-            call_next = _link(mod, call_next)
+        for mod in reversed(self._wrapping(message_type)):
+            call_next = _link(mod, call_next, checked=checked)
         return call_next
 
-    def _unhandled(self, message: Message) -> Message:
+    def _no_handler(self, message_type: str) -> str:
         known = ", ".join(self.message_types) or "none"
-        reason = (
-            f"this ClientApp has no handler for {message.metadata.message_type!r} "
-            f"(it handles: {known})"
-        )
-        return _error_reply(message, reason)
+        return f"this ClientApp has no handler for {message_type!r} (it handles: {known})"
+
+    def _unhandled(self, message: Message) -> Message:
+        return _error_reply(message, self._no_handler(message.metadata.message_type))
 
     def _failed(self, message: Message, exc: BaseException) -> Message:
         self._log_failure(message, exc)
@@ -296,10 +351,9 @@ def _is_async(function: object) -> bool:
 
 def _lifespan_mod(function: Callable[[Context], Iterator[None]]) -> Mod:
     """A lifespan that takes a Context as the outermost mod, run around every message."""
-    manager = contextlib.contextmanager(function)
 
     def lifespan(msg: Message, context: Context, call_next: CallNext) -> Message:
-        with manager(context):
+        with lifespan_context(function, context):
             return call_next(msg, context)
 
     return lifespan
@@ -329,12 +383,18 @@ def _check_mods(mods: object) -> list[Mod]:
     return list(mods)
 
 
-def _link(mod: Mod, call_next: CallNext) -> CallNext:
+def _routed(message_type: str) -> str:
+    """The handler key of ``message_type``: Flower's default action is no action."""
+    return message_type.removesuffix(f".{DEFAULT_ACTION}")
+
+
+def _link(mod: Mod, call_next: CallNext, *, checked: bool) -> CallNext:
     """``mod`` with ``call_next`` bound, as the ``call_next`` of the mod outside it."""
     name = f"mod {_name(mod)}"
 
     def call(msg: Message, context: Context) -> Message:
-        return _check_reply(msg, mod(msg, context, call_next), name)
+        reply = mod(msg, context, call_next)
+        return _check_reply(msg, reply, name) if checked else reply
 
     return call
 
@@ -346,6 +406,24 @@ def _finish_on(token: EventLoopToken, awaitable: Awaitable[Message]) -> object:
         return await awaitable
 
     return anyio.from_thread.run(wait, token=token)
+
+
+def _run_here(awaitable: Awaitable[Message]) -> object:
+    """Finish an async handler for ``app(msg, context)``, on an event loop of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+
+        async def wait() -> Message:
+            return await awaitable
+
+        return asyncio.run(wait())
+    if inspect.iscoroutine(awaitable):
+        awaitable.close()
+    raise TypeError(
+        "app(msg, context) cannot finish an async def handler on the thread of a running "
+        "event loop; await app.handle(msg, context, in_thread=False) there"
+    )
 
 
 def _cannot_finish(awaitable: Awaitable[Message]) -> object:

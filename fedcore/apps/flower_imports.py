@@ -79,6 +79,30 @@ _MOD_TYPES = {
     "Mod": "fedcore.mods:Mod",
 }
 _LOG = {"log": "fedcore.apps.flower_imports:log"}
+_VALUE_TYPES = {
+    name: f"fedcore.domain.records:{name}"
+    for name in (
+        "ConfigRecordValues",
+        "ConfigScalar",
+        "ConfigScalarList",
+        "MetricRecordValues",
+        "MetricScalar",
+        "MetricScalarList",
+    )
+}
+_TTL = {"DEFAULT_TTL": "fedcore.domain.message:DEFAULT_TTL"}
+_PRIVACY_ACCOUNTING = {
+    name: f"fedcore.privacy_accounting:{name}"
+    for name in (
+        "GaussianPrivacyEvent",
+        "NeighboringRelation",
+        "PrivacyAccountant",
+        "PrivacyConfig",
+        "PrivacySpent",
+        "RdpAccountant",
+        "SamplingMethod",
+    )
+}
 _STRATEGY_UTILS = {
     "aggregate_arrayrecords": "fedcore.strategy.aggregate:aggregate_arrayrecords",
     "aggregate_bagging": "fedcore.strategy.xgboost_trees:bag",
@@ -98,22 +122,30 @@ def _top(names: Sequence[str]) -> dict[str, str]:
 
 FLOWER_NAMES: dict[str, dict[str, str]] = {
     "flwr": {},
-    "flwr.app": _top((*_DOMAIN, *_RECORDS, *_APP_TYPES)),
-    "flwr.serverapp": _top(("Grid", "ServerApp")),
+    "flwr.app": {**_top((*_DOMAIN, *_RECORDS, *_APP_TYPES)), **_VALUE_TYPES, **_TTL},
+    "flwr.serverapp": {**_top(("Grid", "ServerApp")), **_PRIVACY_ACCOUNTING},
     "flwr.serverapp.strategy": {name: f"fedcore.strategy:{name}" for name in _STRATEGIES},
     "flwr.serverapp.strategy.strategy_utils": _STRATEGY_UTILS,
     "flwr.serverapp.exception": {
-        "InconsistentMessageReplies": "fedcore.errors:InconsistentRepliesError"
+        "AggregationError": "fedcore.errors:AggregationError",
+        "InconsistentMessageReplies": "fedcore.errors:InconsistentRepliesError",
     },
     "flwr.clientapp": _top(("ClientApp",)),
     "flwr.clientapp.mod": {name: f"fedcore.mods:{name}" for name in _MODS},
+    "flwr.clientapp.typing": _MOD_TYPES,
     "flwr.client": _top(("ClientApp",)),
     "flwr.client.typing": _MOD_TYPES,
+    "flwr.server": _top(("Grid", "ServerApp")),
     "flwr.common": {
         **_top((*_DOMAIN, *_RECORDS, "Array", "MessageType")),
         **_ARRAY_TYPES,
         **_LOG,
+        **_TTL,
+        "ConfigRecordValues": _VALUE_TYPES["ConfigRecordValues"],
+        "MetricRecordValues": _VALUE_TYPES["MetricRecordValues"],
+        "now": "fedcore.clock:utc_now",
     },
+    "flwr.common.config": {"unflatten_dict": "fedcore.apps.run_config:unflatten"},
     "flwr.common.logger": _LOG,
     "flwr.common.typing": {**_ARRAY_TYPES, **_top(("UserConfig", "UserConfigValue"))},
 }

@@ -9,6 +9,7 @@ runs in a worker thread and blocks on each call while the event loop does the wo
 
 from __future__ import annotations
 
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import TypeVar
@@ -69,8 +70,20 @@ class Grid(ABC):
         """Send messages to their nodes; return their ids (also written into each message)."""
 
     @abstractmethod
-    async def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
-        """The replies available now among ``message_ids``; each is handed out once."""
+    async def pull_messages(
+        self,
+        reply_to_message_ids: Iterable[str] | None = None,
+        *,
+        message_ids: Iterable[str] | None = None,
+    ) -> list[Message]:
+        """The replies available now to ``reply_to_message_ids``; each is handed out once.
+
+        Without ids, every reply of this run that has arrived and was not handed out
+        yet, oldest first (Flower 1.43's "pull any"; an empty list asks for none). It
+        takes replies a :meth:`receive` may be waiting for, so use one or the other for
+        a message. ``message_ids=`` is the deprecated name of ``reply_to_message_ids``
+        (:func:`reply_filter`).
+        """
 
     @abstractmethod
     def receive(
@@ -108,6 +121,28 @@ def pushable(messages: Iterable[Message]) -> list[Message]:
                 f"message {message.metadata.message_id} was pushed already; build a new Message"
             )
     return batch
+
+
+def reply_filter(
+    reply_to_message_ids: Iterable[str] | None, message_ids: Iterable[str] | None
+) -> list[str] | None:
+    """The ids a ``pull_messages`` call asks replies to, ``None`` for every reply.
+
+    Flower 1.43 renamed the argument: ``message_ids=`` still works, with a
+    ``DeprecationWarning`` pointing at the call (``TypeError`` beside the new name).
+    Every Grid resolves its arguments here, so all of them say the same.
+    """
+    if message_ids is not None:
+        if reply_to_message_ids is not None:
+            raise TypeError("pull_messages takes reply_to_message_ids or message_ids, not both")
+        warnings.warn(
+            "pull_messages(message_ids=...) is deprecated: pass the ids as "
+            "reply_to_message_ids (or first), as Flower 1.43 does",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        reply_to_message_ids = message_ids
+    return None if reply_to_message_ids is None else list(reply_to_message_ids)
 
 
 class SyncGrid:
@@ -150,8 +185,13 @@ class SyncGrid:
         batch = list(messages)
         return self._call(lambda: self.async_grid.push_messages(batch))
 
-    def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
-        ids = list(message_ids)
+    def pull_messages(
+        self,
+        reply_to_message_ids: Iterable[str] | None = None,
+        *,
+        message_ids: Iterable[str] | None = None,
+    ) -> list[Message]:
+        ids = reply_filter(reply_to_message_ids, message_ids)
         return self._call(lambda: self.async_grid.pull_messages(ids))
 
     def send_and_receive(

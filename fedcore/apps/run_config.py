@@ -37,6 +37,31 @@ def flatten(table: Mapping[str, Any], prefix: str = "") -> RunConfig:
     return flat
 
 
+def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """Dotted keys back to nested tables, :func:`flatten` undone (Flower's ``unflatten_dict``).
+
+    Apps that keep a nested config (``train.lr``, ``train.epochs``) read
+    ``context.run_config`` through this. A key that is both a value and a table
+    (``a`` and ``a.b``) is refused rather than one of them silently lost.
+    """
+    nested: dict[str, Any] = {}
+    for key, value in flat.items():
+        *tables, last = key.split(".")
+        level = nested
+        for depth, part in enumerate(tables):
+            level = level.setdefault(part, {})
+            if not isinstance(level, dict):
+                raise RunConfigError(_both(".".join(tables[: depth + 1])))
+        if last in level and isinstance(level[last], dict):
+            raise RunConfigError(_both(key))
+        level[last] = value
+    return nested
+
+
+def _both(key: str) -> str:
+    return f"run-config key {key!r} is both a value and a table of keys under it"
+
+
 def parse_run_config(text: str) -> dict[str, str]:
     """Split ``'k=v k2="two words"'`` into raw text values, keyed by name.
 

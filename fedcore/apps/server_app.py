@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
-from typing import Any, TypeAlias, TypeVar, cast
+from typing import Any, TypeAlias, TypeVar
 
 import anyio
 import anyio.to_thread
 
 from fedcore.apps.grid import Grid, SyncGrid
-from fedcore.apps.lifespan import Lifespan, takes_context
+from fedcore.apps.lifespan import Lifespan, lifespan_context, takes_context
 from fedcore.domain import Context
 
 Main: TypeAlias = Callable[[Any, Context], Any]
@@ -27,12 +28,14 @@ class ServerApp:
     ``def main`` runs in a worker thread and gets a :class:`SyncGrid`, whose
     methods have the same names and block instead of returning coroutines.
     Whatever ``main`` returns becomes the run's result value. A lifespan
-    (:meth:`lifespan`) runs around ``main``.
+    (:meth:`lifespan`) runs around ``main``. The runtimes call :meth:`run`; calling
+    the app, ``server(grid, context)``, is Flower's synchronous form (see
+    :meth:`__call__`).
     """
 
     def __init__(self) -> None:
         self._main: Main | None = None
-        self._lifespan: Lifespan | None = None
+        self._lifespan_function: Lifespan | None = None
         self._lifespan_takes_context = False
 
     def main(self) -> Callable[[M], M]:
@@ -65,19 +68,45 @@ class ServerApp:
 
         def decorator(function: L) -> L:
             with_context = takes_context(function)
-            if self._lifespan is not None:
+            if self._lifespan_function is not None:
                 raise ValueError("this ServerApp already has a lifespan")
-            self._lifespan = function
+            self._lifespan_function = function
             self._lifespan_takes_context = with_context
             return function
 
         return decorator
 
-    async def run(self, grid: Grid, context: Context) -> Any:
-        """Call ``main`` with the grid and the server's context; return what it returns."""
+    def __call__(self, grid: Any, context: Context) -> Any:
+        """Run ``main(grid, context)`` here and now inside the lifespan, as Flower's
+        ``app(grid, context)``, and return what it returns.
+
+        ``grid`` is passed as it is: for a plain ``def main``, a blocking grid such as
+        :class:`SyncGrid` (or a test's stand-in). An ``async def main`` runs on an
+        event loop of its own, so it cannot be called so from a running loop's thread;
+        there, await :meth:`run`.
+        """
+        main = self._checked_main()
+        manager = self._lifespan_manager(context)
+        with manager if manager is not None else contextlib.nullcontext():
+            if not inspect.iscoroutinefunction(main):
+                return main(grid, context)
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                return asyncio.run(main(grid, context))
+            raise TypeError(
+                "server(grid, context) cannot run an async def main on the thread of a "
+                "running event loop; await server.run(grid, context) there"
+            )
+
+    def _checked_main(self) -> Main:
         if self._main is None:
             raise TypeError("this ServerApp has no main: decorate one with @server.main()")
-        main = self._main
+        return self._main
+
+    async def run(self, grid: Grid, context: Context) -> Any:
+        """Call ``main`` with the grid and the server's context; return what it returns."""
+        main = self._checked_main()
         async with self._started(context):
             if inspect.iscoroutinefunction(main):
                 result: Awaitable[Any] = main(grid, context)
@@ -87,13 +116,16 @@ class ServerApp:
             )
 
     def _started(self, context: Context) -> AbstractAsyncContextManager[None]:
-        if self._lifespan is None:
-            return contextlib.nullcontext()
+        manager = self._lifespan_manager(context)
+        return contextlib.nullcontext() if manager is None else _in_thread(manager)
+
+    def _lifespan_manager(self, context: Context) -> AbstractContextManager[None] | None:
+        """The lifespan, with or without ``context``, as a context manager to enter."""
+        if self._lifespan_function is None:
+            return None
         if self._lifespan_takes_context:
-            per_run = cast(Callable[[Context], Iterator[None]], self._lifespan)
-            return _in_thread(contextlib.contextmanager(per_run)(context))
-        without = cast(Callable[[], Iterator[None]], self._lifespan)
-        return _in_thread(contextlib.contextmanager(without)())
+            return lifespan_context(self._lifespan_function, context)
+        return lifespan_context(self._lifespan_function)
 
 
 @contextlib.asynccontextmanager

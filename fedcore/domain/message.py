@@ -1,21 +1,25 @@
 """Message, its Metadata, and Error: the unit that travels between ServerApp and ClientApp.
 
 A message from the ServerApp carries content to one node; the node's reply carries
-either content or an :class:`Error`, never both. Identity (``message_id``), the run,
-the sender and the timestamps are filled in by whoever stores the message (the
-Grid and the LinkState), not by the code that builds it, so the domain never reads
-a clock.
+either content or an :class:`Error`, never both. ``Message(...)`` stamps its creation
+time, as Flower's does, from the context's clock (:func:`fedcore.clock.current_clock`:
+the system clock unless a runtime or a test put another in place), and a reply's ttl
+is what its message has left. Identity (``message_id``) and the run are filled in by
+whoever stores the message (the Grid and the LinkState), which also stamps the time
+it stored it: the link's clock is the one that decides expiry.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import IntEnum
+from typing import Any, overload
 
+from fedcore.clock import current_clock
 from fedcore.domain.records import RecordDict
+from fedcore.errors import MessageInitializationError
 
 DEFAULT_TTL = 43_200.0
 """Seconds a message may wait for its reply before it expires (12 hours, as Flower)."""
@@ -23,7 +27,12 @@ DEFAULT_TTL = 43_200.0
 SERVER_NODE_ID = 1
 """The sender id of every message a ServerApp pushes (Flower's SuperLink node id)."""
 
-_MESSAGE_TYPE = re.compile(r"(train|evaluate|query|system)(\.[A-Za-z0-9_][A-Za-z0-9_-]*)?")
+MESSAGE_CATEGORIES = frozenset({"train", "evaluate", "query", "system"})
+"""What a message type names before its optional ``.action``."""
+
+TTL_TOLERANCE = 0.1
+"""Seconds by which a reply's ttl may exceed what its message has left before it is cut
+to that (Flower's tolerance)."""
 
 
 class MessageType:
@@ -62,7 +71,11 @@ class Error:
     code: int
     reason: str = ""
 
-    def __str__(self) -> str:
+    def describe(self) -> str:
+        """The error in words for a log line: ``error 2 (CLIENT_APP_RAISED_EXCEPTION): ...``.
+
+        ``str()`` is the repr, ``Error(code=2, reason='...')``, as Flower's.
+        """
         try:
             name = ErrorCode(self.code).name
         except ValueError:
@@ -77,7 +90,8 @@ class Metadata:
     ``delivered_at`` is when fedcore handed the message to the app that reads it — a
     message to its ClientApp, a reply to its ServerApp — as an ISO 8601 UTC string
     (Flower's format), and ``""`` before that. Each receiver stamps it on its own
-    copy, so it does not travel and takes no part in equality.
+    copy, so it does not travel and takes no part in equality or the repr (which is
+    Flower's: the nine fields in its order).
     """
 
     run_id: int = 0
@@ -89,7 +103,7 @@ class Metadata:
     created_at: float = 0.0
     ttl: float = DEFAULT_TTL
     message_type: str = ""
-    delivered_at: str = field(default="", compare=False)
+    delivered_at: str = field(default="", compare=False, repr=False)
 
     @property
     def expires_at(self) -> float:
@@ -103,17 +117,21 @@ def mark_delivered(message: Message, at: float) -> None:
 
 
 def check_message_type(message_type: object) -> str:
-    """Return ``message_type`` if it names a known kind with an optional action, else raise."""
-    if not isinstance(message_type, str) or not _MESSAGE_TYPE.fullmatch(message_type):
-        raise ValueError(
-            f"message_type must be 'train', 'evaluate', 'query' or 'system', optionally "
-            f"with an action as in 'train.fast'; got {message_type!r}"
-        )
-    return message_type
+    """Return ``message_type`` if it is ``<category>`` or ``<category>.<action>``, else raise
+    ``ValueError``: the category one of :data:`MESSAGE_CATEGORIES`, the action a Python
+    identifier (Flower's rule: ``train.fast_2``, not ``train.no-hyphen`` or ``train.123``)."""
+    if isinstance(message_type, str):
+        category, dot, action = message_type.partition(".")
+        if category in MESSAGE_CATEGORIES and (not dot or action.isidentifier()):
+            return message_type
+    raise ValueError(
+        f"message_type must be 'train', 'evaluate', 'query' or 'system', optionally with an "
+        f"action that is a Python identifier, as in 'train.fast'; got {message_type!r}"
+    )
 
 
 def _check_ttl(ttl: float) -> float:
-    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not (0 < ttl < math.inf):
+    if not (0 < ttl < math.inf):
         raise ValueError(f"ttl must be a positive number of seconds, got {ttl!r}")
     return float(ttl)
 
@@ -134,53 +152,59 @@ class Message:
 
     __slots__ = ("_content", "_error", "metadata")
 
+    @overload
     def __init__(
         self,
-        content: RecordDict | None = None,
-        dst_node_id: int | None = None,
-        message_type: str | None = None,
+        content: RecordDict,
+        dst_node_id: int,
+        message_type: str,
         *,
-        error: Error | None = None,
-        reply_to: Message | None = None,
-        group_id: str | None = None,
         ttl: float | None = None,
-    ) -> None:
-        if (content is None) == (error is None):
-            raise ValueError("a Message carries either content or an error, exactly one")
-        if content is not None and not isinstance(content, RecordDict):
-            raise TypeError(f"Message content must be a RecordDict, got {type(content).__name__}")
-        if error is not None and not isinstance(error, Error):
-            raise TypeError(f"Message error must be an Error, got {type(error).__name__}")
-        self._content = content
-        self._error = error
-        if reply_to is not None:
-            self.metadata = _reply_metadata(reply_to, dst_node_id, message_type, group_id, ttl)
+        group_id: str | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self, content: RecordDict, *, reply_to: Message, ttl: float | None = None
+    ) -> None: ...
+
+    @overload
+    def __init__(self, error: Error, *, reply_to: Message, ttl: float | None = None) -> None: ...
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Build from one of the three forms above; anything else raises
+        :class:`~fedcore.errors.MessageInitializationError` (a ``TypeError``), an
+        unknown message type or a ttl that is not positive a ``ValueError``."""
+        parts = _MessageArguments.parse(args, kwargs)
+        self._content, self._error = parts.content, parts.error
+        now = current_clock().now()
+        if parts.reply_to is not None:
+            self.metadata = _reply_metadata(parts.reply_to, now, parts.ttl)
             return
-        if error is not None:
-            raise ValueError("only a reply can carry an error: pass reply_to=the message")
-        if isinstance(dst_node_id, bool) or not isinstance(dst_node_id, int):
-            raise TypeError(f"dst_node_id must be an int node id, got {dst_node_id!r}")
-        if group_id is not None and not isinstance(group_id, str):
-            raise TypeError(f"group_id must be a str, got {type(group_id).__name__}")
+        dst_node_id, message_type = parts.destination()
         self.metadata = Metadata(
             dst_node_id=dst_node_id,
             message_type=check_message_type(message_type),
-            group_id=group_id or "",
-            ttl=_check_ttl(ttl) if ttl is not None else DEFAULT_TTL,
+            group_id=parts.group_id or "",
+            created_at=now,
+            ttl=DEFAULT_TTL if parts.ttl is None else _check_ttl(parts.ttl),
         )
 
     @property
     def content(self) -> RecordDict:
         """The records carried; raises ``ValueError`` on an error reply (see :attr:`error`)."""
         if self._content is None:
-            raise ValueError(f"this message carries an error, not content: {self._error}")
+            raise ValueError(f"this message carries an error, not content: {self.error.describe()}")
         return self._content
 
     @content.setter
     def content(self, value: RecordDict) -> None:
+        """Replace the content; ``ValueError`` on a message that carries an error."""
+        if self._error is not None:
+            raise ValueError("a message that carries an error cannot be given content")
         if not isinstance(value, RecordDict):
             raise TypeError(f"Message content must be a RecordDict, got {type(value).__name__}")
-        self._content, self._error = value, None
+        self._content = value
 
     @property
     def error(self) -> Error:
@@ -191,11 +215,12 @@ class Message:
 
     @error.setter
     def error(self, value: Error) -> None:
-        if not self.is_reply:
-            raise ValueError("only a reply can carry an error")
+        """Replace the error; ``ValueError`` on a message that carries content."""
+        if self._content is not None:
+            raise ValueError("a message that carries content cannot be given an error")
         if not isinstance(value, Error):
             raise TypeError(f"Message error must be an Error, got {type(value).__name__}")
-        self._content, self._error = None, value
+        self._error = value
 
     def has_content(self) -> bool:
         return self._content is not None
@@ -223,8 +248,9 @@ class Message:
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
+        """Flower's: ``Message(metadata=Metadata(...), content=RecordDict(...))``."""
         body = f"error={self._error!r}" if self._error is not None else f"content={self._content!r}"
-        return f"Message({self.metadata!r}, {body})"
+        return f"Message(metadata={self.metadata!r}, {body})"
 
 
 def assemble_message(
@@ -242,29 +268,114 @@ def assemble_message(
     return message
 
 
-def _reply_metadata(
-    original: Message,
-    dst_node_id: int | None,
-    message_type: str | None,
-    group_id: str | None,
-    ttl: float | None,
-) -> Metadata:
-    if not isinstance(original, Message):
-        raise TypeError(f"reply_to must be a Message, got {type(original).__name__}")
-    if dst_node_id is not None or message_type is not None or group_id is not None:
-        raise ValueError(
-            "a reply takes its destination, message type and group from reply_to; "
-            "do not pass dst_node_id, message_type or group_id"
+_KEYWORDS = frozenset({"content", "error", "dst_node_id", "message_type", "group_id", "ttl"})
+
+
+@dataclass(frozen=True, slots=True)
+class _MessageArguments:
+    """The arguments of ``Message(...)``, sorted into its forms and type-checked."""
+
+    content: RecordDict | None
+    error: Error | None
+    dst_node_id: int | None
+    message_type: str | None
+    group_id: str | None
+    ttl: float | None
+    reply_to: Message | None
+
+    @classmethod
+    def parse(cls, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _MessageArguments:
+        """Flower's reading of ``Message(...)``: the first positional argument is the
+        content or the error, the next two the destination and the message type."""
+        unknown = sorted(set(kwargs) - _KEYWORDS - {"reply_to"})
+        if unknown:
+            raise MessageInitializationError(f"Message() takes no argument {unknown[0]!r}")
+        if len(args) > 3:
+            raise MessageInitializationError(
+                f"Message() takes at most 3 positional arguments, got {len(args)}"
+            )
+        given = dict(kwargs)
+        for name, value in zip(("dst_node_id", "message_type"), args[1:], strict=False):
+            if given.get(name) is not None:
+                raise MessageInitializationError(f"Message() got {name} twice")
+            given[name] = value
+        first = (args[0] if args else None, given.get("content"), given.get("error"))
+        if sum(x is not None for x in first) != 1:
+            raise MessageInitializationError(
+                "a Message carries either content or an error, exactly one"
+            )
+        if args and args[0] is not None:
+            if not isinstance(args[0], RecordDict | Error):
+                raise MessageInitializationError(
+                    f"Message content must be a RecordDict or an Error, "
+                    f"got {type(args[0]).__name__}"
+                )
+            given["error" if isinstance(args[0], Error) else "content"] = args[0]
+        parts = cls(**{name: given.get(name) for name in (*_KEYWORDS, "reply_to")})
+        parts._check_types()
+        parts._check_form()
+        return parts
+
+    def _check_types(self) -> None:
+        expected = (
+            ("content", self.content, RecordDict),
+            ("error", self.error, Error),
+            ("dst_node_id", self.dst_node_id, int),
+            ("message_type", self.message_type, str),
+            ("group_id", self.group_id, str),
+            ("ttl", self.ttl, int | float),
+            ("reply_to", self.reply_to, Message),
         )
+        for name, value, kind in expected:
+            if value is not None and (isinstance(value, bool) or not isinstance(value, kind)):
+                raise MessageInitializationError(
+                    f"Message {name} has the wrong type: {type(value).__name__}"
+                )
+
+    def _check_form(self) -> None:
+        if self.reply_to is not None:
+            if (self.dst_node_id, self.message_type, self.group_id) != (None, None, None):
+                raise MessageInitializationError(
+                    "a reply takes its destination, message type and group from reply_to; "
+                    "do not pass dst_node_id, message_type or group_id"
+                )
+            return
+        if self.content is None:
+            raise MessageInitializationError(
+                "only a reply can carry an error: pass reply_to=the message"
+            )
+        self.destination()
+
+    def destination(self) -> tuple[int, str]:
+        """``dst_node_id`` and ``message_type`` of a message that is not a reply."""
+        if self.dst_node_id is None or self.message_type is None:
+            raise MessageInitializationError(
+                "a message that is not a reply needs content, dst_node_id and message_type"
+            )
+        return self.dst_node_id, self.message_type
+
+
+def _reply_metadata(original: Message, now: float, ttl: float | None) -> Metadata:
+    """A reply's metadata: routed back to the sender, created ``now``, its ttl at most
+    what ``original`` has left (the asked-for ``ttl`` if within :data:`TTL_TOLERANCE`
+    of that), never more than its ttl. A message with no time left — already expired,
+    or stamped by a clock ahead of this one — bounds nothing here; the link that
+    stores the reply does."""
+    meta = original.metadata
     if original.is_reply:
         raise ValueError("cannot reply to a reply")
-    meta = original.metadata
+    left = min(meta.expires_at - now, meta.ttl)
+    if ttl is not None:
+        ttl = _check_ttl(ttl)
+    if 0 < left < math.inf and (ttl is None or ttl - left > TTL_TOLERANCE):
+        ttl = left
     return Metadata(
         run_id=meta.run_id,
         src_node_id=meta.dst_node_id,
         dst_node_id=meta.src_node_id,
         reply_to_message_id=meta.message_id,
         group_id=meta.group_id,
-        ttl=_check_ttl(ttl) if ttl is not None else meta.ttl,
+        created_at=now,
+        ttl=meta.ttl if ttl is None else ttl,
         message_type=meta.message_type,
     )

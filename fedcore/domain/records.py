@@ -21,12 +21,14 @@ imported torch cannot hold a tensor. ``import fedcore`` therefore stays free of 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import io
 import sys
+import warnings
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, Self, TypeAlias, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -37,6 +39,13 @@ NDArrays: TypeAlias = list[NDArray]
 MetricValue: TypeAlias = int | float | list[int] | list[float] | list[int | float]
 ConfigScalar: TypeAlias = bool | int | float | str | bytes
 ConfigValue: TypeAlias = ConfigScalar | list[ConfigScalar]
+
+# Flower's names for these value types, as ``flwr.app`` offers them to annotations.
+MetricScalar: TypeAlias = int | float
+MetricScalarList: TypeAlias = list[int] | list[float]
+MetricRecordValues: TypeAlias = MetricValue
+ConfigScalarList: TypeAlias = list[bool] | list[int] | list[float] | list[str] | list[bytes]
+ConfigRecordValues: TypeAlias = ConfigValue
 
 # dtype kinds that have a plain, portable byte representation: bool, signed and
 # unsigned integers, floats and complex numbers. Object, string, void (structured)
@@ -62,6 +71,8 @@ def check_array(key: str, value: object, *, where: str | None = None) -> NDArray
     Errors name ``ArrayRecord[key]``, or ``where`` when given.
     """
     where = where or f"ArrayRecord[{key!r}]"
+    if isinstance(value, Array):  # what it reads as, as Flower stores an Array's .numpy()
+        value = value.numpy()
     if not isinstance(value, np.ndarray):
         raise TypeError(f"{where} must be a numpy.ndarray, got {type(value).__name__}")
     if isinstance(value, np.ma.MaskedArray):
@@ -72,9 +83,7 @@ def check_array(key: str, value: object, *, where: str | None = None) -> NDArray
             f"{where} has dtype {dtype}; only bool, integer, float (up to 64 bits) "
             "and complex (up to 128 bits) arrays can be sent"
         )
-    if type(value) is np.ndarray:
-        return value
-    return value.numpy() if isinstance(value, Array) else value.view(np.ndarray)
+    return value if type(value) is np.ndarray else value.view(np.ndarray)
 
 
 def _is_tensor(value: object) -> bool:
@@ -85,14 +94,15 @@ def _is_tensor(value: object) -> bool:
 def _tensor_to_array(key: str, tensor: Any, *, where: str | None = None) -> NDArray:
     """The tensor's data as a numpy array: detached, on the CPU, with the same dtype.
 
-    A CPU tensor's memory is shared, not copied (as ``Tensor.numpy()`` does); a tensor
-    on another device is copied to the CPU. Torch dtypes that numpy lacks (bfloat16,
+    Converted as Flower converts one (``tensor.detach().cpu().numpy()``): a CPU
+    tensor's memory is shared, not copied; a tensor on another device is copied to the
+    CPU. Torch dtypes that numpy lacks (bfloat16,
     float8, complex32, quantized) are refused rather than converted, so an array
     always comes back with the dtype it was sent with.
     """
     where = where or f"ArrayRecord[{key!r}]"
     try:
-        array: NDArray = tensor.numpy(force=True)
+        array: NDArray = tensor.detach().cpu().numpy()
     except (TypeError, RuntimeError) as exc:
         raise TypeError(
             f"{where} is a torch tensor ({tensor.dtype}, {tensor.layout}, "
@@ -144,7 +154,10 @@ class Array(np.ndarray[Any, np.dtype[Any]]):
 
     Built like Flower's: ``Array(ndarray)``, ``Array(torch_tensor)``, or
     ``Array(dtype, shape, stype, data)`` with ``data`` in ``numpy.save`` format
-    (what Flower's ``Array.data`` holds). What differs on purpose: ``.dtype`` is a
+    (what Flower's ``Array.data`` holds). Fields that do not hold such an array — an
+    ``stype`` of another serialisation, data that is not ``numpy.save`` output of the
+    dtype and shape given — are kept as given, in a :class:`SerializedArray`: as in
+    Flower, only :meth:`numpy` refuses them. What differs on purpose: ``.dtype`` is a
     ``numpy.dtype`` (it compares equal to Flower's string, ``a.dtype == "float32"``),
     ``.data`` is numpy's buffer of the raw bytes, not ``numpy.save`` output, and ``==``
     compares element-wise, as for any ndarray.
@@ -205,27 +218,31 @@ class Array(np.ndarray[Any, np.dtype[Any]]):
 
     @classmethod
     def _from_fields(cls, dtype: object, shape: object, stype: object, data: object) -> Array:
-        if stype != NUMPY_STYPE:
-            raise TypeError(f"Array stype must be {NUMPY_STYPE!r}, got {stype!r}")
-        if not isinstance(data, bytes | bytearray | memoryview):
+        """The four fields' array, or the fields kept as given (see the class docstring)."""
+        if not (
+            isinstance(dtype, str)
+            and isinstance(shape, tuple)
+            and all(isinstance(n, int) for n in shape)
+            and isinstance(stype, str)
+            and isinstance(data, bytes)
+        ):
             raise TypeError(
-                f"Array data must be bytes in numpy.save format, got {type(data).__name__}"
+                "Array(dtype, shape, stype, data) takes a str, a tuple of ints, a str "
+                f"and bytes, got {', '.join(type(f).__name__ for f in (dtype, shape, stype, data))}"
             )
-        try:
-            loaded = np.load(io.BytesIO(data), allow_pickle=False)
-        except (ValueError, OSError, EOFError) as exc:
-            raise ValueError(f"Array data is not an array in numpy.save format: {exc}") from exc
-        if not isinstance(loaded, np.ndarray) or str(loaded.dtype) != dtype:
-            raise ValueError(
-                f"Array data holds dtype {getattr(loaded, 'dtype', None)}, not {dtype!r}"
-            )
-        if not isinstance(shape, tuple | list) or tuple(shape) != loaded.shape:
-            raise ValueError(f"Array data holds shape {loaded.shape}, not {shape!r}")
-        return cls.from_numpy_ndarray(loaded)
+        if stype == NUMPY_STYPE:
+            loaded = _load(data)
+            if isinstance(loaded, np.ndarray) and (str(loaded.dtype), loaded.shape) == (
+                dtype,
+                shape,
+            ):
+                with contextlib.suppress(TypeError):  # a dtype a record cannot hold
+                    return cls.from_numpy_ndarray(loaded)
+        return SerializedArray._kept(dtype, shape, stype, data)
 
     @property
     def stype(self) -> str:
-        """How Flower would serialise the data: always ``"numpy.ndarray"``."""
+        """How Flower would serialise the data: ``"numpy.ndarray"``."""
         return NUMPY_STYPE
 
     def numpy(self) -> NDArray:
@@ -262,8 +279,86 @@ class Array(np.ndarray[Any, np.dtype[Any]]):
         return array if type(array) is np.ndarray else array.view(np.ndarray)
 
 
+def _load(data: bytes) -> NDArray | None:
+    """The array ``data`` holds in ``numpy.save`` format, or None if it holds none."""
+    try:
+        loaded = np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, OSError, EOFError):
+        return None
+    return loaded if isinstance(loaded, np.ndarray) else None
+
+
+class SerializedArray(Array):
+    """An :class:`Array` whose four fields fedcore keeps as given, unread.
+
+    Flower's ``Array(dtype, shape, stype, data)`` accepts any serialisation (``stype``)
+    and any bytes, and only its ``.numpy()`` refuses what it cannot read; this is that
+    Array here. ``dtype``, ``shape``, ``stype`` and ``data`` are the fields given
+    (``data`` is the bytes, not numpy's buffer), and :meth:`numpy` reads the data as
+    Flower's does: ``TypeError`` for another stype, ``numpy.load`` of the data for
+    ``"numpy.ndarray"``. An ArrayRecord holds it as it is, and what sends a record
+    or converts it to arrays reads each array with :meth:`numpy`, so a record holding
+    one fails there, as in Flower. As an ndarray it is its data's bytes (uint8).
+    """
+
+    _fields: tuple[str, tuple[int, ...], str, bytes]
+
+    @classmethod
+    def _kept(cls, dtype: str, shape: tuple[int, ...], stype: str, data: bytes) -> SerializedArray:
+        kept = np.frombuffer(data, dtype=np.uint8).view(cls)
+        kept._fields = (dtype, shape, stype, data)
+        return kept
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        """The dtype given, as Flower's string."""
+        return self._fields[0]
+
+    @property  # type: ignore[misc]
+    def shape(self) -> tuple[int, ...]:
+        """The shape given."""
+        return self._fields[1]
+
+    @property
+    def stype(self) -> str:
+        """The serialisation given."""
+        return self._fields[2]
+
+    @property
+    def data(self) -> bytes:  # type: ignore[override]
+        """The bytes given."""
+        return self._fields[3]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SerializedArray._kept, self._fields)
+
+    def __copy__(self) -> SerializedArray:
+        return SerializedArray._kept(*self._fields)
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> SerializedArray:
+        return SerializedArray._kept(*self._fields)
+
+    def numpy(self) -> NDArray:
+        """The data read as Flower reads it (see the class docstring)."""
+        if self.stype != NUMPY_STYPE:
+            raise TypeError(
+                f"Array of stype {self.stype!r} cannot be read as a numpy array; "
+                f"only {NUMPY_STYPE!r} can"
+            )
+        loaded: NDArray = np.load(io.BytesIO(self.data), allow_pickle=False)
+        return loaded
+
+    def __repr__(self) -> str:
+        dtype, shape, stype, data = self._fields
+        return f"Array(dtype={dtype!r}, shape={shape!r}, stype={stype!r}, data=<{len(data)} bytes>)"
+
+
 class _Record(MutableMapping[str, _T]):
-    """A dict with a value check on every write."""
+    """A dict with a value check on every write.
+
+    As Flower's records, a record equals a plain dict of the same items
+    (``MetricRecord({"a": 1}) == {"a": 1}``), and :meth:`copy` is a shallow copy.
+    """
 
     __slots__ = ("__weakref__", "_data")
 
@@ -289,7 +384,50 @@ class _Record(MutableMapping[str, _T]):
         return len(self._data)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self._data!r})"
+        return f"{type(self).__name__}({self._items_repr()})"
+
+    def _items_repr(self) -> str:
+        """The items as a dict's repr shows them (a RecordDict's repr shows records so)."""
+        return repr(self._data)
+
+    def copy(self) -> Self:
+        """A record of the same kind with the same items (the values are not copied)."""
+        copied = type(self).__new__(type(self))
+        copied._data = self._data.copy()
+        return copied
+
+    def _items_of(self, other: object) -> Mapping[str, Any] | None:
+        """What ``==`` compares this record's items with: another record's of the same
+        kind, or a dict's; None for anything else."""
+        if isinstance(other, type(self)):
+            return other._data
+        return other if isinstance(other, dict) else None
+
+
+def _deprecated(name: str, instead: str = "records") -> None:
+    warnings.warn(
+        f"{name} is Flower's deprecated spelling; use {instead}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+
+
+def _release(source: object, keep: bool) -> None:
+    """Flower's ``keep_input=False``: empty the list or dict the arrays came from."""
+    clear = getattr(source, "clear", None)
+    if not keep and callable(clear):
+        clear()
+
+
+def _fill(record: MutableMapping[str, Any], items: Mapping[str, Any] | None, keep: bool) -> None:
+    """Put ``items`` in ``record``; with ``keep=False`` (Flower's ``keep_input``), take
+    each item out of ``items`` once stored."""
+    if items is None:
+        return
+    for key in list(items):
+        record[key] = items[key]
+        if not keep:
+            del items[key]  # type: ignore[attr-defined]
 
 
 class ArrayRecord(_Record[NDArray]):
@@ -338,42 +476,62 @@ class ArrayRecord(_Record[NDArray]):
             if value is not None
         ]
         if len(given) > 1:
-            raise TypeError(f"ArrayRecord takes one source of arrays, got {len(given)}")
+            raise TypeError(
+                f"Invalid arguments for ArrayRecord: one source of arrays, got {len(given)}"
+            )
         if not given:
             return
-        name, source = given[0]
-        if isinstance(source, ArrayRecord | Mapping):
-            if name == "numpy_ndarrays":
-                raise TypeError("ArrayRecord(numpy_ndarrays=...) takes a list, not a mapping")
-            for key, value in source.items():
-                self[key] = value
-        elif name in ("array_dict", "torch_state_dict"):
-            raise TypeError(f"ArrayRecord({name}=...) takes a dict, not {type(source).__name__}")
-        elif isinstance(source, np.ndarray | str | bytes) or _is_tensor(source):
-            raise TypeError(
-                "ArrayRecord takes a mapping of names to arrays or a list of arrays, "
-                f"not a single {type(source).__name__}"
-            )
+        name, source = given[0][0], cast(Any, given[0][1])
+        # As Flower's: the constructor hands each form to its from_* class method.
+        if name == "numpy_ndarrays" or (name == "arrays" and not isinstance(source, Mapping)):
+            built = type(self).from_numpy_ndarrays(source, keep_input=keep_input)
+        elif name == "torch_state_dict" or (
+            name == "arrays" and source and all(map(_is_tensor, source.values()))
+        ):
+            built = type(self).from_torch_state_dict(source, keep_input=keep_input)
         else:
-            for index, value in enumerate(source):
-                self[str(index)] = value
-        clear = getattr(source, "clear", None)
-        if not keep_input and callable(clear):
-            clear()
+            built = type(self).from_array_dict(source, keep_input=keep_input)
+        self._data = built._data
 
     @classmethod
     def from_array_dict(
         cls, array_dict: Mapping[str, NDArray], *, keep_input: bool = True
     ) -> ArrayRecord:
         """A record of the arrays (:class:`Array` or any ndarray) in ``array_dict``, by name."""
-        return cls(array_dict=array_dict, keep_input=keep_input)
+        if not isinstance(array_dict, Mapping):
+            raise TypeError(
+                "Invalid arguments for ArrayRecord: array_dict= takes a dict, "
+                f"not {type(array_dict).__name__}"
+            )
+        record = cls()
+        for key, value in array_dict.items():
+            record[key] = value
+        _release(array_dict, keep_input)
+        return record
 
     @classmethod
     def from_numpy_ndarrays(
         cls, ndarrays: Iterable[NDArray], *, keep_input: bool = True
     ) -> ArrayRecord:
         """A record of ``ndarrays`` under the keys ``"0"``, ``"1"``, … in order."""
-        return cls(numpy_ndarrays=ndarrays, keep_input=keep_input)
+        if isinstance(ndarrays, Mapping):
+            raise TypeError(
+                "Invalid arguments for ArrayRecord: numpy_ndarrays= takes a list, not a mapping"
+            )
+        if (
+            isinstance(ndarrays, np.ndarray | str | bytes)
+            or _is_tensor(ndarrays)
+            or not isinstance(ndarrays, Iterable)
+        ):
+            raise TypeError(
+                "Invalid arguments for ArrayRecord: a mapping of names to arrays or a list "
+                f"of arrays, not a single {type(ndarrays).__name__}"
+            )
+        record = cls()
+        for index, value in enumerate(ndarrays):
+            record[str(index)] = value
+        _release(ndarrays, keep_input)
+        return record
 
     @classmethod
     def from_torch_state_dict(
@@ -384,18 +542,24 @@ class ArrayRecord(_Record[NDArray]):
         Needs PyTorch (``pip install 'fedcore[torch]'``): raises ``ImportError`` without
         it, and ``TypeError`` for a value that is not a tensor.
         """
-        torch = _import_torch("ArrayRecord.from_torch_state_dict")
         if not isinstance(state_dict, Mapping):
-            raise TypeError(f"a state_dict is a dict, not {type(state_dict).__name__}")
+            raise TypeError(
+                "Invalid arguments for ArrayRecord: torch_state_dict= takes a dict, "
+                f"not {type(state_dict).__name__}"
+            )
+        torch = _import_torch("ArrayRecord.from_torch_state_dict")
         for key, value in state_dict.items():
             if not isinstance(value, torch.Tensor):
                 raise TypeError(f"state_dict[{key!r}] is a {type(value).__name__}, not a tensor")
-        return cls(torch_state_dict=state_dict, keep_input=keep_input)
+        return cls.from_array_dict(state_dict, keep_input=keep_input)
 
     def __getitem__(self, key: str) -> Array:
-        return Array._viewing(self._data[key])
+        stored = self._data[key]
+        return stored if isinstance(stored, SerializedArray) else Array._viewing(stored)
 
     def _check(self, key: str, value: object) -> NDArray:
+        if isinstance(value, SerializedArray):
+            return value
         if _is_tensor(value):
             value = _tensor_to_array(key, value)
         return check_array(key, value)
@@ -403,9 +567,10 @@ class ArrayRecord(_Record[NDArray]):
     def to_numpy_ndarrays(self, *, keep_input: bool = True) -> list[NDArray]:
         """The arrays, in insertion order, as plain ndarrays (those stored, not copies).
 
-        ``keep_input=False`` (Flower's) empties the record as well.
+        ``keep_input=False`` (Flower's) empties the record as well. A
+        :class:`SerializedArray` is read with its ``numpy()``, which may refuse it.
         """
-        arrays = list(self._data.values())
+        arrays = [self[key].numpy() for key in self._data]
         if not keep_input:
             self._data.clear()
         return arrays
@@ -420,7 +585,7 @@ class ArrayRecord(_Record[NDArray]):
         ``keep_input=False`` (Flower's) empties the record as well.
         """
         torch = _import_torch()
-        state = OrderedDict((key, _array_to_tensor(torch, arr)) for key, arr in self._data.items())
+        state = OrderedDict((key, _array_to_tensor(torch, self[key].numpy())) for key in self._data)
         if not keep_input:
             self._data.clear()
         return state
@@ -436,19 +601,34 @@ class ArrayRecord(_Record[NDArray]):
         return sum(a.nbytes for a in self._data.values())
 
     def __eq__(self, other: object) -> bool:
-        """Exact equality: same keys in the same order, dtypes, shapes and bytes."""
-        if not isinstance(other, ArrayRecord):
+        """Exact equality: same keys (in the same order, for two records), dtypes, shapes
+        and bytes."""
+        items = self._items_of(other)
+        if items is None:
             return NotImplemented
-        return list(self._data) == list(other._data) and all(
-            a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
-            for a, b in zip(self._data.values(), other._data.values(), strict=True)
+        return _same_keys(self._data, items) and all(
+            isinstance(b, np.ndarray) and _same_array(a, b) for a, b in _pairs(self._data, items)
         )
 
     __hash__ = None  # type: ignore[assignment]
 
-    def __repr__(self) -> str:
-        inner = ", ".join(f"{k!r}: {a.dtype}{list(a.shape)}" for k, a in self._data.items())
-        return f"ArrayRecord({{{inner}}})"
+    def _items_repr(self) -> str:
+        return (
+            "{" + ", ".join(f"{k!r}: {a.dtype}{list(a.shape)}" for k, a in self._data.items()) + "}"
+        )
+
+
+def _same_array(a: NDArray, b: NDArray) -> bool:
+    return bool(a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes())
+
+
+def _same_keys(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Two records' keys in the same order; a record's and a dict's in any order."""
+    return list(a) == list(b) if isinstance(b, _Record) else a.keys() == b.keys()
+
+
+def _pairs(a: Mapping[str, Any], b: Mapping[str, Any]) -> Iterator[tuple[Any, Any]]:
+    return ((value, b[key]) for key, value in a.items())
 
 
 def _number(context: str, value: object) -> int | float:
@@ -468,25 +648,38 @@ def _check_int(context: str, value: int) -> int:
 
 
 class MetricRecord(_Record[MetricValue]):
-    """Named numbers to aggregate: ``int``, ``float``, or a list of them."""
+    """Named numbers to aggregate: ``int``, ``float``, or a list of either (not both).
+
+    Flower's signature: ``MetricRecord(metric_dict=None, keep_input=True)``;
+    ``keep_input=False`` takes each item out of the dict given once stored.
+    """
 
     __slots__ = ()
 
-    def __init__(self, metrics: Mapping[str, MetricValue] | None = None) -> None:
+    def __init__(
+        self, metric_dict: Mapping[str, MetricValue] | None = None, keep_input: bool = True
+    ) -> None:
         super().__init__()
-        for key, value in (metrics or {}).items():
-            self[key] = value
+        _fill(self, metric_dict, keep_input)
 
     def _check(self, key: str, value: object) -> MetricValue:
         context = f"MetricRecord[{key!r}]"
         if isinstance(value, list | tuple):
-            return [_number(f"an item of {context}", v) for v in value]
+            return _one_type(context, [_number(f"an item of {context}", v) for v in value])
         return _number(context, value)
 
+    def count_bytes(self) -> int:
+        """Bytes this record holds, as Flower counts them: 8 a number, plus the keys' bytes."""
+        return sum(
+            8 * (len(value) if isinstance(value, list) else 1) + len(key.encode())
+            for key, value in self._data.items()
+        )
+
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, MetricRecord):
+        items = self._items_of(other)
+        if items is None:
             return NotImplemented
-        return _same_values(self._data, other._data)
+        return _same_values(self._data, items)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -505,42 +698,64 @@ def _config_scalar(context: str, value: object) -> ConfigScalar:
     raise TypeError(f"{context} must be bool, int, float, str or bytes, got {type(value).__name__}")
 
 
+def _one_type(context: str, items: list[_T]) -> list[_T]:
+    """``items``, if they are all of one type (as Flower requires of a record's list)."""
+    kinds = {type(item).__name__ for item in items}
+    if len(kinds) > 1:
+        raise TypeError(f"{context} mixes {' and '.join(sorted(kinds))}; a list holds one type")
+    return items
+
+
+def _config_bytes(value: ConfigScalar) -> int:
+    if isinstance(value, bool):
+        return 1
+    if isinstance(value, str):
+        return len(value.encode())
+    return len(value) if isinstance(value, bytes) else 8
+
+
 class ConfigRecord(_Record[ConfigValue]):
-    """Named settings: ``bool | int | float | str | bytes`` or a list of one of those types."""
+    """Named settings: ``bool | int | float | str | bytes`` or a list of one of those types.
+
+    Flower's signature: ``ConfigRecord(config_dict=None, keep_input=True)``;
+    ``keep_input=False`` takes each item out of the dict given once stored.
+    """
 
     __slots__ = ()
 
-    def __init__(self, config: Mapping[str, ConfigValue] | None = None) -> None:
+    def __init__(
+        self, config_dict: Mapping[str, ConfigValue] | None = None, keep_input: bool = True
+    ) -> None:
         super().__init__()
-        for key, value in (config or {}).items():
-            self[key] = value
+        _fill(self, config_dict, keep_input)
 
     def _check(self, key: str, value: object) -> ConfigValue:
         context = f"ConfigRecord[{key!r}]"
         if not isinstance(value, list | tuple):
             return _config_scalar(context, value)
-        items = [_config_scalar(f"an item of {context}", v) for v in value]
-        kinds = {_config_kind(v) for v in items}
-        if len(kinds) > 1:
-            raise TypeError(f"{context} mixes {', '.join(sorted(kinds))}; a list holds one type")
-        return items
+        return _one_type(context, [_config_scalar(f"an item of {context}", v) for v in value])
+
+    def count_bytes(self) -> int:
+        """Bytes this record holds, as Flower counts them: 1 a bool, 8 a number, a str's
+        or bytes' length, plus the keys' bytes."""
+        return sum(
+            sum(map(_config_bytes, value if isinstance(value, list) else [value]))
+            + len(key.encode())
+            for key, value in self._data.items()
+        )
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, ConfigRecord):
+        items = self._items_of(other)
+        if items is None:
             return NotImplemented
-        return _same_values(self._data, other._data)
+        return _same_values(self._data, items)
 
     __hash__ = None  # type: ignore[assignment]
 
 
-def _config_kind(value: ConfigScalar) -> str:
-    # int and float mix freely in a list of numbers; bool, str and bytes do not.
-    return "number" if type(value) in (int, float) else type(value).__name__
-
-
 def _same_values(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     """Equality that tells 1 from 1.0 and True from 1, and treats NaN as equal to NaN."""
-    return list(a) == list(b) and all(_same(x, b[k]) for k, x in a.items())
+    return _same_keys(a, b) and all(_same(x, y) for x, y in _pairs(a, b))
 
 
 def _same(x: Any, y: Any) -> bool:
@@ -557,14 +772,30 @@ Record: TypeAlias = ArrayRecord | MetricRecord | ConfigRecord
 
 
 class RecordDict(_Record[Record]):
-    """Named records: what a Message carries and what ``Context.state`` keeps."""
+    """Named records: what a Message carries and what ``Context.state`` keeps.
+
+    Flower's deprecated spellings work and warn (``DeprecationWarning``):
+    ``RecordDict(parameters_records=..., metrics_records=..., configs_records=...)``
+    and the properties of those names.
+    """
 
     __slots__ = ()
 
-    def __init__(self, records: Mapping[str, Record] | None = None) -> None:
+    def __init__(
+        self,
+        records: Mapping[str, Record] | None = None,
+        *,
+        parameters_records: Mapping[str, ArrayRecord] | None = None,
+        metrics_records: Mapping[str, MetricRecord] | None = None,
+        configs_records: Mapping[str, ConfigRecord] | None = None,
+    ) -> None:
         super().__init__()
-        for key, value in (records or {}).items():
-            self[key] = value
+        deprecated = (parameters_records, metrics_records, configs_records)
+        if any(given is not None for given in deprecated):
+            _deprecated("RecordDict(parameters_records=, metrics_records=, configs_records=)")
+        for given in (records, *deprecated):
+            for key, value in (given or {}).items():
+                self[key] = value
 
     def _check(self, key: str, value: object) -> Record:
         if not isinstance(value, ArrayRecord | MetricRecord | ConfigRecord):
@@ -589,11 +820,41 @@ class RecordDict(_Record[Record]):
         """The ConfigRecords, by name."""
         return {k: v for k, v in self._data.items() if isinstance(v, ConfigRecord)}
 
+    @property
+    def parameters_records(self) -> dict[str, ArrayRecord]:
+        """Flower's deprecated name of :attr:`array_records`."""
+        _deprecated("RecordDict.parameters_records", "array_records")
+        return self.array_records
+
+    @property
+    def metrics_records(self) -> dict[str, MetricRecord]:
+        """Flower's deprecated name of :attr:`metric_records`."""
+        _deprecated("RecordDict.metrics_records", "metric_records")
+        return self.metric_records
+
+    @property
+    def configs_records(self) -> dict[str, ConfigRecord]:
+        """Flower's deprecated name of :attr:`config_records`."""
+        _deprecated("RecordDict.configs_records", "config_records")
+        return self.config_records
+
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, RecordDict):
+        items = self._items_of(other)
+        if items is None:
             return NotImplemented
-        return list(self._data) == list(other._data) and all(
-            v == other._data[k] for k, v in self._data.items()
+        return _same_keys(self._data, items) and all(a == b for a, b in _pairs(self._data, items))
+
+    def __repr__(self) -> str:
+        """Flower's layout: the records by kind, each shown as the dict it is."""
+        kinds: dict[str, Mapping[str, Record]] = {
+            "array_records": self.array_records,
+            "metric_records": self.metric_records,
+            "config_records": self.config_records,
+        }
+        lines = ",\n".join(
+            f"  {kind}={{{', '.join(f'{k!r}: {r._items_repr()}' for k, r in records.items())}}}"
+            for kind, records in kinds.items()
         )
+        return f"RecordDict(\n{lines}\n)"
 
     __hash__ = None  # type: ignore[assignment]

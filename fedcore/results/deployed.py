@@ -25,6 +25,7 @@ from fedcore.results.directory import (
     LOG_FILE,
     METRICS_FILE,
     MODEL_FILE,
+    STOPPED_EARLY,
     save_model,
     write_run_file,
 )
@@ -39,9 +40,13 @@ def directory_tag(run: Run) -> int | str:
     return run.seed if run.seed is not None else f"run{run.run_id}"
 
 
-def run_document(run: Run, header: Mapping[str, Any] | None) -> dict[str, Any]:
+def run_document(
+    run: Run, header: Mapping[str, Any] | None, stopped_after: int | None = None
+) -> dict[str, Any]:
     """``run.json`` of a deployed run: what ran, from the ServerApp's ``header`` (``None``
-    when it never started), and how it ended, from ``run`` as the link has it."""
+    when it never started), and how it ended, from ``run`` as the link has it, and
+    ``stopped_after``, the round after which ``should_stop`` ended it (a round line's
+    ``stopped_early``)."""
     said = header or {}
     status = run.status.value.removeprefix("finished:")
     if header is not None and not run.status.finished:
@@ -60,6 +65,8 @@ def run_document(run: Run, header: Mapping[str, Any] | None) -> dict[str, Any]:
     }
     if run.reason and run.status.finished:
         document["error"] = run.reason
+    if stopped_after is not None:
+        document[STOPPED_EARLY] = stopped_after
     return document
 
 
@@ -83,6 +90,7 @@ class DeployedRecorder:
         self.run = run
         self.header: dict[str, Any] | None = None
         self.rounds = 0
+        self.stopped_after: int | None = None
         self._write_run()
         self._metrics: IO[str] = (path / METRICS_FILE).open("a", encoding="utf-8")
         self._log: IO[str] = (path / LOG_FILE).open("a", encoding="utf-8")
@@ -100,6 +108,9 @@ class DeployedRecorder:
         self._metrics.flush()
         if "round" in document:
             self.rounds += 1
+            if document.get("stopped_early") is True:
+                self.stopped_after = document["round"]
+                self._write_run()
         elif "run" in document and self.header is None:
             self.header = document
             self._write_run()
@@ -123,4 +134,4 @@ class DeployedRecorder:
                 stream.close()
 
     def _write_run(self) -> None:
-        write_run_file(self.path, run_document(self.run, self.header))
+        write_run_file(self.path, run_document(self.run, self.header, self.stopped_after))

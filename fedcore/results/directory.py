@@ -36,6 +36,8 @@ METRICS_FILE = "metrics.jsonl"
 LOG_FILE = "log.txt"
 MODEL_FILE = "model.npz"
 SUMMARY_FILE = "summary.png"
+STOPPED_EARLY = "stopped_early_after_round"
+"""``run.json``'s key for the round after which ``should_stop`` ended the run."""
 DEFAULT_PARENT = Path("results")
 """Where ``fedcore simulate`` puts run directories unless told (``--out``, or:)."""
 
@@ -94,6 +96,10 @@ class ResultsRecorder(logging.Handler):
     interrupted run left and ``resumed_after``, the round of its checkpoint: the record
     is running again, lists the resumption under ``"resumed"``, and gets no second
     header line in ``metrics.jsonl``.
+
+    A round after which ``should_stop`` ended the run (its report says so) is written
+    into ``run.json`` at once, as ``"stopped_early_after_round"``: the run stopped early,
+    and where.
     """
 
     def __init__(
@@ -112,6 +118,8 @@ class ResultsRecorder(logging.Handler):
             self._run.update(fedcore=fedcore_version(), start=iso_time(started))
         else:
             self._run.pop("error", None)
+            if self._run.get(STOPPED_EARLY, 0) > resumed_after:  # that round is done again
+                del self._run[STOPPED_EARLY]
             resumption = {"at": iso_time(started), "after_round": resumed_after}
             self._run["resumed"] = [*self._run.get("resumed", []), resumption]
         self._run.update(end=None, status="running")
@@ -136,6 +144,9 @@ class ResultsRecorder(logging.Handler):
             if isinstance(report, RoundReport):
                 self.reports.append(report)
                 self._line(round_row(report))
+                if report.stopped_early:
+                    self._run[STOPPED_EARLY] = report.server_round
+                    self._write_run()
             self._log.write(self.format(record) + "\n")
             self._log.flush()
         except Exception:

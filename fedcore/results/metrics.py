@@ -30,9 +30,10 @@ def run_header(
 
 
 def round_row(report: RoundReport) -> dict[str, Any]:
-    """One finished round: replies, failures by label, seconds, and its three metric scopes."""
+    """One finished round: replies, failures by label, seconds, and its three metric scopes;
+    ``"stopped_early": true`` on the round after which ``should_stop`` ended the run."""
     row = asdict(report)
-    return {
+    line: dict[str, Any] = {
         "round": row.pop("server_round"),
         "num_rounds": row["num_rounds"],
         "replies": report.replies,
@@ -43,6 +44,9 @@ def round_row(report: RoundReport) -> dict[str, Any]:
         "evaluate": row["evaluate_metrics"],
         "server": row["server_metrics"],
     }
+    if report.stopped_early:  # only the line of the round should_stop ended the run after
+        line["stopped_early"] = True
+    return line
 
 
 SCOPES = ("server", "evaluate", "train")

@@ -374,11 +374,14 @@ class LinkState(ABC):
         """
 
     @abstractmethod
-    async def get_replies(self, run_id: int, message_ids: Iterable[str]) -> list[Message]:
+    async def get_replies(self, run_id: int, message_ids: Iterable[str] | None) -> list[Message]:
         """The replies available now for these messages, in the order asked.
 
         An id this run does not know (never pushed, or already acknowledged) yields
         a ``MESSAGE_UNAVAILABLE`` error reply, so that nobody waits for it forever.
+        ``None`` names no message: every reply the run holds, not yet acknowledged,
+        in the order they were stored (what Flower's ``pull_messages()`` without ids
+        asks for).
         """
 
     @abstractmethod

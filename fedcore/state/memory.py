@@ -84,6 +84,7 @@ class _Entry:
     lease_until: float = math.inf
     reply: Message | None = None
     generated: bool = False
+    stored: int = 0  # when the reply came, among the state's replies: their order
 
 
 class InMemoryLinkState(LinkState):
@@ -108,6 +109,7 @@ class InMemoryLinkState(LinkState):
         self._run_messages: dict[int, set[str]] = {}
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._sequence = itertools.count()
+        self._replies_stored = itertools.count()
         self._runs = MemoryRuns(
             self._clock,
             self._ids,
@@ -413,9 +415,13 @@ class InMemoryLinkState(LinkState):
     def _new_message_id(self) -> str:
         return new_message_id(self._ids, self._messages.__contains__)
 
-    async def get_replies(self, run_id: int, message_ids: Iterable[str]) -> list[Message]:
+    async def get_replies(self, run_id: int, message_ids: Iterable[str] | None) -> list[Message]:
         self._fire_due()
         self._runs.status(run_id)
+        if message_ids is None:
+            entries = (self._messages[i] for i in self._run_messages.get(run_id, ()))
+            replied = sorted((e for e in entries if e.reply is not None), key=lambda e: e.stored)
+            return [entry.reply for entry in replied if entry.reply is not None]
         replies = []
         for message_id in message_ids:
             entry = self._messages.get(message_id)
@@ -526,6 +532,7 @@ class InMemoryLinkState(LinkState):
     def _store_reply(self, entry: _Entry, reply: Message, *, generated: bool) -> None:
         entry.status = transition(entry.status, MessageStatus.REPLIED)
         entry.reply, entry.generated = reply, generated
+        entry.stored = next(self._replies_stored)
         meta = entry.message.metadata
         self._open.get(meta.dst_node_id, {}).pop(meta.message_id, None)
         self._reply_topic.publish(meta.run_id, meta.message_id)

@@ -409,11 +409,14 @@ class SqliteLinkState(LinkState):
             self._ids, lambda candidate: self._db.row("message_id_taken", id=candidate) is not None
         )
 
-    async def get_replies(self, run_id: int, message_ids: Iterable[str]) -> list[Message]:
-        return await self._db.transact(partial(self._get_replies, run_id, list(message_ids)))
+    async def get_replies(self, run_id: int, message_ids: Iterable[str] | None) -> list[Message]:
+        asked = None if message_ids is None else list(message_ids)
+        return await self._db.transact(partial(self._get_replies, run_id, asked))
 
-    def _get_replies(self, run_id: int, message_ids: list[str], now: float) -> list[Message]:
+    def _get_replies(self, run_id: int, message_ids: list[str] | None, now: float) -> list[Message]:
         self._runs.status(run_id)
+        if message_ids is None:
+            return [self._reply_from(row) for row in self._db.rows("replies_of_run", run_id=run_id)]
         replies = []
         for message_id in message_ids:
             row = self._db.row("message_and_reply", message_id=message_id)

@@ -24,7 +24,7 @@ import anyio.from_thread
 
 from fedcore.apps.grid import Grid, SyncGrid
 from fedcore.domain import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-from fedcore.strategy.result import EvaluateFn, Phase, Result
+from fedcore.strategy.result import EvaluateFn, Phase, Result, StopFn
 from fedcore.strategy.rounds import DEFAULT_TIMEOUT, run_rounds
 from fedcore.strategy.sampling import Nodes
 
@@ -146,6 +146,7 @@ class Strategy(ABC):
         train_config: ConfigRecord | None = None,
         evaluate_config: ConfigRecord | None = None,
         evaluate_fn: EvaluateFn | None = None,
+        should_stop: StopFn | None = None,
     ) -> Awaitable[Result]: ...
 
     @overload
@@ -158,6 +159,7 @@ class Strategy(ABC):
         train_config: ConfigRecord | None = None,
         evaluate_config: ConfigRecord | None = None,
         evaluate_fn: EvaluateFn | None = None,
+        should_stop: StopFn | None = None,
     ) -> Result: ...
 
     def start(
@@ -169,6 +171,7 @@ class Strategy(ABC):
         train_config: ConfigRecord | None = None,
         evaluate_config: ConfigRecord | None = None,
         evaluate_fn: EvaluateFn | None = None,
+        should_stop: StopFn | None = None,
     ) -> Awaitable[Result] | Result:
         """Run ``num_rounds`` of training and evaluation; return the final arrays and metrics.
 
@@ -178,6 +181,10 @@ class Strategy(ABC):
         replies; late replies count as failures. The strategy's ``round_timeout``
         bounds the replies too, and is usually the shorter. ``evaluate_fn(round, arrays)``
         evaluates on the server after every round (and once before the first).
+        ``should_stop(round, result)`` (Flower 1.43's early stopping) is asked after
+        every round, with the result so far; true ends the run there, and the result
+        holds the rounds done. ``num_rounds=0`` runs no round: the result holds
+        ``initial_arrays``.
         """
         if not isinstance(initial_arrays, ArrayRecord):
             raise TypeError(
@@ -187,6 +194,10 @@ class Strategy(ABC):
             raise ValueError(f"num_rounds must be a non-negative int, got {num_rounds!r}")
         if not timeout > 0:
             raise ValueError(f"timeout must be positive, got {timeout!r}")
+        if should_stop is not None and not callable(should_stop):
+            raise TypeError(
+                f"should_stop must be a callable(round, result), got {type(should_stop).__name__}"
+            )
         options: dict[str, Any] = {
             "initial_arrays": initial_arrays,
             "num_rounds": num_rounds,
@@ -194,6 +205,7 @@ class Strategy(ABC):
             "train_config": ConfigRecord(train_config or {}),
             "evaluate_config": ConfigRecord(evaluate_config or {}),
             "evaluate_fn": evaluate_fn,
+            "should_stop": should_stop,
         }
         if isinstance(grid, SyncGrid):
             async_grid = grid.async_grid
@@ -216,6 +228,7 @@ class Strategy(ABC):
         train_config: ConfigRecord,
         evaluate_config: ConfigRecord,
         evaluate_fn: EvaluateFn | None,
+        should_stop: StopFn | None = None,
     ) -> Result:
         """The loop behind :meth:`start`, with its arguments checked: synchronous rounds
         (:func:`~fedcore.strategy.rounds.run_rounds`). A strategy with a schedule of its
@@ -229,6 +242,7 @@ class Strategy(ABC):
             train_config=train_config,
             evaluate_config=evaluate_config,
             evaluate_fn=evaluate_fn,
+            should_stop=should_stop,
         )
 
 
@@ -236,10 +250,11 @@ _VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 
 
 def config_to_str(config: ConfigRecord) -> str:
-    """``config`` as one line for a log, each bytes value shown by its size only (a
-    serialised model or a key has no place in a log): ``{'lr': 0.1, 'blob': <3 bytes>}``."""
+    """``config`` as one line for a log, as Flower writes it: each value as ``str()`` shows
+    it, a bytes value masked (a serialised model or a key has no place in a log):
+    ``{'lr': 0.1, 'optimizer': adam, 'blob': <bytes>}``."""
     items = (
-        f"{key!r}: {f'<{len(value)} bytes>' if isinstance(value, bytes) else repr(value)}"
+        f"{key!r}: {'<bytes>' if isinstance(value, bytes) else value}"
         for key, value in config.items()
     )
     return "{" + ", ".join(items) + "}"

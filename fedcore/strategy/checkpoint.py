@@ -14,8 +14,10 @@ What a checkpoint holds is what the next round needs and nothing the seed alread
 fixes: the arrays, the strategy's own state (:meth:`~fedcore.strategy.base.Strategy.state`:
 server optimizer moments, an adaptive clipping norm), the train and evaluate configs
 (a strategy may change them from round to round), the metrics of the rounds so far,
-and, from the runtime, every node's ``Context.state``. The nodes each round samples
-follow from (seed, round), so the sampling needs no state of its own. A checkpoint is
+whether ``start``'s ``should_stop`` ended the run after this round (a run resumed from
+it then runs no round more), and, from the runtime, every node's ``Context.state``.
+The nodes each round samples follow from (seed, round), so the sampling needs no state
+of its own. A checkpoint is
 a :class:`~fedcore.domain.RecordDict` (:meth:`Checkpoint.to_records`), so whatever
 can keep records — a file, the link's artifacts — can keep it.
 
@@ -78,6 +80,9 @@ class Checkpoint:
     nodes: dict[int, RecordDict] = field(default_factory=dict)
     """Each node's ``Context.state``, by node id: the simulation's; empty in deployment,
     where the link keeps the contexts itself."""
+    stopped: bool = False
+    """``start``'s ``should_stop`` ended the run after ``server_round``: a resumed run
+    runs no round more."""
 
     def to_records(self) -> RecordDict:
         """The checkpoint as one RecordDict, its records named by what they hold."""
@@ -89,6 +94,7 @@ class Checkpoint:
                         "round": self.server_round,
                         "num-rounds": self.num_rounds,
                         "strategy": self.strategy,
+                        "stopped": self.stopped,
                     }
                 ),
                 _ARRAYS: self.result.arrays,
@@ -125,6 +131,9 @@ class Checkpoint:
         )
         if not isinstance(server_round, int) or not isinstance(num_rounds, int):
             raise CheckpointError("a checkpoint without its round")
+        stopped = head.get("stopped", False)  # absent from checkpoints older than should_stop
+        if not isinstance(stopped, bool):
+            raise CheckpointError("a checkpoint whose 'stopped' is not a bool")
         checkpoint = cls(
             server_round=server_round,
             num_rounds=num_rounds,
@@ -133,6 +142,7 @@ class Checkpoint:
             strategy_state=RecordDict(),
             train_config=_config(records, _TRAIN_CONFIG),
             evaluate_config=_config(records, _EVALUATE_CONFIG),
+            stopped=stopped,
         )
         for name, record in records.items():
             if name.startswith(_STRATEGY):
@@ -229,9 +239,12 @@ class RoundCheckpoints:
         result: Result,
         train_config: ConfigRecord,
         evaluate_config: ConfigRecord,
+        *,
+        stopped: bool = False,
     ) -> None:
         """Keep the run's state after ``server_round``: in ``store`` once this returns
-        (nothing, for a ``start`` other than the first)."""
+        (nothing, for a ``start`` other than the first). ``stopped``: ``should_stop``
+        ended the run after this round."""
         if strategy is not self._owner:
             return
         checkpoint = Checkpoint(
@@ -243,6 +256,7 @@ class RoundCheckpoints:
             train_config=train_config,
             evaluate_config=evaluate_config,
             nodes=dict(self._nodes()) if self._nodes is not None else {},
+            stopped=stopped,
         )
         await self._store.save(checkpoint.to_records())
 

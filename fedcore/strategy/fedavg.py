@@ -272,8 +272,8 @@ def validate_message_reply_consistency(
     replies: Sequence[RecordDict], weighted_by_key: str, check_arrayrecord: bool
 ) -> None:
     """Raise :class:`~fedcore.errors.InconsistentRepliesError` unless every reply can be
-    aggregated (:func:`reply_problem`) and they agree: the same metric names and, when
-    ``check_arrayrecord``, the same array names.
+    aggregated (:func:`reply_problem`) and they agree: their MetricRecords, and when
+    ``check_arrayrecord`` their ArrayRecords, have the same name and the same keys.
 
     Flower's ``strategy_utils`` name, for a strategy that checks a round's replies all
     at once; FedAvg checks each reply as it comes and leaves out the ones that fail.
@@ -284,17 +284,23 @@ def validate_message_reply_consistency(
             raise InconsistentRepliesError(f"reply {index}: {problem}")
     kinds = ["metric", "array"] if check_arrayrecord else ["metric"]
     for kind in kinds:
-        names = [_record_keys(content, kind) for content in replies]
-        for index, keys in enumerate(names[1:], start=1):
-            if keys != names[0]:
+        layouts = [_record_layout(content, kind) for content in replies]
+        for index, (name, keys) in enumerate(layouts[1:], start=1):
+            if (name, keys) != layouts[0]:
+                first_name, first_keys = layouts[0]
                 raise InconsistentRepliesError(
-                    f"reply {index} has the {kind}s {sorted(keys)}, reply 0 {sorted(names[0])}"
+                    f"reply {index} has the {kind} record {name!r} of {sorted(keys)}, "
+                    f"reply 0 {first_name!r} of {sorted(first_keys)}"
                 )
 
 
-def _record_keys(content: RecordDict, kind: str) -> set[str]:
-    records = content.metric_records if kind == "metric" else content.array_records
-    return set(next(iter(records.values())))
+def _record_layout(content: RecordDict, kind: str) -> tuple[str, set[str]]:
+    """The name of the one record of ``kind`` in ``content``, and its keys."""
+    if kind == "metric":
+        name, metrics = next(iter(content.metric_records.items()))
+        return name, set(metrics)
+    name, arrays = next(iter(content.array_records.items()))
+    return name, set(arrays)
 
 
 class _Averaging(Aggregation):

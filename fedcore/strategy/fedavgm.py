@@ -11,7 +11,7 @@ The momentum is kept per array key for the life of the strategy instance (one
 ``start`` per instance); integer and boolean arrays take the plain mean and have
 no momentum (see :mod:`fedcore.strategy.optimizers`); with ``server_momentum=0``
 nothing is kept. An aggregate or model whose layout differs from the momentum's is
-refused with ``ValueError``.
+refused with :class:`~fedcore.errors.AggregationError` (a ``ValueError``).
 """
 
 from __future__ import annotations

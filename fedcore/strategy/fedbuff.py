@@ -21,6 +21,10 @@ cannot spin and a run always ends. Optional federated evaluation (``fraction_eva
 default) of each new model runs beside training and lands in
 ``result.evaluate_metrics_clientapp`` when its replies are in.
 
+``start``'s ``should_stop`` is asked as each step closes, with the step's training and
+server metrics; its federated evaluation, which runs beside the next steps, may land
+in the result only later. A true answer stops training after that step.
+
 Which replies share a buffer depends on when they arrive, so unlike the synchronous
 strategies a FedBuff run is reproducible only as far as its nodes' timing is.
 
@@ -51,8 +55,9 @@ from fedcore.strategy import arguments
 from fedcore.strategy.aggregate import ArrayMean, cast_back, check_same_layout
 from fedcore.strategy.base import Aggregation
 from fedcore.strategy.fedavg import FedAvg, MetricsAggregation
-from fedcore.strategy.result import EvaluateFn, Result, RoundReport
+from fedcore.strategy.result import EvaluateFn, Result, RoundReport, StopFn
 from fedcore.strategy.rounds import (
+    Rounds,
     begin_rounds,
     evaluate_on_server,
     exchange,
@@ -170,13 +175,15 @@ class FedBuff(FedAvg):
         train_config: ConfigRecord,
         evaluate_config: ConfigRecord,
         evaluate_fn: EvaluateFn | None,
+        should_stop: StopFn | None = None,
     ) -> Result:
-        """Train asynchronously until ``num_rounds`` server steps are made; each message
-        has ``round_timeout`` (:func:`~fedcore.strategy.rounds.round_limit`) for its reply."""
+        """Train asynchronously until ``num_rounds`` server steps are made (or
+        ``should_stop`` ends the run after one); each message has ``round_timeout``
+        (:func:`~fedcore.strategy.rounds.round_limit`) for its reply."""
         self._sent.clear()
         limit = round_limit(self, grid, timeout)
         run = _AsyncRun(self, grid, timeout, limit, num_rounds, train_config, evaluate_config)
-        return await run.drive(initial_arrays, evaluate_fn)
+        return await run.drive(initial_arrays, evaluate_fn, should_stop)
 
 
 def _step(base: ArrayRecord, step: ArrayRecord, scale: float) -> ArrayRecord:
@@ -338,7 +345,12 @@ class _AsyncRun:
         self.working: dict[str, tuple[int, int]] = {}  # message id -> (node id, round)
         self.result = Result()
 
-    async def drive(self, initial_arrays: ArrayRecord, evaluate_fn: EvaluateFn | None) -> Result:
+    async def drive(
+        self,
+        initial_arrays: ArrayRecord,
+        evaluate_fn: EvaluateFn | None,
+        should_stop: StopFn | None,
+    ) -> Result:
         log.info("%r: %d server steps, sampling seed %s", self.strategy, self.num_rounds, self.seed)
         rounds = await begin_rounds(
             self.strategy,
@@ -347,6 +359,7 @@ class _AsyncRun:
             self.train_config,
             self.evaluate_config,
             evaluate_fn,
+            should_stop,
         )
         result = self.result = rounds.result
         self.train_config, self.evaluate_config = rounds.train_config, rounds.evaluate_config
@@ -372,9 +385,9 @@ class _AsyncRun:
                         "round %d train: every node available failed; closing the step early",
                         step.buffer.server_round,
                     )
-                await self._close(step, evaluate_fn, evaluations)
+                stop = await self._close(step, evaluate_fn, evaluations, rounds)
                 await rounds.keep(step.buffer.server_round)
-                if step.buffer.server_round == self.num_rounds:
+                if stop or step.buffer.server_round == self.num_rounds:
                     training.cancel_scope.cancel()
                     break
                 step = await self._open(step.buffer.server_round + 1)
@@ -437,9 +450,11 @@ class _AsyncRun:
                 await send.send(_Lost(lost))
 
     async def _close(
-        self, step: _Step, evaluate_fn: EvaluateFn | None, evaluations: TaskGroup
-    ) -> None:
-        """Make the step's server update, evaluate, and report it."""
+        self, step: _Step, evaluate_fn: EvaluateFn | None, evaluations: TaskGroup, rounds: Rounds
+    ) -> bool:
+        """Make the step's server update, evaluate, ask ``should_stop`` and report it;
+        whether ``should_stop`` ends the run after it. The step's federated evaluation
+        runs beside the next steps, so ``should_stop`` sees its metrics only later."""
         server_round, result = step.buffer.server_round, self.result
         arrays, metrics = step.buffer.result()
         if arrays is not None:
@@ -454,6 +469,7 @@ class _AsyncRun:
                 result.evaluate_metrics_serverapp[server_round] = record
         if self.strategy.min_nodes("evaluate") > 0:
             evaluations.start_soon(self._evaluate, server_round, result.arrays)
+        stop = await rounds.ask_to_stop(server_round)
         report = RoundReport(
             server_round=server_round,
             num_rounds=self.num_rounds,
@@ -463,8 +479,10 @@ class _AsyncRun:
             train_failures=failure_counts(step.errors, step.missing),
             train_metrics=dict(result.train_metrics_clientapp.get(server_round, {})),
             server_metrics=dict(result.evaluate_metrics_serverapp.get(server_round, {})),
+            stopped_early=stop,
         )
         log.info("%s", report.describe(), extra={"fedcore_round": report})
+        return stop
 
     async def _evaluate(self, server_round: int, arrays: ArrayRecord) -> None:
         """Federated evaluation of the model of step ``server_round``, beside training."""

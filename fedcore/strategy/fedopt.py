@@ -18,7 +18,8 @@ step finite where ``v`` is 0). The moments are kept per array key, as
 ``v₋₁ ≥ τ²``). Integer and boolean arrays take the plain mean and have no moments
 (see :mod:`fedcore.strategy.optimizers`); with ``beta_1 = 0`` the first moment is
 the pseudo-gradient itself and is not kept. An aggregate or model whose layout
-differs from the moments' is refused with ``ValueError``.
+differs from the moments' is refused with
+:class:`~fedcore.errors.AggregationError` (a ``ValueError``), as in Flower.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from fedcore.domain.records import ArrayRecord, NDArray, RecordDict
+from fedcore.errors import AggregationError
 
 QFFL_LOSS_OFFSET = 1e-10
 """Added to each loss before raising it to ``q`` and ``q − 1`` (as Flower does), so a
@@ -44,16 +45,19 @@ def working_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
 
 
 def check_layout(expected: Mapping[str, NDArray], arrays: Mapping[str, NDArray]) -> None:
-    """Raise ``ValueError`` unless ``arrays`` has ``expected``'s keys and shapes.
+    """Raise :class:`~fedcore.errors.AggregationError` (a ``ValueError``) unless ``arrays``
+    has ``expected``'s keys and shapes.
 
     Dtypes may differ (a node that returns float64 for a float32 model is averaged
     all the same); the step casts to the expected array's dtype.
     """
     if set(arrays) != set(expected):
-        raise ValueError(f"arrays {sorted(arrays)} do not match the model's {sorted(expected)}")
+        raise AggregationError(
+            f"arrays {sorted(arrays)} do not match the model's {sorted(expected)}"
+        )
     for key, reference in expected.items():
         if arrays[key].shape != reference.shape:
-            raise ValueError(
+            raise AggregationError(
                 f"array {key!r} has shape {list(arrays[key].shape)}, "
                 f"the model's has {list(reference.shape)}"
             )
@@ -64,14 +68,14 @@ def _check_state(name: str, state: Mapping[str, NDArray], model: Mapping[str, ND
         return
     floats = {key: array for key, array in model.items() if optimized(array)}
     if set(state) != set(floats):
-        raise ValueError(
+        raise AggregationError(
             f"{name} holds arrays {sorted(state)} but the model's float arrays are "
             f"{sorted(floats)}: the model's layout changed between rounds"
         )
     for key, array in floats.items():
         held = state[key]
         if held.shape != array.shape or held.dtype != working_dtype(array.dtype):
-            raise ValueError(
+            raise AggregationError(
                 f"{name}[{key!r}] is {held.dtype}{list(held.shape)} but the model's array is "
                 f"{array.dtype}{list(array.shape)}: the model's layout changed between rounds"
             )

@@ -14,6 +14,8 @@ Phase: TypeAlias = Literal["train", "evaluate"]
 EvaluateFn: TypeAlias = Callable[
     [int, ArrayRecord], Awaitable[MetricRecord | None] | MetricRecord | None
 ]
+StopFn: TypeAlias = Callable[[int, "Result"], Awaitable[bool] | bool]
+"""``start``'s ``should_stop(server_round, result)``: true ends the run after that round."""
 
 
 @dataclass
@@ -56,6 +58,8 @@ class RoundReport:
     train_metrics: dict[str, MetricValue] = field(default_factory=dict)
     evaluate_metrics: dict[str, MetricValue] = field(default_factory=dict)
     server_metrics: dict[str, MetricValue] = field(default_factory=dict)
+    stopped_early: bool = False
+    """``start``'s ``should_stop`` ended the run after this round, before its last."""
 
     @property
     def replies(self) -> int:
@@ -91,6 +95,8 @@ class RoundReport:
             ("train", self.train_metrics),
         ):
             parts.extend(f"{scope} {key}={_short(value)}" for key, value in metrics.items())
+        if self.stopped_early:
+            parts.append("should_stop ends the run here")
         return ", ".join(parts)
 
 

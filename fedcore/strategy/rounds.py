@@ -12,11 +12,16 @@ Every round's configure method gets the same ``train_config`` (and
 strategy that changes it (a learning-rate schedule, ``config["lr"] *= 0.5``) changes
 it for the rounds after too; fedcore's own strategies copy it before adding to it.
 
+Each round ends by asking ``start``'s ``should_stop(server_round, result)``, if given
+(Flower 1.43's early stopping): true ends the run after that round, the result holding
+the rounds done; the round's report says so. It is not asked before the first round.
+
 Where the runtime keeps checkpoints (:mod:`fedcore.strategy.checkpoint`), each round
 ends with one, after its report is logged: a run killed between the two goes on from
 the round before and does that round again, so no round is recorded twice. A resumed
 run starts after its checkpoint's round, with its arrays, metrics, configs and the
-strategy's state.
+strategy's state; a checkpoint taken where ``should_stop`` ended the run says so, and
+a run resumed from it runs no round more.
 
 Each finished round is logged once at INFO on ``fedcore.strategy`` with a
 :class:`~fedcore.strategy.result.RoundReport` attached (``record.fedcore_round``);
@@ -46,6 +51,7 @@ from fedcore.strategy.result import (
     ReplyProgress,
     Result,
     RoundReport,
+    StopFn,
     failure_label,
 )
 
@@ -137,12 +143,19 @@ async def run_rounds(
     train_config: ConfigRecord,
     evaluate_config: ConfigRecord,
     evaluate_fn: EvaluateFn | None,
+    should_stop: StopFn | None = None,
 ) -> Result:
     """Drive ``num_rounds`` rounds of ``strategy`` on ``grid``; see the module docstring."""
     seed = sampling_seed(grid.run)
     log.info("%s: %d rounds, sampling seed %s", type(strategy).__name__, num_rounds, seed)
     rounds = await begin_rounds(
-        strategy, num_rounds, initial_arrays, train_config, evaluate_config, evaluate_fn
+        strategy,
+        num_rounds,
+        initial_arrays,
+        train_config,
+        evaluate_config,
+        evaluate_fn,
+        should_stop,
     )
     result, train_config, evaluate_config = (
         rounds.result,
@@ -178,6 +191,7 @@ async def run_rounds(
             record = await evaluate_on_server(evaluate_fn, server_round, result.arrays)
             if record is not None:
                 result.evaluate_metrics_serverapp[server_round] = record
+        stop = await rounds.ask_to_stop(server_round)
         report = RoundReport(
             server_round=server_round,
             num_rounds=num_rounds,
@@ -189,9 +203,12 @@ async def run_rounds(
             train_metrics=dict(result.train_metrics_clientapp.get(server_round, {})),
             evaluate_metrics=dict(result.evaluate_metrics_clientapp.get(server_round, {})),
             server_metrics=dict(result.evaluate_metrics_serverapp.get(server_round, {})),
+            stopped_early=stop,
         )
         log.info("%s", report.describe(), extra={"fedcore_round": report})
         await rounds.keep(server_round)
+        if stop:
+            break
     return result
 
 
@@ -207,6 +224,21 @@ class Rounds:
     train_config: ConfigRecord
     evaluate_config: ConfigRecord
     checkpoints: RoundCheckpoints | None
+    should_stop: StopFn | None = None
+    stopped: bool = False
+    """``should_stop`` ended the run after the last round done (:meth:`ask_to_stop`)."""
+
+    async def ask_to_stop(self, server_round: int) -> bool:
+        """Round ``server_round`` is done and in :attr:`result`: does ``should_stop`` end
+        the run after it, before its last round? Asked after every round, the last too,
+        as Flower asks it."""
+        if self.should_stop is not None:
+            answer = await ask_should_stop(self.should_stop, server_round, self.result)
+            self.stopped = answer and server_round < self.num_rounds
+            if self.stopped:
+                log.info("should_stop ends the run after round %d of %d", server_round,
+                         self.num_rounds)  # fmt: skip
+        return self.stopped
 
     async def keep(self, server_round: int) -> None:
         """Round ``server_round`` ended (its report logged): its checkpoint, if the run
@@ -219,6 +251,7 @@ class Rounds:
                 self.result,
                 self.train_config,
                 self.evaluate_config,
+                stopped=self.stopped,
             )
 
 
@@ -229,25 +262,35 @@ async def begin_rounds(
     train_config: ConfigRecord,
     evaluate_config: ConfigRecord,
     evaluate_fn: EvaluateFn | None,
+    should_stop: StopFn | None = None,
 ) -> Rounds:
     """How a ``start`` of ``strategy`` begins: from the run's checkpoint, when it is
-    resumed (its arrays, metrics, configs and the strategy's state); else from
-    ``initial_arrays``, evaluated on the server first when there is ``evaluate_fn``."""
+    resumed (its arrays, metrics, configs and the strategy's state; nothing left to run
+    when ``should_stop`` had ended the run there); else from ``initial_arrays``,
+    evaluated on the server first when there is ``evaluate_fn``. With ``num_rounds``
+    0 that is the whole run: its result holds ``initial_arrays``."""
     checkpoints = active_checkpoints()
     resumed = None if checkpoints is None else checkpoints.begin(strategy, num_rounds)
     if resumed is not None:
         strategy.load_state(resumed.strategy_state)
-        log.info("resuming after round %d of %d, from its checkpoint", resumed.server_round,
-                 num_rounds)  # fmt: skip
-        return Rounds(strategy, num_rounds, resumed.result, resumed.server_round + 1,
-                      resumed.train_config, resumed.evaluate_config, checkpoints)  # fmt: skip
+        done = resumed.server_round
+        if resumed.stopped:
+            log.info("should_stop ended the run after round %d of %d: no round left to run",
+                     done, num_rounds)  # fmt: skip
+        else:
+            log.info("resuming after round %d of %d, from its checkpoint", done, num_rounds)
+        first = num_rounds + 1 if resumed.stopped else done + 1
+        return Rounds(strategy, num_rounds, resumed.result, first, resumed.train_config,
+                      resumed.evaluate_config, checkpoints, should_stop,
+                      resumed.stopped)  # fmt: skip
     result = Result(arrays=initial_arrays)
     if evaluate_fn is not None:
         record = await evaluate_on_server(evaluate_fn, 0, initial_arrays)
         if record is not None:
             result.evaluate_metrics_serverapp[0] = record
             log.info("initial server evaluation: %s", metrics_text(record))
-    return Rounds(strategy, num_rounds, result, 1, train_config, evaluate_config, checkpoints)
+    return Rounds(strategy, num_rounds, result, 1, train_config, evaluate_config, checkpoints,
+                  should_stop)  # fmt: skip
 
 
 async def _candidates(
@@ -349,7 +392,7 @@ def failure_counts(errors: list[Message], missing: int) -> dict[str, int]:
 def log_failures(
     server_round: int, phase: Phase, errors: list[Message], missing: int, timeout: float
 ) -> None:
-    reasons = Counter(str(reply.error) for reply in errors)
+    reasons = Counter(reply.error.describe() for reply in errors)
     if missing:
         reasons[f"no reply within the {timeout:g} s timeout"] += missing
     summary = "; ".join(f"{count}× {reason}" for reason, count in reasons.most_common(3))
@@ -378,6 +421,19 @@ async def evaluate_on_server(
             f"evaluate_fn must return a MetricRecord or None, got {type(outcome).__name__}"
         )
     return outcome
+
+
+async def ask_should_stop(should_stop: StopFn, server_round: int, result: Result) -> bool:
+    """``should_stop(server_round, result)``'s answer, awaited if it is a coroutine.
+
+    Called on the event loop, between rounds, like a predicate: it must be quick (an
+    ``async def`` one may await). ``result`` is the run's own, not a copy: it must
+    not be changed.
+    """
+    answer: Any = should_stop(server_round, result)
+    if inspect.isawaitable(answer):
+        answer = await answer
+    return bool(answer)
 
 
 def metrics_text(record: MetricRecord) -> str:

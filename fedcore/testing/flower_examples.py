@@ -1,9 +1,9 @@
 """Flower's own example apps, taken from a clone of Flower's repository, never copied here.
 
 The tests that run Flower's examples as they are (and the side-by-side benchmarks)
-extract each one with ``git archive`` from the repository ``$FEDCORE_FLOWER_REPO``
-names — a work tree or a bare git directory of adap/flower — at
-:data:`FLOWER_COMMIT`, so every run sees the same code.
+extract each one from the repository ``$FEDCORE_FLOWER_REPO`` names at
+:data:`FLOWER_COMMIT` (:mod:`fedcore.testing.flower_repo`), so every run sees the
+same code.
 
 Most examples load their data from the Hugging Face hub, which the tests cannot
 reach. :func:`offline_environment` is the environment they run them in instead: the
@@ -13,21 +13,16 @@ switched off (tests/flower_apps/README.md says what each example needs).
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
 import subprocess
 import sys
-import tarfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-FLOWER_REPO_ENV = "FEDCORE_FLOWER_REPO"
-FLOWER_COMMIT = "fdef7afb1dca3030553be302366cfd285ed6632c"
-"""The commit of adap/flower whose examples the tests run."""
-
+from fedcore.testing.flower_repo import FlowerRepoUnavailable, extract_flower
 
 OFFLINE_VARIABLES = {"WANDB_MODE": "disabled"}
 """Set for a Flower example's processes: W&B's own switch that makes ``wandb.init`` and
@@ -43,24 +38,16 @@ def offline_environment(
     return {**inherited, "PYTHONPATH": os.pathsep.join(path), **OFFLINE_VARIABLES}
 
 
-class FlowerExampleUnavailable(Exception):
+class FlowerExampleUnavailable(FlowerRepoUnavailable):
     """No clone of Flower's repository is named, or it lacks the example at the commit."""
 
 
 def flower_example(name: str, into: Path) -> Path:
     """Flower's ``examples/NAME`` at :data:`FLOWER_COMMIT`, extracted under ``into``."""
-    repo = os.environ.get(FLOWER_REPO_ENV)
-    if not repo:
-        raise FlowerExampleUnavailable(f"set {FLOWER_REPO_ENV} to a clone of adap/flower")
-    archive = subprocess.run(
-        ["git", "-C", repo, "archive", "--format=tar", FLOWER_COMMIT, f"examples/{name}"],
-        capture_output=True,
-        check=False,
-    )
-    if archive.returncode != 0:
-        raise FlowerExampleUnavailable(f"{repo} has no examples/{name} at {FLOWER_COMMIT[:10]}")
-    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        tar.extractall(into, filter="data")
+    try:
+        extract_flower([f"examples/{name}"], into)
+    except FlowerRepoUnavailable as exc:
+        raise FlowerExampleUnavailable(str(exc)) from None
     return into / "examples" / name
 
 

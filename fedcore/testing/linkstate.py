@@ -871,6 +871,42 @@ class LinkStateConformance:
         assert [a.metadata.reply_to_message_id for a in answers] == [third, first]
         assert [a.content["config"]["n"] for a in answers] == [3, 1]
 
+    async def test_get_replies_without_ids_gives_every_reply_held_in_the_order_stored(
+        self, state: LinkState, fake_clock: FakeClock, run_id: int, node_id: int
+    ) -> None:
+        """``None``, Flower's "pull any": the run's replies not yet acknowledged, oldest
+        first, without consuming them; unanswered messages and other runs' replies are
+        left out, and an unknown id cannot be asked for, so none is made up."""
+        first, unanswered, third, acked = await state.push_messages(
+            run_id, [message(node_id) for _ in range(4)]
+        )
+        other_run = (await state.create_run({})).run_id
+        await push(state, other_run, node_id)
+        pulled = {m.metadata.message_id: m for m in await state.pull_messages(node_id)}
+        assert await state.get_replies(run_id, None) == []
+        for answered in (acked, third):
+            await state.push_reply(node_id, reply(pulled[answered]))
+            await advance(fake_clock, 0.1)
+        unreachable = await push(state, run_id, UNKNOWN_NODE_ID)  # answered at once
+        await advance(fake_clock, 0.1)
+        await state.push_reply(node_id, reply(pulled[first]))
+        for held in pulled.values():
+            if held.metadata.run_id == other_run:
+                await state.push_reply(node_id, reply(held))
+        await state.ack_replies(run_id, [acked])
+        for _ in range(2):
+            answers = await state.get_replies(run_id, None)
+            assert [a.metadata.reply_to_message_id for a in answers] == [
+                third,
+                unreachable,
+                first,
+            ]
+        assert error_code(answers[1]) == NODE_UNAVAILABLE
+        assert all(a.metadata.run_id == run_id for a in answers)
+        assert unanswered not in {a.metadata.reply_to_message_id for a in answers}
+        with pytest.raises(RunNotFoundError):
+            await state.get_replies(UNKNOWN_RUN_ID, None)
+
     async def test_get_replies_does_not_consume(
         self, state: LinkState, run_id: int, node_id: int
     ) -> None:

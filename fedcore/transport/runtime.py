@@ -47,13 +47,14 @@ class RuntimeService(ABC):
 
     @abstractmethod
     async def pull_replies(
-        self, run_id: int, message_ids: Sequence[str], *, wait_seconds: float = 0.0
+        self, run_id: int, message_ids: Sequence[str] | None, *, wait_seconds: float = 0.0
     ) -> list[Message]:
         """Replies available among ``message_ids``; waits up to ``wait_seconds`` for a first one.
 
         Replies stay stored until :meth:`ack_replies`, so a ServerApp that loses a
         response (or restarts) pulls them again. An id the run does not hold yields
         a ``MESSAGE_UNAVAILABLE`` error reply, as ``LinkState.get_replies`` does.
+        ``None`` asks for every reply the run holds, oldest first ("pull any").
         """
 
     @abstractmethod

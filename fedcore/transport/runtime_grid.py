@@ -23,7 +23,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import TypeVar
 
-from fedcore.apps.grid import Grid, pushable
+from fedcore.apps.grid import Grid, pushable, reply_filter
 from fedcore.backoff import Backoff, BackoffPolicy
 from fedcore.clock import Clock
 from fedcore.domain import Message, Run
@@ -123,10 +123,16 @@ class RuntimeGrid(Grid):
             message.metadata.run_id, message.metadata.message_id = run_id, message_id
         return ids
 
-    async def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
-        return await self._take(list(message_ids), wait=0.0)
+    async def pull_messages(
+        self,
+        reply_to_message_ids: Iterable[str] | None = None,
+        *,
+        message_ids: Iterable[str] | None = None,
+    ) -> list[Message]:
+        return await self._take(reply_filter(reply_to_message_ids, message_ids), wait=0.0)
 
-    async def _take(self, message_ids: list[str], *, wait: float) -> list[Message]:
+    async def _take(self, message_ids: list[str] | None, *, wait: float) -> list[Message]:
+        """The replies to ``message_ids`` (``None``: all the run's), acknowledged once here."""
         run_id = self._run.run_id
         replies = await self.call(
             lambda: self._service.pull_replies(run_id, message_ids, wait_seconds=wait)

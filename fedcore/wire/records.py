@@ -72,7 +72,9 @@ def encode_recorddict(records: RecordDict, blobs: list[memoryview]) -> list[Any]
     header: list[Any] = []
     for name, record in records.items():
         if isinstance(record, ArrayRecord):
-            entries = [_encode_array(key, arr, blobs) for key, arr in record.items()]
+            # Each array as its .numpy() reads it: the array stored, or an error for an
+            # Array kept in a serialisation fedcore cannot read (SerializedArray).
+            entries = [_encode_array(key, record[key].numpy(), blobs) for key in record]
             header.append([name, ARRAY, entries])
         else:
             tag = METRIC if isinstance(record, MetricRecord) else CONFIG

@@ -141,10 +141,121 @@ def test_a_non_callable_handler_is_refused(client: ClientApp) -> None:
         client.train()(42)  # type: ignore[type-var]
 
 
-@pytest.mark.parametrize("action", ["bad name", "", ".x", "a/b", "fast.er"])
+@pytest.mark.parametrize(
+    "action", ["bad name", "", ".x", "a/b", "fast.er", "no-hyphen", "123", "nest.nest"]
+)
 def test_a_bad_action_name_is_a_value_error(client: ClientApp, action: str) -> None:
-    with pytest.raises(ValueError, match=r"optionally with an action as in 'train\.fast'"):
+    """An action is a Python identifier (Flower's rule)."""
+    with pytest.raises(ValueError, match=r"an action that is a Python identifier"):
         client.train(action)
+
+
+def test_the_default_action_is_the_handler_without_one(client: ClientApp, context: Context) -> None:
+    client.train("default")(ok_reply)
+    assert client.message_types == ["train"]
+    with pytest.raises(ValueError, match="already registered"):
+        client.train()(ok_reply)
+    assert client(delivered("train.default"), context).has_content()
+
+
+# ------------------------------------------------------------------ calling the app
+
+
+def test_calling_the_app_returns_what_the_handler_returns(
+    client: ClientApp, context: Context
+) -> None:
+    """``app(msg, context)`` is Flower's: no reply check, so a test may pass stand-ins."""
+    sentinel = object()
+    seen: list[tuple[Message, Context]] = []
+
+    @client.evaluate("full")
+    def evaluate(msg: Message, ctx: Context) -> Any:
+        seen.append((msg, ctx))
+        return sentinel
+
+    msg = delivered("evaluate.full")
+    assert client(msg, context) is sentinel
+    assert seen == [(msg, context)]
+
+
+def test_calling_the_app_raises_what_the_handler_raises(
+    client: ClientApp, context: Context
+) -> None:
+    client.train()(failing)
+    with pytest.raises(ZeroDivisionError):
+        client(delivered(), context)
+
+
+def test_calling_the_app_with_a_type_it_does_not_handle_is_a_value_error(
+    client: ClientApp, context: Context
+) -> None:
+    client.train()(ok_reply)
+    with pytest.raises(ValueError, match=r"no handler for 'query'.*it handles: train"):
+        client(delivered("query"), context)
+
+
+def test_calling_the_app_finishes_an_async_handler(client: ClientApp, context: Context) -> None:
+    @client.query()
+    async def query(msg: Message, ctx: Context) -> Message:
+        await asyncio.sleep(0)
+        return ok_reply(msg, ctx)
+
+    reply = client(delivered("query"), context)
+    assert reply.content.metric_records["metrics"]["n"] == 1
+
+
+@pytest.mark.anyio
+async def test_calling_the_app_on_a_running_loop_cannot_finish_an_async_handler(
+    client: ClientApp, context: Context
+) -> None:
+    @client.query()
+    async def query(msg: Message, ctx: Context) -> Message:
+        return ok_reply(msg, ctx)
+
+    with pytest.raises(TypeError, match=r"await app\.handle"):
+        client(delivered("query"), context)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("how", ["call", "handle"])
+async def test_a_handlers_own_mods_run_inside_the_apps_and_only_for_it(
+    context: Context, how: str
+) -> None:
+    trace: list[str] = []
+
+    def tracing(name: str) -> Any:
+        def mod(msg: Message, ctx: Context, call_next: Callable[..., Message]) -> Message:
+            trace.append(f"{name} in")
+            reply = call_next(msg, ctx)
+            trace.append(f"{name} out")
+            return reply
+
+        return mod
+
+    client = ClientApp(mods=[tracing("app")])
+
+    @client.train(mods=[tracing("own")])
+    def train(msg: Message, ctx: Context) -> Message:
+        trace.append("train")
+        return ok_reply(msg, ctx)
+
+    client.evaluate()(ok_reply)
+
+    def run(msg: Message) -> Any:
+        if how == "call":
+            return client(msg, context)
+        return client.handle(msg, context, in_thread=True)
+
+    for msg in (delivered("train"), delivered("evaluate")):
+        reply = run(msg)
+        reply = await reply if how == "handle" else reply
+        assert reply.has_content()
+    assert trace == ["app in", "own in", "train", "own out", "app out", "app in", "app out"]
+
+
+def test_a_handlers_own_mods_are_checked_as_the_apps_are(client: ClientApp) -> None:
+    with pytest.raises(TypeError, match=r"mods\[0\].*must take \(msg, context, call_next\)"):
+        client.train(mods=[lambda msg: msg])  # type: ignore[list-item]
 
 
 # ------------------------------------------------------------------ handling

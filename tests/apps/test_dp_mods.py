@@ -23,7 +23,7 @@ from fedcore.domain import (
     MetricRecord,
     RecordDict,
 )
-from fedcore.mods import LocalDpMod, adaptiveclipping_mod
+from fedcore.mods import LocalDpMod, adaptiveclipping_mod, fixedclipping_mod
 
 pytestmark = pytest.mark.anyio
 
@@ -175,3 +175,42 @@ def test_local_dp_bad_arguments(arguments: dict[str, Any], error: str) -> None:
     options = {"clipping_norm": 1.0, "sensitivity": 1.0, "epsilon": 1.0, "delta": 1e-5}
     with pytest.raises(ValueError, match=error):
         LocalDpMod(**{**options, **arguments})
+
+
+# ------------------------------------------------------------------ 0-d arrays
+
+
+def _scalar_message(clipping_norm: float | None) -> Message:
+    content = RecordDict({"arrays": ArrayRecord({"w": np.array(0.0)})})
+    if clipping_norm is not None:
+        content["config"] = ConfigRecord({"clipping_norm": clipping_norm})
+    return Message(content, NODE_ID, "train")
+
+
+def _scalar_reply(msg: Message, context: Context) -> Message:
+    content = RecordDict(
+        {"arrays": ArrayRecord({"w": np.array(2.0)}), "metrics": MetricRecord({"loss": 0.5})}
+    )
+    return Message(content, reply_to=msg)
+
+
+@pytest.mark.parametrize(
+    "mod",
+    [
+        fixedclipping_mod,
+        adaptiveclipping_mod,
+        LocalDpMod(clipping_norm=1.0, sensitivity=0.0, epsilon=1.0, delta=0.1),
+    ],
+    ids=["fixed", "adaptive", "local"],
+)
+def test_a_0d_update_is_clipped_and_stays_a_0d_array(mod: Any) -> None:
+    """Sent 0, replied 2: an update of norm 2, clipped to 1. (Flower's mods let a 0-d
+    update through unclipped: its in-place scaling of a numpy scalar does nothing.)"""
+    local = isinstance(mod, LocalDpMod)
+    reply = mod(_scalar_message(None if local else 1.0), CONTEXT, _scalar_reply)
+    out = reply.content.array_records["arrays"]["w"].numpy()
+    assert isinstance(out, np.ndarray)
+    assert out.shape == ()
+    np.testing.assert_array_equal(out, np.array(1.0))
+    if mod is adaptiveclipping_mod:
+        assert reply.content.metric_records["metrics"]["norm_bit"] == 1

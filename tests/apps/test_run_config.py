@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from fedcore.apps.run_config import flatten, parse_run_config, resolve_run_config
+from fedcore.apps.run_config import flatten, parse_run_config, resolve_run_config, unflatten
 from fedcore.errors import RunConfigError, UsageError
 
 DECLARED: dict[str, Any] = {
@@ -192,6 +192,23 @@ def test_nested_declared_keys_are_overridden_by_their_dotted_name() -> None:
     defaults = flatten({"model": {"depth": 2}, "rounds": 1})
 
     assert resolve_run_config(defaults, "model.depth=4") == {"model.depth": 4, "rounds": 1}
+
+
+def test_unflatten_gives_back_the_nested_tables() -> None:
+    """Flower's ``unflatten_dict``: the xgboost examples read ``context.run_config`` so."""
+    table = {"model": {"depth": 2, "head": {"units": 8}}, "rounds": 1, "name": "x"}
+
+    assert unflatten(flatten(table)) == table
+    assert unflatten({"train.lr": 0.1, "train.epochs": 2}) == {"train": {"lr": 0.1, "epochs": 2}}
+
+
+@pytest.mark.parametrize(
+    "flat",
+    [{"model": 1, "model.depth": 2}, {"model.depth": 2, "model": 1}, {"a.b": 1, "a.b.c": 2}],
+)
+def test_unflatten_refuses_a_key_that_is_both_a_value_and_a_table(flat: dict[str, int]) -> None:
+    with pytest.raises(RunConfigError, match=r"is both a value and a table of keys under it"):
+        unflatten(flat)
 
 
 # ------------------------------------------------------------------ Python-typed overrides

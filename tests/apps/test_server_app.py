@@ -12,7 +12,7 @@ import pytest
 import fedcore as fc
 from fedcore.apps.app import App
 from fedcore.apps.client_app import ClientApp
-from fedcore.apps.grid import Grid, SyncGrid
+from fedcore.apps.grid import Grid, SyncGrid, reply_filter
 from fedcore.apps.server_app import ServerApp
 from fedcore.clock import Clock
 from fedcore.domain import SERVER_NODE_ID, Context, Message, MetricRecord, RecordDict, Run
@@ -52,8 +52,15 @@ class EchoGrid(Grid):
             ids.append(message.metadata.message_id)
         return ids
 
-    async def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
-        return [self._replies.pop(i) for i in message_ids if i in self._replies]
+    async def pull_messages(
+        self,
+        reply_to_message_ids: Iterable[str] | None = None,
+        *,
+        message_ids: Iterable[str] | None = None,
+    ) -> list[Message]:
+        ids = reply_filter(reply_to_message_ids, message_ids)
+        return [self._replies.pop(i) for i in list(self._replies if ids is None else ids)
+                if i in self._replies]  # fmt: skip
 
     async def receive(
         self, message_ids: Iterable[str], *, timeout: float | None = None
@@ -156,6 +163,37 @@ async def test_a_sync_main_calls_the_grid_by_blocking(
         "replies": [22, 24, 26],
         "streamed": [1, 2],
         "pulled_again": [],
+    }
+
+
+@pytest.mark.anyio
+async def test_a_sync_main_pulls_every_reply_and_is_warned_of_the_old_keyword(
+    server: ServerApp, grid: EchoGrid, context: Context
+) -> None:
+    """The blocking grid takes Flower 1.43's pull_messages: no ids for every reply, and
+    ``message_ids=`` with a DeprecationWarning that points at the ServerApp's line."""
+
+    @server.main()
+    def main(grid: SyncGrid, context: Context) -> dict[str, Any]:
+        first = grid.push_messages([query(11, 1), query(12, 2)])
+        every = [reply.content["m"]["v"] for reply in grid.pull_messages()]
+        (again,) = grid.push_messages([query(13, 3)])
+        with pytest.warns(DeprecationWarning, match="deprecated") as warned:
+            named = [reply.content["m"]["v"] for reply in grid.pull_messages(message_ids=[again])]
+        with pytest.raises(TypeError):
+            grid.pull_messages(first, message_ids=first)
+        return {
+            "every": every,
+            "named": named,
+            "where": warned[0].filename,
+            "left": grid.pull_messages(),
+        }
+
+    assert await server.run(grid, context) == {
+        "every": [1, 2],
+        "named": [3],
+        "where": __file__,
+        "left": [],
     }
 
 
@@ -334,6 +372,90 @@ def test_a_lifespan_must_be_a_generator_taking_at_most_the_context(server: Serve
     server.lifespan()(one)
     with pytest.raises(ValueError, match="already has a lifespan"):
         server.lifespan()(one)
+
+
+# ------------------------------------------------------------------ calling the app
+
+
+@pytest.mark.parametrize("style", ["flower", "fedcore"])
+def test_calling_the_app_runs_main_with_the_grid_given_inside_the_lifespan(
+    server: ServerApp, context: Context, style: str
+) -> None:
+    """``server(grid, context)`` is Flower's form: the grid goes to main as it is."""
+    events: list[object] = []
+    stand_in = object()
+
+    if style == "flower":
+
+        @server.lifespan()
+        def lifespan(ctx: Context) -> Iterator[None]:
+            events.append(("setup", ctx))
+            yield
+            events.append("teardown")
+
+    else:
+
+        @server.lifespan()
+        def lifespan() -> Iterator[None]:
+            events.append(("setup", context))
+            yield
+            events.append("teardown")
+
+    @server.main()
+    def main(grid: Any, ctx: Context) -> int:
+        events.append(("main", grid, ctx))
+        return 7
+
+    assert server(stand_in, context) == 7
+    assert events == [("setup", context), ("main", stand_in, context), "teardown"]
+
+
+def test_calling_the_app_tears_down_and_raises_when_main_raises(
+    server: ServerApp, context: Context
+) -> None:
+    events: list[str] = []
+
+    @server.lifespan()
+    def lifespan(ctx: Context) -> Iterator[None]:
+        try:
+            yield
+        finally:
+            events.append("teardown")
+
+    @server.main()
+    def main(grid: Any, ctx: Context) -> None:
+        raise RuntimeError("main failed")
+
+    with pytest.raises(RuntimeError, match="main failed"):
+        server(None, context)
+    assert events == ["teardown"]
+
+
+def test_calling_the_app_runs_an_async_main_on_a_loop_of_its_own(
+    server: ServerApp, grid: EchoGrid, context: Context
+) -> None:
+    @server.main()
+    async def main(grid: Grid, ctx: Context) -> list[int]:
+        return await grid.get_node_ids()
+
+    assert server(grid, context) == [11, 12, 13]
+
+
+@pytest.mark.anyio
+async def test_calling_the_app_on_a_running_loop_refuses_an_async_main(
+    server: ServerApp, grid: EchoGrid, context: Context
+) -> None:
+    @server.main()
+    async def main(grid: Grid, ctx: Context) -> None:
+        return None
+
+    with pytest.raises(TypeError, match=r"await server\.run"):
+        server(grid, context)
+
+
+def test_calling_an_app_without_main_is_a_type_error(server: ServerApp, context: Context) -> None:
+    with pytest.raises(TypeError, match="no main"):
+        server(None, context)
 
 
 # ------------------------------------------------------------------ Grid.create_message

@@ -57,11 +57,13 @@ def test_array_record_equality_is_exact() -> None:
 
 
 def test_metric_record_types() -> None:
-    record = MetricRecord({"n": 3, "loss": 0.5, "hist": [1, 2.5], "np": np.float32(0.25)})
+    record = MetricRecord({"n": 3, "loss": 0.5, "hist": [1.0, 2.5], "np": np.float32(0.25)})
     assert record["np"] == 0.25
     assert type(record["np"]) is float
     assert type(MetricRecord({"i": np.int64(4)})["i"]) is int
-    for bad in (True, "x", None, [1, "a"], {"a": 1}, 2**64):
+    assert MetricRecord({"np": [np.float32(1), 2.5]})["np"] == [1.0, 2.5]
+    # A list holds numbers of one type, as in Flower: [1, 2.5] is refused.
+    for bad in (True, "x", None, [1, "a"], [1, 2.5], {"a": 1}, 2**64):
         with pytest.raises(TypeError):
             MetricRecord({"m": bad})  # type: ignore[dict-item]
 
@@ -70,7 +72,7 @@ def test_config_record_types() -> None:
     record = ConfigRecord({"lr": 0.1, "name": "x", "on": True, "raw": b"\x00", "ids": [1, 2]})
     assert record["on"] is True
     assert ConfigRecord({"flags": (True, np.bool_(False))})["flags"] == [True, False]
-    for bad in (None, {"a": 1}, [1, "a"], [True, 1], object(), -(2**63) - 1):
+    for bad in (None, {"a": 1}, [1, "a"], [True, 1], [1, 2.5], object(), -(2**63) - 1):
         with pytest.raises(TypeError):
             ConfigRecord({"c": bad})  # type: ignore[dict-item]
 
@@ -79,6 +81,65 @@ def test_records_tell_int_from_float_and_bool() -> None:
     assert ConfigRecord({"x": 1}) != ConfigRecord({"x": 1.0})
     assert ConfigRecord({"x": True}) != ConfigRecord({"x": 1})
     assert MetricRecord({"x": float("nan")}) == MetricRecord({"x": float("nan")})
+
+
+def test_records_equal_dicts_of_the_same_items_and_copy_shallowly() -> None:
+    # As Flower's records (Mappings equal to dicts); values compare as between records.
+    assert MetricRecord({"a": 1, "b": [0.5]}) == {"b": [0.5], "a": 1}
+    assert MetricRecord({"a": 1}) != {"a": 1.0}
+    assert ConfigRecord({"s": "x"}) == {"s": "x"}
+    w = np.arange(3.0)
+    assert ArrayRecord({"w": w}) == {"w": w.copy()}
+    assert ArrayRecord({"w": w}) != {"w": w.astype(np.float32)}
+    content = RecordDict({"m": MetricRecord({"a": 1})})
+    assert content == {"m": {"a": 1}}
+    for record in (
+        MetricRecord({"a": 1}),
+        ConfigRecord({"a": "b"}),
+        ArrayRecord({"w": w}),
+        content,
+    ):
+        copied = record.copy()
+        assert type(copied) is type(record)
+        assert copied == record
+        record.clear()
+        assert len(copied) == 1
+    assert ArrayRecord({"w": w}).copy()["w"].numpy() is w
+
+
+def test_metric_and_config_records_count_bytes_as_flower() -> None:
+    assert MetricRecord({"a": 1, "bb": [1.0, 2.0]}).count_bytes() == 8 + 1 + 16 + 2
+    config = ConfigRecord({"f": True, "n": 2, "s": "abc", "b": b"xy", "l": ["a", "bc"], "e": []})
+    assert config.count_bytes() == 1 + 8 + 3 + 2 + 3 + 0 + 6
+
+
+def test_keep_input_false_takes_the_items_out_of_the_dict_given() -> None:
+    given = {"a": 1, "b": 2.0}
+    assert MetricRecord(given, keep_input=False) == {"a": 1, "b": 2.0}
+    assert given == {}
+    config = {"c": "x"}
+    assert ConfigRecord(config, keep_input=False) == {"c": "x"}
+    assert config == {}
+
+
+def test_flowers_deprecated_record_dict_spellings_warn() -> None:
+    metrics = MetricRecord({"a": 1})
+    with pytest.warns(DeprecationWarning, match="deprecated"):
+        content = RecordDict(metrics_records={"m": metrics})
+    with pytest.warns(DeprecationWarning, match="metric_records"):
+        assert content.metrics_records == {"m": metrics}
+    with pytest.warns(DeprecationWarning, match="array_records"):
+        assert content.parameters_records == {}
+    with pytest.warns(DeprecationWarning, match="config_records"):
+        assert content.configs_records == {}
+
+
+def test_a_record_dicts_repr_is_flowers() -> None:
+    content = RecordDict({"a": ArrayRecord(), "m": MetricRecord({"x": 1})})
+    assert repr(content) == (
+        "RecordDict(\n  array_records={'a': {}},\n  metric_records={'m': {'x': 1}},\n"
+        "  config_records={}\n)"
+    )
 
 
 def test_record_dict_holds_records_only() -> None:

@@ -86,3 +86,17 @@ def test_a_finished_run_keeps_its_model_and_a_run_without_one_has_none(tmp_path:
 def _mkdir(path: Path) -> Path:
     path.mkdir()
     return path
+
+
+def test_a_run_that_should_stop_ended_says_after_which_round(tmp_path: Path) -> None:
+    """The round line ``should_stop`` ended the run after carries ``stopped_early``;
+    run.json says so at once, and keeps saying it when the run ends."""
+    recorder = DeployedRecorder(tmp_path, Run(7, {"rounds": 5}, RunStatus.RUNNING))
+    recorder.add_metrics(MetricsLine(1, HEADER))
+    recorder.add_metrics(MetricsLine(2, round_line(1)))
+    assert "stopped_early_after_round" not in json.loads((tmp_path / "run.json").read_text())
+    recorder.add_metrics(MetricsLine(3, {**round_line(2), "stopped_early": True}))
+    assert json.loads((tmp_path / "run.json").read_text())["stopped_early_after_round"] == 2
+    recorder.finish(Run(7, {"rounds": 5}, RunStatus.COMPLETED, finished_at=1735689700.0), None)
+    run_json = json.loads((tmp_path / "run.json").read_text())
+    assert (run_json["status"], run_json["stopped_early_after_round"]) == ("completed", 2)

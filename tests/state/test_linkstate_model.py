@@ -431,6 +431,12 @@ class LinkStates(RuleBasedStateMachine):
                 if item.node_reply is not None:
                     assert variant_of(reply) == item.node_reply
         assert self._normalised(seen[MEMORY], MEMORY) == self._normalised(seen[SQLITE], SQLITE)
+        for side in SIDES:
+            # Pulling without ids ("pull any") serves exactly the replies held, once each.
+            every = self.portal.call(self.states[side].get_replies, self._run_id(side), None)
+            held = [reply.metadata.reply_to_message_id for reply in every]
+            assert len(held) == len(set(held)), "pull any served a reply twice"
+            assert set(held) == {i for i, r in seen[side].items() if r.metadata.message_id}
 
     def _replies(self, side: int) -> dict[str, Message]:
         ids = [item.message_id(side) for item in self.all_sent]

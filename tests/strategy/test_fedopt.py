@@ -12,6 +12,7 @@ import pytest
 
 import fedcore as fc
 from fedcore import ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
+from fedcore.errors import AggregationError
 from fedcore.strategy import Result
 from fedcore.strategy.fedadagrad import FedAdagrad
 from fedcore.strategy.fedadam import FedAdam
@@ -164,7 +165,7 @@ def test_a_model_with_another_layout_is_refused_and_state_kept() -> None:
     kept = {key: value.copy() for key, value in strategy.v_t.items()}
     narrowed = ArrayRecord({"w": arrays["w"], "b": arrays["b"].astype(np.float64)})
     update = {"w": np.zeros(3), "b": np.zeros((1, 1))}
-    with pytest.raises(ValueError, match="layout changed"):
+    with pytest.raises(AggregationError, match="layout changed"):
         _round(strategy, 2, narrowed, [(update, 1)])
     assert strategy.v_t.keys() == kept.keys()
     for key, value in kept.items():
@@ -178,9 +179,12 @@ def test_an_aggregate_with_another_layout_is_refused() -> None:
         "b": np.zeros((1, 1), np.float32),
         "steps": np.array([1]),
     }
-    with pytest.raises(ValueError, match=r"'w' has shape \[4\], the model's has \[3\]"):
+    with pytest.raises(AggregationError, match=r"'w' has shape \[4\], the model's has \[3\]"):
         _round(strategy, 1, ArrayRecord(X0), [(update, 1)])
     assert strategy.v_t == {}
+    with pytest.raises(AggregationError, match=r"do not match the model's \['b', 'steps', 'w'\]"):
+        _round(strategy, 1, ArrayRecord(X0), [({**update, "extra": np.zeros(1)}, 1)])
+    assert issubclass(AggregationError, ValueError)
 
 
 def test_flower_defaults() -> None:

@@ -127,6 +127,9 @@ def test_a_checkpoint_survives_records_and_bytes() -> None:
     assert (back.train_config, back.evaluate_config) == (ConfigRecord({"lr": 0.05}), ConfigRecord())
     # A node with an empty state has nothing to keep; one with a record keeps its name whole.
     assert back.nodes == {7: RecordDict({"a:b": ConfigRecord({"k": 1})})}
+    assert back.stopped is False
+    original.stopped = True  # should_stop ended the run after this round
+    assert Checkpoint.from_records(_through_bytes(original.to_records())).stopped is True
 
 
 def test_records_that_are_no_checkpoint_are_refused() -> None:
@@ -138,6 +141,11 @@ def test_records_that_are_no_checkpoint_are_refused() -> None:
     head["format"] = 99
     with pytest.raises(CheckpointError, match="format 99"):
         Checkpoint.from_records(records)
+    head["format"], head["stopped"] = 1, "yes"
+    with pytest.raises(CheckpointError, match="'stopped' is not a bool"):
+        Checkpoint.from_records(records)
+    del head["stopped"]  # a checkpoint from before should_stop: it did not stop
+    assert Checkpoint.from_records(records).stopped is False
 
 
 class _Kept:

@@ -34,6 +34,11 @@ def _reply(w: list[float], examples: int, **metrics: Any) -> RecordDict:
     )
 
 
+def _renamed(content: RecordDict, **names: str) -> RecordDict:
+    """``content`` with the records named by the keywords' names given the values'."""
+    return RecordDict({names.get(name, name): record for name, record in content.items()})
+
+
 def test_aggregate_arrayrecords_weights_each_reply_by_its_metric() -> None:
     replies = [_reply([1.0, 2.0], 1), _reply([4.0, 8.0], 3)]
 
@@ -96,7 +101,12 @@ def test_consistent_replies_pass_validation() -> None:
 @pytest.mark.parametrize(
     ("replies", "check_arrays", "problem"),
     [
-        ([_reply([1.0], 2), _reply([1.0], 2, loss=0.2)], False, "reply 1 has the metrics"),
+        (
+            [_reply([1.0], 2), _reply([1.0], 2, loss=0.2)],
+            False,
+            "reply 1 has the metric record 'metrics' of ['loss', 'num-examples'], "
+            "reply 0 'metrics' of ['num-examples']",
+        ),
         (
             [_reply([1.0], 2), RecordDict({"metrics": MetricRecord({"num-examples": 1})})],
             True,
@@ -112,11 +122,24 @@ def test_consistent_replies_pass_validation() -> None:
             [
                 _reply([1.0], 2),
                 RecordDict(
-                    {"a": ArrayRecord({"v": np.zeros(1)}), "m": MetricRecord({"num-examples": 2})}
+                    {
+                        "arrays": ArrayRecord({"v": np.zeros(1)}),
+                        "metrics": MetricRecord({"num-examples": 2}),
+                    }
                 ),
             ],
             True,
-            "reply 1 has the arrays ['v'], reply 0 ['n', 'w']",
+            "reply 1 has the array record 'arrays' of ['v'], reply 0 'arrays' of ['n', 'w']",
+        ),
+        (
+            [_reply([1.0], 2), _renamed(_reply([1.0], 2), arrays="model")],
+            True,
+            "reply 1 has the array record 'model' of ['n', 'w'], reply 0 'arrays' of ['n', 'w']",
+        ),
+        (
+            [_reply([1.0], 2), _renamed(_reply([1.0], 2), metrics="my-metrics")],
+            False,
+            "reply 1 has the metric record 'my-metrics' of ['num-examples'], reply 0 'metrics'",
         ),
     ],
 )
@@ -132,16 +155,16 @@ def test_inconsistent_replies_are_refused_with_the_reason(
 
 def test_different_arrays_pass_when_arrays_are_not_checked() -> None:
     other = RecordDict(
-        {"a": ArrayRecord({"v": np.zeros(1)}), "m": MetricRecord({"num-examples": 2})}
+        {"a": ArrayRecord({"v": np.zeros(1)}), "metrics": MetricRecord({"num-examples": 2})}
     )
 
     validate_message_reply_consistency([_reply([1.0], 2), other], "num-examples", False)
 
 
-def test_config_to_str_shows_bytes_by_their_size_only() -> None:
-    config = ConfigRecord({"lr": 0.1, "name": "a", "model": b"\x00" * 12})
+def test_config_to_str_masks_bytes_as_flower_does() -> None:
+    config = ConfigRecord({"lr": 0.1, "name": "a", "ks": [1, 2], "model": b"\x00" * 12})
 
-    assert config_to_str(config) == "{'lr': 0.1, 'name': 'a', 'model': <12 bytes>}"
+    assert config_to_str(config) == "{'lr': 0.1, 'name': a, 'ks': [1, 2], 'model': <bytes>}"
 
 
 def test_log_strategy_start_info_logs_what_a_run_starts_with(

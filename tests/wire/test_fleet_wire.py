@@ -44,6 +44,10 @@ SLOW = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCh
 ids = st.integers(0, UINT64_MAX)
 keys = st.text(max_size=5)
 numbers = st.integers(INT64_MIN, UINT64_MAX) | st.floats()
+# A record's list holds one type, as in Flower: all ints or all floats.
+number_lists = st.lists(st.integers(INT64_MIN, UINT64_MAX), max_size=3) | st.lists(
+    st.floats(), max_size=3
+)
 
 
 @st.composite
@@ -60,15 +64,13 @@ def arrays(draw: st.DrawFn) -> np.ndarray[Any, Any]:
 recorddicts = st.dictionaries(
     keys,
     st.dictionaries(keys, arrays(), max_size=2).map(ArrayRecord)
-    | st.dictionaries(keys, numbers | st.lists(numbers, max_size=3), max_size=3).map(MetricRecord)
+    | st.dictionaries(keys, numbers | number_lists, max_size=3).map(MetricRecord)
     | st.dictionaries(
         keys, st.booleans() | numbers | st.text(max_size=5) | st.binary(max_size=5)
     ).map(ConfigRecord),
     max_size=3,
 )
-message_types = st.from_regex(
-    r"(train|evaluate|query|system)(\.[a-z_][a-z0-9_-]*)?", fullmatch=True
-)
+message_types = st.from_regex(r"(train|evaluate|query|system)(\.[a-z_][a-z0-9_]*)?", fullmatch=True)
 ttls = st.floats(min_value=0, exclude_min=True, allow_infinity=False)
 # -0.0 + 0.0 is 0.0: protobuf leaves a field equal to its default (0.0) off the wire, so a
 # created_at of -0.0 would arrive as 0.0 (the same instant).

@@ -64,13 +64,15 @@ def arrays(draw: st.DrawFn) -> np.ndarray[Any, Any]:
 ints = st.integers(INT64_MIN, UINT64_MAX)
 numbers = ints | st.floats()
 keys = st.text(max_size=6)
-metric_values = numbers | st.lists(numbers, max_size=4)
+# A record's list holds one type, as in Flower: all ints or all floats.
+metric_values = numbers | st.lists(ints, max_size=4) | st.lists(st.floats(), max_size=4)
 config_values: st.SearchStrategy[Any] = (
     st.booleans()
     | numbers
     | st.text(max_size=8)
     | st.binary(max_size=8)
-    | st.lists(numbers, max_size=3)
+    | st.lists(ints, max_size=3)
+    | st.lists(st.floats(), max_size=3)
     | st.lists(st.booleans(), max_size=3)
     | st.lists(st.text(max_size=4), max_size=3)
     | st.lists(st.binary(max_size=4), max_size=3)
@@ -82,7 +84,7 @@ recorddicts = st.dictionaries(
     keys, array_records | metric_records | config_records, max_size=4
 ).map(RecordDict)
 message_types = st.from_regex(
-    r"(train|evaluate|query|system)(\.[A-Za-z0-9_][A-Za-z0-9_-]*)?", fullmatch=True
+    r"(train|evaluate|query|system)(\.[A-Za-z_][A-Za-z0-9_]*)?", fullmatch=True
 )
 ttls = st.floats(min_value=0, exclude_min=True, allow_infinity=False)
 times = st.floats(allow_nan=False, allow_infinity=False)
@@ -327,7 +329,8 @@ def test_metric_and_config_values_keep_their_exact_types() -> None:
             "one.0": 1.0,
             "min": INT64_MIN,
             "max": UINT64_MAX,
-            "list": [1, 1.0, math.nan, UINT64_MAX],
+            "ints": [1, INT64_MIN, UINT64_MAX],
+            "floats": [1.0, math.nan, -0.0],
             "empty": [],
         }
     )
@@ -341,7 +344,7 @@ def test_metric_and_config_values_keep_their_exact_types() -> None:
             "empty str": "",
             "empty bytes": b"",
             "bools": [True, False],
-            "numbers": [1, 2.5],
+            "numbers": [1.0, 2.5],
             "strs": ["a"],
             "blobs": [b"a", b""],
             "min": INT64_MIN,
@@ -562,6 +565,7 @@ def array_payload(dtype: object, shape: object, nbytes: object, blob: bytes) -> 
         (frame([["r", "m", [["k", None]]]]), "got NoneType"),
         (frame([["r", "m", [["k", [1, [2]]]]]]), "got list"),
         (frame([["r", "c", [["k", [1, "a"]]]]]), "mixes"),
+        (frame([["r", "m", [["k", [1, 2.5]]]]]), "mixes float and int"),
         (frame([["r", "c", [["k", [[1]]]]]]), "got list"),
         (frame([["r", "c", [["k", None]]]]), "got NoneType"),
         (frame([["r", "c", [["k", 1, 2]]]]), "must have 2 fields, got 3"),

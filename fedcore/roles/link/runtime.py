@@ -81,16 +81,16 @@ class LinkRuntime(RuntimeService):
         return await self._state.push_messages(run_id, messages)
 
     async def pull_replies(
-        self, run_id: int, message_ids: Sequence[str], *, wait_seconds: float = 0.0
+        self, run_id: int, message_ids: Sequence[str] | None, *, wait_seconds: float = 0.0
     ) -> list[Message]:
-        wanted = set(message_ids)
+        wanted = None if message_ids is None else set(message_ids)
         return await look_until(
             self._clock,
             functools.partial(self._state.watch_replies, run_id),
             lambda: self._state.get_replies(run_id, message_ids),
             bool,
             wait_seconds,
-            relevant=wanted.__contains__,
+            relevant=lambda message_id: wanted is None or message_id in wanted,
         )
 
     async def ack_replies(self, run_id: int, message_ids: Sequence[str]) -> None:

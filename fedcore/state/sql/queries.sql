@@ -332,6 +332,18 @@ SELECT
 FROM messages AS m LEFT JOIN replies AS r ON r.message_id = m.message_id
 WHERE m.message_id = :message_id;
 
+-- name: replies_of_run
+-- Every reply a run holds (not yet acknowledged), in the order they were stored: a
+-- reply is written once, so its rowid grows with its arrival.
+SELECT
+    m.message_id, m.run_id, m.dst_node_id, m.message_type, m.group_id, m.expires_at,
+    m.status,
+    r.reply_id, r.src_node_id, r.created_at, r.ttl, r.generated, r.error_code,
+    r.error_reason, r.content_sha256
+FROM messages AS m JOIN replies AS r ON r.message_id = m.message_id
+WHERE m.run_id = :run_id
+ORDER BY r.rowid;
+
 -- name: insert_reply
 INSERT INTO replies (
     message_id, reply_id, src_node_id, created_at, ttl, generated, error_code,

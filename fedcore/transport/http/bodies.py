@@ -176,6 +176,14 @@ def texts(document: Mapping[str, Any], name: str) -> list[str]:
     return value
 
 
+def texts_or_null(document: Mapping[str, Any], name: str) -> list[str] | None:
+    """A list of strings, or ``None`` where the document holds ``null`` (not where it
+    lacks the key: a field left out is a mistake, a ``null`` a choice)."""
+    if name in document and document[name] is None:
+        return None
+    return texts(document, name)
+
+
 # Ids -------------------------------------------------------------------------------
 
 

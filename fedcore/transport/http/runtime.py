@@ -18,6 +18,7 @@ records travel as fedcore.wire payloads, never JSON; the rest is small JSON
     GET  /v1/runtime/nodes?at_least=N&wait_seconds=S -> {"node_ids": ["7", ...]}
     POST /v1/runtime/messages        a message batch -> {"message_ids": [...]}
     POST /v1/runtime/replies/pull    {"message_ids": [...], "wait_seconds": s} -> a message batch
+                                     ("message_ids": null: every reply the run holds)
     POST /v1/runtime/replies/ack     {"message_ids": [...]} -> 204
     GET  /v1/runtime/context         -> a RecordDict payload
     PUT  /v1/runtime/context         a RecordDict payload -> 204
@@ -159,9 +160,9 @@ class _RuntimeHandlers:
 
     async def pull_replies(self, request: web.Request, run: Run) -> web.StreamResponse:
         document = await self._document(request)
-        message_ids = bodies.texts(document, "message_ids")
+        asked = bodies.texts_or_null(document, "message_ids")  # null: every reply held
         wait = bodies.seconds(document, "wait_seconds")
-        replies = await self._service.pull_replies(run.run_id, message_ids, wait_seconds=wait)
+        replies = await self._service.pull_replies(run.run_id, asked, wait_seconds=wait)
         fitting = replies[: batch_prefix(replies, self._max_body)]
         return await payload_response(request, pack_batch_parts(fitting), BATCH)
 
@@ -299,9 +300,10 @@ class HttpRuntimeClient(SessionClient, RuntimeService):
                 return message_ids
 
     async def pull_replies(
-        self, run_id: int, message_ids: Sequence[str], *, wait_seconds: float = 0.0
+        self, run_id: int, message_ids: Sequence[str] | None, *, wait_seconds: float = 0.0
     ) -> list[Message]:
-        request = {"message_ids": list(message_ids), "wait_seconds": wait_seconds}
+        asked = None if message_ids is None else list(message_ids)
+        request = {"message_ids": asked, "wait_seconds": wait_seconds}
         body = await self._session.fetch_payload(
             "POST",
             "/v1/runtime/replies/pull",

@@ -15,7 +15,7 @@ from typing import Generic, TypeVar
 
 import anyio
 
-from fedcore.apps.grid import Grid, pushable
+from fedcore.apps.grid import Grid, pushable, reply_filter
 from fedcore.clock import Clock
 from fedcore.domain import Message, Run
 from fedcore.domain.message import mark_delivered
@@ -83,10 +83,16 @@ class InProcGrid(Grid):
         batch = pushable(messages)
         return await self._state.push_messages(self._run.run_id, batch)
 
-    async def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
-        return await self._take(list(message_ids))
+    async def pull_messages(
+        self,
+        reply_to_message_ids: Iterable[str] | None = None,
+        *,
+        message_ids: Iterable[str] | None = None,
+    ) -> list[Message]:
+        return await self._take(reply_filter(reply_to_message_ids, message_ids))
 
-    async def _take(self, message_ids: list[str]) -> list[Message]:
+    async def _take(self, message_ids: list[str] | None) -> list[Message]:
+        """The replies to ``message_ids`` stored now (``None``: all), acknowledged."""
         replies = await self._state.get_replies(self._run.run_id, message_ids)
         await self._state.ack_replies(
             self._run.run_id, [reply.metadata.reply_to_message_id for reply in replies]

@@ -300,3 +300,78 @@ async def test_replies_are_stamped_when_the_grid_hands_them_over(
         assert datetime.fromisoformat(reply.metadata.delivered_at) == datetime.fromtimestamp(
             start + seconds, UTC
         )
+
+
+async def test_pull_replies_without_ids_waits_for_any_reply_of_its_run(
+    runtime: LinkRuntime, state: InMemoryLinkState, claimed: tuple[Run, str]
+) -> None:
+    """Another run's reply does not wake it; its own run's first reply does."""
+    run, _ = claimed
+    node = await state.create_node(heartbeat_interval=math.inf)
+    other = await state.create_run({})
+    await state.push_messages(other.run_id, [_message(node, 0)])
+    (message_id,) = await runtime.push_messages(run.run_id, [_message(node, 1)])
+    got: list[list[Message]] = []
+
+    async def pull() -> None:
+        got.append(await runtime.pull_replies(run.run_id, None, wait_seconds=30.0))
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(pull)
+        await anyio.wait_all_tasks_blocked()
+        theirs, ours = await state.pull_messages(node)
+        await state.push_reply(node, Message(RecordDict(), reply_to=theirs))
+        await anyio.wait_all_tasks_blocked()
+        assert not got
+        await state.push_reply(node, Message(RecordDict(), reply_to=ours))
+    assert [r.metadata.reply_to_message_id for r in got[0]] == [message_id]
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("deployed", [True, False], ids=["RuntimeGrid", "InProcGrid"])
+async def test_pulling_without_ids_hands_out_every_reply_once_in_both_grids(
+    kind: str, deployed: bool, fake_clock: FakeClock, tmp_path: Path
+) -> None:
+    """Flower 1.43's "pull any": the replies that arrived, oldest first, each once; the
+    deprecated ``message_ids=`` still pulls, with a DeprecationWarning; both names at
+    once are a TypeError. The deployed grid goes through HTTP on loopback."""
+    opened: InMemoryLinkState | SqliteLinkState = (
+        InMemoryLinkState(fake_clock, seed=0)
+        if kind == "memory"
+        else SqliteLinkState(tmp_path / "link.db", fake_clock, seed=0)
+    )
+    async with opened as state, serve_http(runtime_app(LinkRuntime(state, fake_clock))) as port:
+        node = await state.create_node(heartbeat_interval=math.inf)
+        await state.create_run({})
+        (claim,) = await state.claim_runs(limit=1, lease=10.0)
+        run = await state.start_run(claim.run.run_id, claim.token, heartbeat_interval=100.0)
+        bystander = await state.create_run({})  # its reply is not this run's to take
+        await state.push_messages(bystander.run_id, [_message(node, 0)])
+        async with HttpRuntimeClient("127.0.0.1", port, secret=claim.secret) as client:
+            grid: Grid = (
+                RuntimeGrid(client, run, fake_clock)
+                if deployed
+                else InProcGrid(state, run, fake_clock)
+            )
+            ids = await grid.push_messages([_message(node, value) for value in (1, 2, 3)])
+            theirs, *ours = await state.pull_messages(node)
+            pulled = {m.metadata.message_id: m for m in ours}
+            assert await grid.pull_messages() == []
+            for message_id in (ids[1], ids[0]):
+                await state.push_reply(node, Message(RecordDict(), reply_to=pulled[message_id]))
+                fake_clock.advance(0.5)
+            await state.push_reply(node, Message(RecordDict(), reply_to=theirs))
+            first = await grid.pull_messages()
+            assert [r.metadata.reply_to_message_id for r in first] == [ids[1], ids[0]]
+            assert all(r.metadata.delivered_at for r in first)
+            assert await grid.pull_messages() == []
+            assert await grid.pull_messages([]) == []
+            await state.push_reply(node, Message(RecordDict(), reply_to=pulled[ids[2]]))
+            with pytest.warns(DeprecationWarning, match="reply_to_message_ids") as warned:
+                (last,) = await grid.pull_messages(message_ids=[ids[2]])
+            assert warned[0].filename == __file__  # it points at the caller
+            assert last.metadata.reply_to_message_id == ids[2]
+            with pytest.raises(TypeError, match="not both"):
+                await grid.pull_messages([ids[2]], message_ids=[ids[2]])
+            assert await state.get_replies(run.run_id, None) == []
+        assert len(await state.get_replies(bystander.run_id, None)) == 1

@@ -119,11 +119,16 @@ class FakeRuntime(RuntimeService):
         return ids
 
     async def pull_replies(
-        self, run_id: int, message_ids: Sequence[str], *, wait_seconds: float = 0.0
+        self, run_id: int, message_ids: Sequence[str] | None, *, wait_seconds: float = 0.0
     ) -> list[Message]:
-        self._called("pull_replies", (list(message_ids), wait_seconds))
-        await self._wait(wait_seconds, lambda: any(i in self.replies for i in message_ids))
-        return [self.replies[i] for i in message_ids if i in self.replies]
+        asked = None if message_ids is None else list(message_ids)
+        self._called("pull_replies", (asked, wait_seconds))
+
+        def wanted() -> list[str]:
+            return list(self.replies) if asked is None else asked
+
+        await self._wait(wait_seconds, lambda: any(i in self.replies for i in wanted()))
+        return [self.replies[i] for i in wanted() if i in self.replies]
 
     async def ack_replies(self, run_id: int, message_ids: Sequence[str]) -> None:
         self._called("ack_replies", list(message_ids))
@@ -374,6 +379,24 @@ async def test_replies_are_pulled_kept_until_acked_and_split_by_the_cap(fake: Fa
     assert ("ack_replies", ["m0", "m1", "m2"]) in fake.calls
 
 
+async def test_a_pull_without_ids_travels_as_null_and_takes_every_reply(
+    fake: FakeRuntime,
+) -> None:
+    """``None`` (a Grid's pull without ids) is ``null`` on the wire, not ``[]``, which
+    asks for nothing; a request that leaves the key out is still refused (below)."""
+    sent = [to_node(node_id, model(16)) for node_id in (1, 2)]
+    for i, message in enumerate(sent):
+        fake.replies[f"m{i}"] = reply_to(message, f"m{i}", model(16, i))
+    async with served(fake) as (client, _, _):
+        every = await client.pull_replies(RUN_ID, None)
+        assert await client.pull_replies(RUN_ID, []) == []
+    assert [r.metadata.reply_to_message_id for r in every] == ["m0", "m1"]
+    assert [call for call in fake.calls if call[0] == "pull_replies"] == [
+        ("pull_replies", (None, 0.0)),
+        ("pull_replies", ([], 0.0)),
+    ]
+
+
 async def test_a_pull_waits_for_a_first_reply(fake: FakeRuntime) -> None:
     message = to_node(1, model(16))
     async with served(fake) as (client, _, _), anyio.create_task_group() as tasks:
@@ -580,6 +603,7 @@ PAYLOAD_GARBAGE = [
     ("/v1/runtime/heartbeat", "POST", b"\xff\xfe", 400),
     ("/v1/runtime/replies/pull", "POST", b'{"message_ids": [1], "wait_seconds": 0}', 400),
     ("/v1/runtime/replies/pull", "POST", b'{"message_ids": [], "wait_seconds": -1}', 400),
+    ("/v1/runtime/replies/pull", "POST", b'{"wait_seconds": 0}', 400),
     ("/v1/runtime/replies/ack", "POST", b'{"message_ids": "m"}', 400),
     ("/v1/runtime/logs", "POST", b'{"lines": [null]}', 400),
     ("/v1/runtime/logs", "POST", b'{"lines": [], "batch": 7}', 400),
