@@ -130,3 +130,10 @@ def advanced_pytorch_best_rounds(results: list[dict[str, Any]]) -> list[str]:
             best = accuracy
             names.append(f"model_state_acc_{accuracy}_round_{entry['round']}.pth")
     return sorted(names)
+
+
+def xgboost_tree_count(path: Path) -> int:
+    """The number of trees in the XGBoost model an example saved as JSON (its
+    ``bst.save_model("final_model.json")``), read from the file: no xgboost needed."""
+    model = json.loads(path.read_text())["learner"]["gradient_booster"]["model"]
+    return len(model["trees"])

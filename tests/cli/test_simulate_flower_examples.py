@@ -8,13 +8,14 @@ there. Only its data loading is replaced: the processes run in
 ``tests/flower_apps/stand_ins`` answer ``datasets``, ``flwr_datasets`` and
 ``torchvision.transforms`` with small synthetic data, and W&B is switched off.
 Everything else — ``flwr`` answered by fedcore's shim, torch, pandas, TensorBoard,
-wandb — is real.
+wandb, xgboost, CatBoost, scikit-learn — is real.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,7 @@ from fedcore.testing.flower_examples import (
     logged_histograms,
     offline_environment,
     tensorboard_event_files,
+    xgboost_tree_count,
 )
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -80,6 +82,20 @@ def simulate(
         env=offline_environment(STAND_INS),
         check=False,
     )
+
+
+def assert_ran_cleanly(done: subprocess.CompletedProcess[str]) -> None:
+    """Exit 0, and no traceback anywhere in what the run printed (a worker's or the
+    ServerApp's, even one the run survived)."""
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stdout + done.stderr, done.stderr
+
+
+def round_metric(log: str, name: str) -> list[float]:
+    """Each round's ``NAME=VALUE`` from fedcore's round log lines (``round 2/3: 4
+    replies, 0 failures, 0.5 s, evaluate auc=0.9``)."""
+    pattern = rf"round \d+/\d+: .*\b{re.escape(name)}=([\d.]+)"
+    return [float(value) for value in re.findall(pattern, log)]
 
 
 def saved_state_dict(path: Path) -> dict[str, list[int]]:
@@ -255,3 +271,115 @@ def test_advanced_pytorchs_classification_head_stays_in_each_nodes_context(
         trained = [after for kind, _, after in deliveries if kind == "train"]
         assert None not in trained
         assert len(set(trained)) == 3  # each round's training wrote a new head
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_flowers_quickstart_xgboost_runs_unchanged(tmp_path: Path, backend: str) -> None:
+    pytest.importorskip("xgboost")
+    app_dir = flower_example_or_skip("quickstart-xgboost", tmp_path / "flower")
+
+    done = simulate(app_dir, "--nodes", "10", "--backend", backend, cwd=tmp_path)
+
+    assert_ran_cleanly(done)
+    # fraction-train and fraction-evaluate 0.1 of 10 nodes: FedXgbBagging's minimum of 2.
+    assert "3 rounds · 12 replies (6 train, 6 evaluate) · 0 failures" in done.stdout
+    aucs = round_metric(done.stderr, "evaluate auc")
+    assert len(aucs) == 3
+    assert all(0.7 < auc <= 1.0 for auc in aucs), aucs
+    assert "Saving final model to disk..." in done.stdout
+    # Bagging: each round adds the one tree each of the 2 trained nodes boosted.
+    assert xgboost_tree_count(tmp_path / "final_model.json") == 6
+
+
+# The two runs xgboost-comprehensive's README shows, each with its own strategy.
+XGBOOST_COMPREHENSIVE_RUNS = {
+    # 5 rounds of FedXgbBagging on every node, evaluated on the server's test split too.
+    "bagging": "train-method='bagging' num-server-rounds=5 centralised-eval=true",
+    # FedXgbCyclic: one node a round boosts the whole model; linear partition sizes; the
+    # nodes evaluate on the test split, enlarged by the example's own resplit.
+    "cyclic": "train-method='cyclic' partitioner-type='linear' centralised-eval-client=true",
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("method", list(XGBOOST_COMPREHENSIVE_RUNS))
+def test_flowers_xgboost_comprehensive_runs_unchanged(
+    tmp_path: Path, method: str, backend: str
+) -> None:
+    pytest.importorskip("xgboost")
+    app_dir = flower_example_or_skip("xgboost-comprehensive", tmp_path / "flower")
+
+    config = XGBOOST_COMPREHENSIVE_RUNS[method]
+    done = simulate(
+        app_dir, "--nodes", "4", "--backend", backend, "--run-config", config, cwd=tmp_path
+    )
+
+    assert_ran_cleanly(done)
+    log = done.stderr
+    if method == "bagging":
+        assert "FedXgbBagging: 5 rounds" in log
+        assert "5 rounds · 40 replies (20 train, 20 evaluate) · 0 failures" in done.stdout
+        server_aucs = round_metric(log, "server AUC")  # its evaluate_fn, every round
+        assert len(server_aucs) == 5
+        assert all(0.7 < auc <= 1.0 for auc in server_aucs), server_aucs
+        rounds, trees = 5, 5 * 4  # a tree from each of the 4 nodes, every round
+    else:
+        assert "FedXgbCyclic: 3 rounds" in log
+        assert "3 rounds · 6 replies (3 train, 3 evaluate) · 0 failures" in done.stdout
+        rounds, trees = 3, 3  # the one trained node boosts the whole model a tree a round
+    aucs = round_metric(log, "evaluate auc")
+    assert len(aucs) == rounds
+    assert all(0.7 < auc <= 1.0 for auc in aucs), aucs
+    assert "Saving final model to disk..." in done.stdout
+    assert xgboost_tree_count(tmp_path / "final_model.json") == trees
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_flowers_quickstart_catboost_runs_unchanged(tmp_path: Path, backend: str) -> None:
+    pytest.importorskip("catboost")
+    pytest.importorskip("pandas")
+    app_dir = flower_example_or_skip("quickstart-catboost", tmp_path / "flower")
+
+    done = simulate(app_dir, "--nodes", "3", "--backend", backend, cwd=tmp_path)
+
+    assert_ran_cleanly(done)
+    log = done.stderr
+    # Its own loop: 5 rounds (its config) of send_and_receive to every node, each
+    # reply's trees summed into the global model it sends back, serialised, the next
+    # round: past 1 MiB of JSON bytes in a ConfigRecord by round 5.
+    assert [int(n) for n in re.findall(r"Starting round (\d+)/5", log)] == [1, 2, 3, 4, 5]
+    assert log.count("Sampled 3 nodes (out of 3)") == 5
+    assert log.count("Received 3/3 results") == 5
+    assert "as an error" not in log  # no reply without content
+    aucs = [float(auc) for auc in re.findall(r"Avg eval AUC: ([\d.]+)", log)]
+    assert len(aucs) == 5
+    assert all(0.7 < auc <= 1.0 for auc in aucs), aucs
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_flowers_vertical_fl_runs_unchanged(tmp_path: Path, backend: str) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    app_dir = flower_example_or_skip("vertical-fl", tmp_path / "flower")
+
+    # Its 3 feature splits need 3 nodes; 50 of its 250 rounds (it evaluates every 25).
+    done = simulate(
+        app_dir, "--nodes", "3", "--backend", backend,
+        "--run-config", "num-server-rounds=50", cwd=tmp_path,
+    )  # fmt: skip
+
+    assert_ran_cleanly(done)
+    log = done.stderr
+    # Every round: a query for each node's embeddings, then the gradients pushed to
+    # each node with no reply awaited (the last round's too, as its main returns).
+    assert log.count("--- ServerApp Round ") == 50
+    assert log.count("Received 3/3 results") == 50
+    assert log.count("Sending gradients to 3 nodes...") == 50
+    results = re.findall(r"Round (\d+) -> Loss: ([\d.]+) \| Accuracy: ([\d.]+)%", log)
+    assert [int(round_) for round_, _, _ in results] == [25, 50]
+    [(_, first_loss, _), (_, last_loss, last_accuracy)] = results
+    # The head learns only if each node's model, trained by the pushed gradients, stays
+    # in its context.state between rounds. Always guessing "died" (the stand-in's
+    # majority, 61.6 % of its rows) is a loss of 0.666.
+    assert float(last_loss) < min(float(first_loss), 0.63)
+    assert float(last_accuracy) > 62.0

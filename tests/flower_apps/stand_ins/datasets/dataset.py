@@ -1,11 +1,14 @@
 """Rows of named columns, read as the examples read a Hugging Face ``Dataset``.
 
-What the examples do with one: ``len(ds)``; ``ds[i]`` for a row (a dict, which a
-torch ``DataLoader`` collates); ``ds[:]`` under ``with_format("pandas")`` for a
-DataFrame; ``train_test_split(test_size=, seed=)``; ``with_transform(fn)``, where
-``fn`` gets a batch (a dict of lists) and returns it changed, and a row is the batch
-of one it returns; ``with_format("torch")``. Columns are numpy arrays; an image
-column's rows come out as PIL images, as the hub's image columns do.
+What the examples do with one: ``len(ds)``, ``ds.num_rows``, ``ds.shape``; ``ds[i]``
+for a row (a dict, which a torch ``DataLoader`` collates); ``ds[:]`` under
+``with_format("pandas")`` for a DataFrame, under ``set_format("numpy")`` (in place, as
+Hugging Face's) for a dict of arrays; ``to_pandas()``; ``train_test_split(test_size=,
+seed=)``; ``select``, ``select_columns``; ``with_transform(fn)``, where ``fn`` gets a
+batch (a dict of lists) and returns it changed, and a row is the batch of one it
+returns; ``with_format("torch")``; ``concatenate_datasets``. Columns are numpy arrays
+(a sequence column, such as HIGGS' ``inputs``, a 2-d one); an image column's rows come
+out as PIL images, as the hub's image columns do.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import numpy as np
 Batch = dict[str, list[Any]]
 Transform = Callable[[Batch], Batch]
 
-FORMATS = (None, "torch", "pandas")
+FORMATS = (None, "numpy", "torch", "pandas")
 
 
 class Dataset:
@@ -48,11 +51,21 @@ class Dataset:
     def column_names(self) -> list[str]:
         return list(self._columns)
 
+    @property
+    def num_rows(self) -> int:
+        return len(self._indices)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (len(self._indices), len(self._columns))
+
     def __len__(self) -> int:
         return len(self._indices)
 
     def __getitem__(self, key: int | slice | str) -> Any:
         if isinstance(key, str):
+            if self._format == "numpy":
+                return self._columns[key][self._indices]
             return self._values(key, self._indices)
         if isinstance(key, slice):
             return self._formatted(self._indices[key])
@@ -63,7 +76,25 @@ class Dataset:
 
     def select(self, indices: Iterable[int]) -> Dataset:
         """The rows at ``indices`` (positions in this view), in that order."""
-        return self._view(indices=self._indices[np.asarray(list(indices), dtype=np.int64)])
+        if isinstance(indices, range):
+            positions = np.arange(indices.start, indices.stop, indices.step, dtype=np.int64)
+        else:
+            positions = np.asarray(list(indices), dtype=np.int64)
+        return self._view(indices=self._indices[positions])
+
+    def select_columns(self, column_names: str | Iterable[str]) -> Dataset:
+        """Only the columns ``column_names``, in that order."""
+        names = [column_names] if isinstance(column_names, str) else list(column_names)
+        missing = [name for name in names if name not in self._columns]
+        if missing:
+            raise ValueError(f"no columns {missing} in {self.column_names}")
+        return Dataset(
+            {name: self._columns[name] for name in names},
+            images=self._images & set(names),
+            indices=self._indices,
+            format_type=self._format,
+            transform=self._transform,
+        )
 
     def shuffle(self, seed: int | None = None) -> Dataset:
         order = np.random.default_rng(seed).permutation(len(self))
@@ -87,11 +118,18 @@ class Dataset:
         )
 
     def with_format(self, type: str | None = None) -> Dataset:
-        """Rows as torch tensors (``"torch"``), a DataFrame (``"pandas"``) or Python
-        values (``None``); like Hugging Face's, it replaces a transform."""
-        if type not in FORMATS:
-            raise NotImplementedError(f"the datasets stand-in has no format {type!r}")
-        return self._view(format_type=type, transform=None)
+        """Rows as numpy arrays (``"numpy"``), torch tensors (``"torch"``), a DataFrame
+        (``"pandas"``) or Python values (``None``); like Hugging Face's, it replaces a
+        transform."""
+        return self._view(format_type=_format(type), transform=None)
+
+    def set_format(self, type: str | None = None) -> None:
+        """:meth:`with_format` on this dataset itself, as Hugging Face's does."""
+        self._format, self._transform = _format(type), None
+
+    def to_pandas(self) -> Any:
+        """The rows as a DataFrame, whatever the format."""
+        return self.with_format("pandas")[:]
 
     def with_transform(self, transform: Transform) -> Dataset:
         """Rows passed through ``transform`` as batches; like Hugging Face's, it replaces
@@ -118,10 +156,18 @@ class Dataset:
         return values.tolist()
 
     def _formatted(self, rows: np.ndarray) -> Any:
+        if self._format == "numpy":
+            return {name: column[rows] for name, column in self._columns.items()}
         if self._format == "pandas":
             import pandas as pd
 
-            return pd.DataFrame({name: column[rows] for name, column in self._columns.items()})
+            # A sequence column (2-d) becomes a column of arrays, one a row.
+            return pd.DataFrame(
+                {
+                    name: column[rows] if column.ndim == 1 else list(column[rows])
+                    for name, column in self._columns.items()
+                }
+            )
         if self._format == "torch":
             import torch
 
@@ -131,6 +177,30 @@ class Dataset:
             }
         batch = {name: self._values(name, rows) for name in self._columns}
         return batch if self._transform is None else self._transform(batch)
+
+
+def concatenate_datasets(dsets: Iterable[Dataset]) -> Dataset:
+    """The rows of ``dsets`` one after the other, in a dataset of their own; they must
+    have the same columns."""
+    parts = list(dsets)
+    if not parts:
+        raise ValueError("no datasets to concatenate")
+    names = parts[0].column_names
+    if any(part.column_names != names for part in parts):
+        raise ValueError(f"datasets with different columns: {[p.column_names for p in parts]}")
+    return Dataset(
+        {
+            name: np.concatenate([part._columns[name][part._indices] for part in parts])
+            for name in names
+        },
+        images=parts[0]._images,
+    )
+
+
+def _format(type: str | None) -> str | None:
+    if type not in FORMATS:
+        raise NotImplementedError(f"the datasets stand-in has no format {type!r}")
+    return type
 
 
 class DatasetDict(dict[str, Dataset]):
