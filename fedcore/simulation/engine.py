@@ -26,11 +26,22 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from fedcore.apps.server_app import ServerApp
 from fedcore.clock import Clock
-from fedcore.domain import SERVER_NODE_ID, Context, Message, RecordDict, Run, RunStatus
-from fedcore.errors import CheckpointError, StateError
+from fedcore.domain import (
+    SERVER_NODE_ID,
+    Context,
+    Error,
+    ErrorCode,
+    Message,
+    RecordDict,
+    Run,
+    RunStatus,
+)
+from fedcore.errors import CheckpointError, StateError, ValueTooLargeError
 from fedcore.simulation.backends.base import Backend
 from fedcore.state.base import LinkState
 from fedcore.transport.inproc.grid import InProcGrid
+from fedcore.wire import MAX_VALUE_LEN
+from fedcore.wire.records import check_value_sizes
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +74,18 @@ class SimulationResult:
 class SimulationEngine:
     """Runs one ServerApp against ``num_nodes`` virtual nodes served by ``backend``."""
 
-    def __init__(self, state: LinkState, backend: Backend, clock: Clock) -> None:
+    def __init__(
+        self,
+        state: LinkState,
+        backend: Backend,
+        clock: Clock,
+        *,
+        max_value_len: int = MAX_VALUE_LEN,
+    ) -> None:
         self._state = state
         self._backend = backend
         self._clock = clock
+        self._max_value_len = max_value_len
         self._partitions: dict[int, int] = {}
         self._contexts: dict[int, Context] = {}
         self._queued: set[int] = set()
@@ -106,7 +125,10 @@ class SimulationEngine:
             await task_group.start(self._dispatch, run)
             try:
                 grid_run = dataclasses.replace(run, round_timeout=round_timeout)
-                value = await server.run(InProcGrid(self._state, grid_run, self._clock), context)
+                grid = InProcGrid(
+                    self._state, grid_run, self._clock, max_value_len=self._max_value_len
+                )
+                value = await server.run(grid, context)
             except Exception as exc:
                 failure = exc
             task_group.cancel_scope.cancel()
@@ -172,6 +194,15 @@ class SimulationEngine:
         reply, self._contexts[node_id] = await self._backend.run(message, context)
         if message.metadata.expires_at <= self._clock.now():
             return  # the state answers an expired message itself (code 3)
+        if reply.has_content():
+            try:  # what a worker checks before sending, for the inline backend too
+                check_value_sizes(reply.content, self._max_value_len)
+            except ValueTooLargeError as exc:
+                failed = Error(
+                    int(ErrorCode.CLIENT_APP_RAISED_EXCEPTION),
+                    f"the reply could not be sent: {exc}",
+                )
+                reply = Message(error=failed, reply_to=message)
         try:
             await self._state.push_reply(node_id, reply)
         except StateError as exc:

@@ -73,7 +73,8 @@ from fedcore.simulation.backends.sizing import PoolPlan
 from fedcore.simulation.backends.threads import thread_defaults
 from fedcore.simulation.backends.worker import WORKER_ENV, WorkerSpec
 from fedcore.transport.spawn import child_environment
-from fedcore.wire import parts_size
+from fedcore.wire import MAX_VALUE_LEN, DecodeLimits, parts_size
+from fedcore.wire.records import bulk_bytes
 from fedcore.wire.worker import (
     HELLO,
     Deframer,
@@ -289,6 +290,7 @@ class ProcessPoolBackend(WorkerBackend):
         inline_limit: int = INLINE_LIMIT,
         space: SegmentSpace | None = None,
         spawn: Spawn = spawn_local,
+        max_value_len: int = MAX_VALUE_LEN,
     ) -> None:
         self._client_ref = client_ref
         self._search_path = search_path
@@ -302,6 +304,7 @@ class ProcessPoolBackend(WorkerBackend):
         self._jobs_in, self._jobs_out = anyio.create_memory_object_stream[_Job](math.inf)
         self._spawner: ThreadPoolExecutor | None = None
         self._started = 0
+        self._limits = DecodeLimits(max_value_len=max_value_len)
 
     @property
     def concurrency(self) -> int:
@@ -363,6 +366,7 @@ class ProcessPoolBackend(WorkerBackend):
             segment_root=str(self._space.root),
             segment_prefix=f"{self._space.prefix}w{self._started}-",
             inline_limit=self._inline_limit,
+            max_value_len=self._limits.max_value_len,
         )
         spawner = self._spawner
         assert spawner is not None
@@ -443,12 +447,12 @@ class ProcessPoolBackend(WorkerBackend):
     def _settle(self, worker: _Worker, job: _Job, data: bytes) -> None:
         segment = pointer_target(data)
         if segment is None:
-            job.settle(*unpack_outcome(data))
+            job.settle(*unpack_outcome(data, self._limits))
             return
         mapped = map_segment(self._space.root / segment, take=False)
         # The worker may write over the segment once nothing here reads it any more.
         weakref.finalize(mapped, worker.releases.append, segment)
-        job.settle(*unpack_outcome(memoryview(mapped)))
+        job.settle(*unpack_outcome(memoryview(mapped), self._limits))
 
     async def _retire(self, worker: _Worker, unstarted: list[_Job]) -> None:
         """Replace a worker that died or overran a TTL; its ``unstarted`` jobs go back in line."""
@@ -489,8 +493,7 @@ class ProcessPoolBackend(WorkerBackend):
         held = self._space.content_segment(content)
         if held is not None:
             return held
-        array_bytes = sum(record.nbytes for record in content.array_records.values())
-        if array_bytes <= self._inline_limit // 2:
+        if bulk_bytes(content) <= self._inline_limit // 2:
             return None
         return self._space.write_content(content)
 
