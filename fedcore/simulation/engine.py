@@ -90,6 +90,7 @@ class SimulationEngine:
         self._contexts: dict[int, Context] = {}
         self._queued: set[int] = set()
         self._renotified: set[int] = set()
+        self._ended = False
 
     async def run(
         self,
@@ -131,6 +132,7 @@ class SimulationEngine:
                 value = await server.run(grid, context)
             except Exception as exc:
                 failure = exc
+            self._end()
             task_group.cancel_scope.cancel()
         if failure is not None:
             await self._state.update_run_status(
@@ -189,7 +191,25 @@ class SimulationEngine:
             if node_id not in self._renotified:
                 return
 
+    def _end(self) -> None:
+        """Start no more ClientApps, and say, once, what the run's end cancels: messages
+        still in flight (a ServerApp whose ``main`` ends with a push it does not pull),
+        whose ClientApps are stopped or never started, their replies having no reader.
+
+        A runner the end's cancellation has not reached yet (it was already scheduled
+        to resume) sees ``_ended`` before it hands the backend anything more.
+        """
+        self._ended = True
+        if self._queued:
+            log.info(
+                "the run ended with messages in flight to %d nodes: their ClientApps are "
+                "stopped or not started, and their replies dropped",
+                len(self._queued),
+            )
+
     async def _deliver(self, run: Run, node_id: int, message: Message) -> None:
+        if self._ended:
+            return
         context = self._contexts.get(node_id) or self._new_context(run, node_id)
         reply, self._contexts[node_id] = await self._backend.run(message, context)
         if message.metadata.expires_at <= self._clock.now():

@@ -37,8 +37,9 @@ as end-of-file on its channel: the job it was running is answered with code 8, t
 jobs queued behind it go back to the queue, and a replacement starts. A job still
 running when its message's TTL runs out gets its worker killed and replaced and is
 answered with code 3. Leaving the backend — after success, an exception, Ctrl-C or
-cancellation — stops every worker (killing those that do not finish in time) and
-unlinks every segment. Entering it unlinks the segments of pools whose process is
+cancellation — stops every worker (killing at once those still running a task, whose
+reply nobody would read, and the others if they do not finish in time) and unlinks
+every segment. Entering it unlinks the segments of pools whose process is
 gone (it was killed before it could leave its backend).
 """
 
@@ -220,6 +221,7 @@ class _Worker:
         self.index = spec.index
         self.segment_prefix = spec.segment_prefix
         self.releases: deque[str] = deque()
+        self.in_flight: deque[_Job] = deque()
         ours, theirs = socket.socketpair()
         environment = {**plan.environment(spec.index), WORKER_ENV: "1"}
         with theirs:
@@ -388,7 +390,7 @@ class ProcessPoolBackend(WorkerBackend):
 
     async def _drive(self, worker: _Worker) -> None:
         """Feed one worker jobs, keeping its pipeline full, and settle them as they return."""
-        in_flight: deque[_Job] = deque()
+        in_flight = worker.in_flight
         depth = 1
         while True:
             if not in_flight:
@@ -503,8 +505,12 @@ def _bytes(jobs: deque[_Job]) -> int:
 
 
 def _stop(workers: list[_Worker], grace: float) -> None:
-    """Close every channel (a worker exits at end-of-file), wait ``grace`` s, then kill."""
+    """Kill every worker still running a task (the run ended: its reply has no reader),
+    close every channel (an idle worker exits at end-of-file, after its lifespan), wait
+    ``grace`` s, then kill those left."""
     for worker in workers:
+        if worker.in_flight:
+            worker.kill()
         worker.close()
     deadline = time.monotonic() + grace
     for worker in workers:

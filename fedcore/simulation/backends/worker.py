@@ -25,6 +25,7 @@ Loading the ClientApp (:func:`load_client`) and running one task into a packed o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import importlib.util
 import logging
@@ -126,7 +127,8 @@ def serve(connection: Connection) -> None:
         lifespan = client.started()
         lifespan.__enter__()
     except Exception as exc:
-        connection.send_bytes(pack_failure(load_failure(exc)))
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the run ended
+            connection.send_bytes(pack_failure(load_failure(exc)))
         return
     space = SegmentSpace(Path(spec.segment_root), spec.segment_prefix)
     limits = DecodeLimits(max_value_len=spec.max_value_len)
@@ -229,18 +231,25 @@ class _Server:
         self._free: list[str] = []
 
     def serve(self, connection: Connection) -> None:
-        connection.send_bytes(HELLO)
-        while True:
-            try:
+        """Serve tasks until the engine closes the channel.
+
+        The engine closes it when the run ends, whatever this worker is doing (saying
+        hello, as a replacement; running a task, whose outcome then has no reader): a
+        closed channel ends the worker quietly, however it shows — end-of-file, a
+        broken pipe, or a reset when the engine closed it with an outcome unread.
+        """
+        try:
+            connection.send_bytes(HELLO)
+            while True:
                 data = connection.recv_bytes()
-            except EOFError:
-                return
-            released = release_target(data)
-            if released is not None:
-                if released.startswith(self.space.prefix):
-                    self._free.append(released)
-                continue
-            connection.send_bytes(self._work(data))
+                released = release_target(data)
+                if released is not None:
+                    if released.startswith(self.space.prefix):
+                        self._free.append(released)
+                    continue
+                connection.send_bytes(self._work(data))
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            return  # the ClientApp's own errors never get here: they are error replies
 
     def close(self) -> None:
         self.loop.close()
