@@ -26,6 +26,8 @@ DEFAULT_BACKEND = "process"
 """``fedcore.simulation.backends.DEFAULT_BACKEND``."""
 DEFAULT_ROUND_TIMEOUT = 600.0
 """``fedcore.strategy.rounds.DEFAULT_ROUND_TIMEOUT``."""
+MAX_VALUE_LEN = 512 * 1024 * 1024
+"""``fedcore.wire.MAX_VALUE_LEN``: Flower's cap on a message."""
 
 
 @click.command()
@@ -121,8 +123,8 @@ DEFAULT_ROUND_TIMEOUT = 600.0
     metavar="BYTES",
     help="The most bytes one str or bytes value of a record may take (a model serialized "
     "into a ConfigRecord, say): a message holding a longer one is refused when pushed, a "
-    "reply holding one becomes an error reply (code 2). Default: 536870912 (512 MiB, "
-    "Flower's cap on a message).",
+    "reply holding one becomes an error reply (code 2). Default: "
+    f"{MAX_VALUE_LEN} (512 MiB, Flower's cap on a message).",
 )
 @click.option(
     "--metrics-out",

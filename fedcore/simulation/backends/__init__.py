@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fedcore.errors import UsageError
-from fedcore.wire import MAX_VALUE_LEN
 
 if TYPE_CHECKING:
     from fedcore.apps.loading import LoadedApp
@@ -34,13 +33,15 @@ def create_backend(
     system: Resources | None = None,
     max_workers: int | None = None,
     ray_address: str | None = None,
-    max_value_len: int = MAX_VALUE_LEN,
+    max_value_len: int,
 ) -> Backend:
     """The backend called ``name``, ready to enter, for ``app``'s ClientApp.
 
     ``max_value_len`` is the cap on one str or bytes value of a record that its workers
     and the engine decode (:class:`~fedcore.wire.DecodeLimits`); the inline backend
-    decodes nothing."""
+    decodes nothing. It has no default here: this package is imported where a Ray
+    actor starts, before its thread caps are set, and the wire's constants come with
+    numpy."""
     if name not in BACKENDS:
         raise UsageError(f"unknown backend {name!r}; choose one of: {', '.join(BACKENDS)}")
     if ray_address is not None and name != "ray":
