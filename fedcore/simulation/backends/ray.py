@@ -159,6 +159,7 @@ class _Actor:
     handle: Any
     node_id: str = ""
     pid: int = 0
+    in_flight: deque[_Batch] = field(default_factory=deque)
 
 
 @dataclass
@@ -315,7 +316,7 @@ class RayBackend(WorkerBackend):
 
     async def _drive(self, actor: _Actor) -> None:
         """Feed one actor batches of jobs, sized as its tasks go, and settle them as they return."""
-        in_flight: deque[_Batch] = deque()
+        in_flight = actor.in_flight
         held: _Job | None = None  # a job to run alone, waiting for the actor to have none
         size = 1
         try:
@@ -527,11 +528,15 @@ class RayBackend(WorkerBackend):
                 return
 
     async def _stop_lifespans(self) -> None:
-        """Let each actor run its lifespan's teardown, for up to :data:`STOP_GRACE` s."""
+        """Let each idle actor run its lifespan's teardown, for up to :data:`STOP_GRACE` s.
+
+        An actor still running a batch when the run ended is not waited for: its
+        outcomes have no reader, and it is killed with the others."""
         with anyio.move_on_after(STOP_GRACE):
             async with anyio.create_task_group() as stopping:
                 for actor in self._actors:
-                    stopping.start_soon(_stop, actor)
+                    if not actor.in_flight:
+                        stopping.start_soon(_stop, actor)
 
     # Contents -----------------------------------------------------------------------
 
