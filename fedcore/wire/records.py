@@ -199,11 +199,11 @@ def _decode_values(
     for entry in _items(entries, f"record {name!r}"):
         what = f"an entry of record {name!r}"
         fields = _items(entry, what)
-        if len(fields) == 3:
-            key, value = fields[0], _decode_long_value(fields, reader, limits)
-        else:
-            key, value = _fields(entry, 2, what)
+        if len(fields) != 3:  # [key, value], or [key, kind, length] of a long value
+            fields = _fields(entry, 2, what)
+        key = fields[0]
         _check_key(record, key, f"key in record {name!r}")
+        value = fields[1] if len(fields) == 2 else _decode_long_value(fields, reader, limits)
         try:
             record[key] = value
         except TypeError as exc:

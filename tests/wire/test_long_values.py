@@ -157,6 +157,7 @@ def test_a_list_counts_its_items_together_against_the_cap() -> None:
         (frame([["c", "c", [["k", "s", MiB + 1]]]], b"\xff" * (MiB + 1)), "not valid UTF-8"),
         (frame([["m", "m", [["k", "b", MiB + 1]]]], b"x" * (MiB + 1)), "must be int or float"),
         (frame([["c", "c", [["k", "b", 2**40]]]]), "over the cap of 536870912"),
+        (frame([["c", "c", [["k", 1], ["k", "b", 2**40]]]]), "duplicate key"),
     ],
 )
 def test_malformed_long_values_are_named(payload: bytes, match: str) -> None:
