@@ -26,6 +26,8 @@ of its forms, :class:`MessageInitializationError`, a ``TypeError`` (Flower's cla
     │       │                       request signature, a node key
     │       └── UnknownSessionError a fleet session the link does not hold: sign again
     ├── DecodeError (ValueError)    bytes that are not a valid payload
+    ├── ValueTooLargeError (ValueError)
+    │                               a record's str or bytes value over the cap on one value
     ├── StateError                  a LinkState refused an operation
     │   ├── NotFoundError (LookupError)
     │   │   ├── RunNotFoundError
@@ -149,6 +151,11 @@ class UnknownSessionError(AuthenticationError):
 
 class DecodeError(FedcoreError, ValueError):
     """Bytes that do not decode to a valid payload under the configured limits."""
+
+
+class ValueTooLargeError(FedcoreError, ValueError):
+    """A record's str or bytes value longer than the cap on one value (``max_value_len``,
+    Flower's 512 MiB by default): refused where it is encoded, naming it."""
 
 
 class StateError(FedcoreError):

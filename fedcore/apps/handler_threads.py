@@ -6,6 +6,12 @@ error. The thread itself cannot be stopped. anyio's worker threads are not daemo
 the interpreter would wait for such a thread at exit — a finished simulation that never
 ends its process. These threads are daemons, reused while idle as anyio's are, and end
 with the process.
+
+A daemon thread still inside a C++ library (torch's autograd, say) when the interpreter
+exits can abort the process (``terminate called without an active exception``), so
+whoever ends a run waits for the handlers still running first (:func:`wait_for_handlers`),
+for a while; ``fedcore`` then ends its process without the interpreter's exit if some
+still run (:func:`handlers_running`, :func:`fedcore.cli.main`).
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ _Work = tuple[contextvars.Context, Callable[[], Any], Callable[[], None], list[A
 
 _idle: list[SimpleQueue[_Work]] = []
 _idle_lock = threading.Lock()
+_all_idle = threading.Condition(_idle_lock)
+_busy = 0
 
 
 async def run_in_thread(func: Callable[..., T], *args: object) -> T:
@@ -45,8 +53,10 @@ async def run_in_thread(func: Callable[..., T], *args: object) -> T:
         except RuntimeError:  # the loop is closed: nobody waits for the outcome
             return
 
+    global _busy
     with _idle_lock:
         inbox = _idle.pop() if _idle else None
+        _busy += 1
     if inbox is None:
         inbox = SimpleQueue()
         threading.Thread(target=_serve, args=(inbox,), name="fedcore handler", daemon=True).start()
@@ -59,6 +69,7 @@ async def run_in_thread(func: Callable[..., T], *args: object) -> T:
 
 
 def _serve(inbox: SimpleQueue[_Work]) -> None:
+    global _busy
     while True:
         context, call, finished, outcome = inbox.get()
         try:
@@ -69,3 +80,19 @@ def _serve(inbox: SimpleQueue[_Work]) -> None:
         del context, call, finished, outcome  # hold nothing of a call while idle
         with _idle_lock:
             _idle.append(inbox)
+            _busy -= 1
+            _all_idle.notify_all()
+
+
+def handlers_running() -> int:
+    """How many handlers run on these threads now (abandoned ones included)."""
+    with _idle_lock:
+        return _busy
+
+
+def wait_for_handlers(timeout: float) -> int:
+    """Block until no handler runs on these threads, or for ``timeout`` s; return how
+    many still run then (abandoned ones included: they have not returned either)."""
+    with _all_idle:
+        _all_idle.wait_for(lambda: _busy == 0, timeout)
+        return _busy

@@ -13,6 +13,8 @@ help): ``fedcore ls`` has no use for the gRPC stack ``fedcore serve`` needs, nor
 from __future__ import annotations
 
 import importlib
+import logging
+import os
 import sys
 
 import click
@@ -106,6 +108,37 @@ _NO_ARGS_IS_HELP: type[click.UsageError] | tuple[()] = getattr(
 
 def main() -> None:
     """The console script's entry point."""
+    try:
+        _main()
+    except SystemExit as exc:
+        _leave(exc)
+        raise
+    _leave(SystemExit(0))
+
+
+def _leave(ending: SystemExit) -> None:
+    """End the process at once, with ``ending``'s status, if plain ClientApp handlers still
+    run in this process (an inline simulation that ended with them in flight).
+
+    The interpreter's own exit would end their daemon threads with ``pthread_exit`` as
+    they next take the GIL; one inside a C++ library (torch) then aborts the whole
+    process (``terminate called without an active exception``, status 134). Nothing is
+    left to do by then but to flush what was written.
+    """
+    threads = sys.modules.get("fedcore.apps.handler_threads")
+    if threads is None or not threads.handlers_running():
+        return
+    code = ending.code
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code or 0)
+
+
+def _main() -> None:
     try:
         cli.main(prog_name="fedcore", standalone_mode=False)
     except click.exceptions.Abort:

@@ -26,6 +26,8 @@ DEFAULT_BACKEND = "process"
 """``fedcore.simulation.backends.DEFAULT_BACKEND``."""
 DEFAULT_ROUND_TIMEOUT = 600.0
 """``fedcore.strategy.rounds.DEFAULT_ROUND_TIMEOUT``."""
+MAX_VALUE_LEN = 512 * 1024 * 1024
+"""``fedcore.wire.MAX_VALUE_LEN``: Flower's cap on a message."""
 
 
 @click.command()
@@ -116,6 +118,15 @@ DEFAULT_ROUND_TIMEOUT = 600.0
     "stopped, its reply counted as a failure, and the run goes on.",
 )
 @click.option(
+    "--max-value-bytes",
+    type=click.IntRange(min=1),
+    metavar="BYTES",
+    help="The most bytes one str or bytes value of a record may take (a model serialized "
+    "into a ConfigRecord, say): a message holding a longer one is refused when pushed, a "
+    "reply holding one becomes an error reply (code 2). Default: "
+    f"{MAX_VALUE_LEN} (512 MiB, Flower's cap on a message).",
+)
+@click.option(
     "--metrics-out",
     type=click.Path(dir_okay=False, writable=True, path_type=Path),
     help="Append to this file one JSON line for the run (run id, seed, config, start "
@@ -158,6 +169,7 @@ def simulate(
     run_config: tuple[str, ...],
     seed: int | None,
     round_timeout: float | None,
+    max_value_bytes: int | None,
     metrics_out: Path | None,
     out: Path,
     no_save: bool,
@@ -225,6 +237,7 @@ def simulate(
             run_config=" ".join(run_config),
             seed=seed,
             round_timeout=round_timeout,
+            max_value_bytes=max_value_bytes,
             progress=False,
             out=keep,
             track=track,

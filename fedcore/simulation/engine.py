@@ -26,11 +26,22 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from fedcore.apps.server_app import ServerApp
 from fedcore.clock import Clock
-from fedcore.domain import SERVER_NODE_ID, Context, Message, RecordDict, Run, RunStatus
-from fedcore.errors import CheckpointError, StateError
+from fedcore.domain import (
+    SERVER_NODE_ID,
+    Context,
+    Error,
+    ErrorCode,
+    Message,
+    RecordDict,
+    Run,
+    RunStatus,
+)
+from fedcore.errors import CheckpointError, StateError, ValueTooLargeError
 from fedcore.simulation.backends.base import Backend
 from fedcore.state.base import LinkState
 from fedcore.transport.inproc.grid import InProcGrid
+from fedcore.wire import MAX_VALUE_LEN
+from fedcore.wire.records import check_value_sizes
 
 log = logging.getLogger(__name__)
 
@@ -63,14 +74,23 @@ class SimulationResult:
 class SimulationEngine:
     """Runs one ServerApp against ``num_nodes`` virtual nodes served by ``backend``."""
 
-    def __init__(self, state: LinkState, backend: Backend, clock: Clock) -> None:
+    def __init__(
+        self,
+        state: LinkState,
+        backend: Backend,
+        clock: Clock,
+        *,
+        max_value_len: int = MAX_VALUE_LEN,
+    ) -> None:
         self._state = state
         self._backend = backend
         self._clock = clock
+        self._max_value_len = max_value_len
         self._partitions: dict[int, int] = {}
         self._contexts: dict[int, Context] = {}
         self._queued: set[int] = set()
         self._renotified: set[int] = set()
+        self._ended = False
 
     async def run(
         self,
@@ -106,9 +126,13 @@ class SimulationEngine:
             await task_group.start(self._dispatch, run)
             try:
                 grid_run = dataclasses.replace(run, round_timeout=round_timeout)
-                value = await server.run(InProcGrid(self._state, grid_run, self._clock), context)
+                grid = InProcGrid(
+                    self._state, grid_run, self._clock, max_value_len=self._max_value_len
+                )
+                value = await server.run(grid, context)
             except Exception as exc:
                 failure = exc
+            self._end()
             task_group.cancel_scope.cancel()
         if failure is not None:
             await self._state.update_run_status(
@@ -167,11 +191,38 @@ class SimulationEngine:
             if node_id not in self._renotified:
                 return
 
+    def _end(self) -> None:
+        """Start no more ClientApps, and say, once, what the run's end cancels: messages
+        still in flight (a ServerApp whose ``main`` ends with a push it does not pull),
+        whose ClientApps are stopped or never started, their replies having no reader.
+
+        A runner the end's cancellation has not reached yet (it was already scheduled
+        to resume) sees ``_ended`` before it hands the backend anything more.
+        """
+        self._ended = True
+        if self._queued:
+            log.info(
+                "the run ended with messages in flight to %d nodes: their ClientApps are "
+                "stopped or not started, and their replies dropped",
+                len(self._queued),
+            )
+
     async def _deliver(self, run: Run, node_id: int, message: Message) -> None:
+        if self._ended:
+            return
         context = self._contexts.get(node_id) or self._new_context(run, node_id)
         reply, self._contexts[node_id] = await self._backend.run(message, context)
         if message.metadata.expires_at <= self._clock.now():
             return  # the state answers an expired message itself (code 3)
+        if reply.has_content():
+            try:  # what a worker checks before sending, for the inline backend too
+                check_value_sizes(reply.content, self._max_value_len)
+            except ValueTooLargeError as exc:
+                failed = Error(
+                    int(ErrorCode.CLIENT_APP_RAISED_EXCEPTION),
+                    f"the reply could not be sent: {exc}",
+                )
+                reply = Message(error=failed, reply_to=message)
         try:
             await self._state.push_reply(node_id, reply)
         except StateError as exc:

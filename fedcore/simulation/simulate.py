@@ -51,6 +51,7 @@ from fedcore.simulation.resources import Resources
 from fedcore.state.memory import InMemoryLinkState
 from fedcore.strategy.arguments import positive
 from fedcore.strategy.checkpoint import RoundCheckpoints, checkpointing
+from fedcore.wire import MAX_VALUE_LEN
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ async def simulate(
     max_workers: int | None = None,
     clock: Clock | None = None,
     round_timeout: float | None = None,
+    max_value_bytes: int | None = None,
     progress: bool = True,
     federation: str | None = None,
     out: str | Path | None = None,
@@ -103,6 +105,11 @@ async def simulate(
 
     ``round_timeout`` (seconds) is the run-wide default of strategies' own
     ``round_timeout``, for those the ServerApp built without one.
+
+    ``max_value_bytes`` caps one str or bytes value of a record (default, or ``None``:
+    Flower's 512 MiB cap on a message): pushing a message with a longer one raises
+    :class:`~fedcore.errors.ValueTooLargeError`, and a reply with one becomes an error
+    reply (code 2). Workers decode values up to it, and no longer ones.
 
     Unless ``progress=False`` or the caller configured logging (a handler on the
     root or ``fedcore`` logger, as ``logging.basicConfig`` adds), each round is logged
@@ -176,6 +183,12 @@ async def simulate(
             round_timeout = positive("round_timeout", round_timeout)
         except (TypeError, ValueError) as exc:
             raise UsageError(str(exc)) from None
+    if max_value_bytes is None:
+        max_value_bytes = MAX_VALUE_LEN
+    if isinstance(max_value_bytes, bool) or not isinstance(max_value_bytes, int):
+        raise UsageError(f"max_value_bytes must be an int, got {max_value_bytes!r}")
+    if max_value_bytes < 1:
+        raise UsageError(f"max_value_bytes must be at least 1, got {max_value_bytes}")
     trackers = create_trackers(track) if track else []
     clock = clock or SystemClock()
     started = clock.now()
@@ -229,9 +242,10 @@ async def simulate(
                     system=system,
                     max_workers=max_workers,
                     ray_address=ray_address,
+                    max_value_len=max_value_bytes,
                 ) as runner,
             ):
-                engine = SimulationEngine(state, runner, clock)
+                engine = SimulationEngine(state, runner, clock, max_value_len=max_value_bytes)
                 checkpoint = None if resumption is None else resumption.checkpoint
                 keeping: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
                 if path is not None:

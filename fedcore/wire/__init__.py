@@ -6,13 +6,21 @@ input: anything that is not a valid payload within :class:`DecodeLimits` raises
 input buffer. See :mod:`fedcore.wire.frame` for the layout.
 """
 
-from fedcore.wire.frame import DEFAULT_LIMITS, FORMAT_VERSION, DecodeLimits, Parts, parts_size
+from fedcore.wire.frame import (
+    DEFAULT_LIMITS,
+    FORMAT_VERSION,
+    MAX_VALUE_LEN,
+    DecodeLimits,
+    Parts,
+    parts_size,
+)
 from fedcore.wire.message import pack_message, unpack_message
 from fedcore.wire.records import pack_recorddict, pack_recorddict_parts, unpack_recorddict
 
 __all__ = [
     "DEFAULT_LIMITS",
     "FORMAT_VERSION",
+    "MAX_VALUE_LEN",
     "DecodeLimits",
     "Parts",
     "pack_message",

@@ -59,6 +59,9 @@ _KIND_NAMES = {
 _PREFIX_LEN = 8
 _MAX_HEADER = 2**32 - 1
 MAX_DETAIL = 300
+MAX_VALUE_LEN = 512 * 1024 * 1024
+"""Bytes one str or bytes value in a record may take by default: Flower's cap on a
+message (gRPC's, as Flower sets it), so what Flower carries, fedcore carries."""
 """Characters of detail an error on the wire (or about a payload) carries at most."""
 
 
@@ -67,8 +70,12 @@ class DecodeLimits:
     """Bounds on what a decoder accepts, so hostile input cannot exhaust memory.
 
     ``max_bytes`` is checked before anything is parsed. The others bound the msgpack
-    header: ``max_str_len`` the length of any str or bytes value (keys included),
+    header: ``max_str_len`` the length of any str or bytes value in it (keys included),
     ``max_items`` the length of any list, ``max_ndim`` the dimensions of an array.
+    ``max_value_len`` bounds a record's str or bytes value too long for the header,
+    which travels after it like an array (:mod:`fedcore.wire.records`): Flower's cap on
+    a whole message, 512 MiB, by default. Such a value costs the receiver what the
+    sender sent (5 times as much at most for a str), so it needs no expansion budget.
 
     ``max_expansion`` bounds the memory the header's lists take once decoded, as a
     multiple of the header's bytes (plus :data:`EXPANSION_SLACK`), checked as each
@@ -83,9 +90,11 @@ class DecodeLimits:
     max_items: int = 1_000_000
     max_ndim: int = 32
     max_expansion: int = 24
+    max_value_len: int = MAX_VALUE_LEN
 
     def __post_init__(self) -> None:
-        for name in ("max_bytes", "max_str_len", "max_items", "max_ndim", "max_expansion"):
+        names = ("max_bytes", "max_str_len", "max_items", "max_ndim", "max_expansion")
+        for name in (*names, "max_value_len"):
             value = getattr(self, name)
             if type(value) is not int or value < 0:
                 raise ValueError(f"DecodeLimits.{name} must be a non-negative int, got {value!r}")

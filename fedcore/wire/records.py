@@ -9,6 +9,19 @@ records allow. Array entries are ``[key, dtype, shape, nbytes]``; the bytes foll
 header (see :mod:`fedcore.wire.frame`). The byte count is redundant with dtype and
 shape on purpose: a mismatch is reported as exactly that, not as a shifted array.
 
+A ``str`` or ``bytes`` value longer than :data:`HEADER_VALUE_MAX` bytes (UTF-8 for a
+str; a list counts when one of its items is) travels like an array, after the header:
+its entry is ``[key, kind, length]`` — kind ``"b"`` or ``"s"`` and one length, or
+``"B"`` or ``"S"`` and a list of them. So a model serialized to bytes in a ConfigRecord
+(CatBoost's JSON, XGBoost's booster) is copied once into the payload, not through
+msgpack's growing buffer, and is bounded by ``DecodeLimits.max_value_len`` (Flower's
+512 MiB by default) rather than the header's 1 MiB per string. Decoding copies it once
+out of the payload (a ``bytes`` owns its memory); a str takes at most four times its
+UTF-8 length (one astral character makes CPython store every character in 4 bytes),
+five while it is decoded, well inside the expansion the header's lists are allowed.
+Smaller values stay in the header, as they always were, and a peer that reads only
+those still reads them.
+
 Decoding rebuilds records through their public constructors, so every value check the
 domain makes applies to received data too; its ``TypeError`` becomes ``DecodeError``.
 Only the fixed-size dtypes an ArrayRecord accepts are decoded (``_WIRE_DTYPES``).
@@ -30,10 +43,15 @@ from fedcore.domain.records import (
     NDArray,
     RecordDict,
 )
+from fedcore.errors import ValueTooLargeError
 from fedcore.wire import frame
 from fedcore.wire.frame import DEFAULT_LIMITS, BlobReader, DecodeLimits, fail
 
 ARRAY, METRIC, CONFIG = "a", "m", "c"
+HEADER_VALUE_MAX = 1 << 20
+"""Bytes of a str or bytes value that travels in the header; a longer one goes after it."""
+_AFTER_HEADER: dict[type, str] = {bytes: "b", str: "s"}
+_AFTER_HEADER_LISTS: dict[type, str] = {bytes: "B", str: "S"}
 _ValueRecord = TypeVar("_ValueRecord", MetricRecord, ConfigRecord)
 _FIXED_SIZE_CODES: tuple[str, ...] = ("b1", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8")
 _FIXED_SIZE_CODES += ("f2", "f4", "f8", "c8", "c16")
@@ -68,7 +86,9 @@ def unpack_recorddict(
 
 
 def encode_recorddict(records: RecordDict, blobs: list[memoryview]) -> list[Any]:
-    """The header of ``records``; appends the bytes of each array to ``blobs``."""
+    """The header of ``records``; appends the bytes of each array (and of each long str or
+    bytes value) to ``blobs``. The cap on a value is the receiver's to enforce (a sender
+    may check first: :func:`check_value_sizes`)."""
     header: list[Any] = []
     for name, record in records.items():
         if isinstance(record, ArrayRecord):
@@ -76,10 +96,66 @@ def encode_recorddict(records: RecordDict, blobs: list[memoryview]) -> list[Any]
             # Array kept in a serialisation fedcore cannot read (SerializedArray).
             entries = [_encode_array(key, record[key].numpy(), blobs) for key in record]
             header.append([name, ARRAY, entries])
+        elif isinstance(record, MetricRecord):
+            header.append([name, METRIC, [[key, value] for key, value in record.items()]])
         else:
-            tag = METRIC if isinstance(record, MetricRecord) else CONFIG
-            header.append([name, tag, [[key, value] for key, value in record.items()]])
+            entries = [_encode_config(key, value, blobs) for key, value in record.items()]
+            header.append([name, CONFIG, entries])
     return header
+
+
+def bulk_bytes(records: RecordDict) -> int:
+    """About how many bytes of ``records``' payload follow its header: the arrays', and
+    those of str and bytes values (a str counted by characters). What decides whether a
+    content is worth sharing between the tasks of a round rather than copied into each."""
+    total = sum(record.nbytes for record in records.array_records.values())
+    for record in records.config_records.values():
+        for value in record.values():
+            for item in value if isinstance(value, list) else [value]:
+                if isinstance(item, str | bytes):
+                    total += len(item)
+    return total
+
+
+def check_value_sizes(records: RecordDict, max_value_len: int) -> None:
+    """Raise :class:`ValueTooLargeError` if a str or bytes value of ``records`` is longer
+    than ``max_value_len`` bytes, as the encoder would, without encoding anything else."""
+    for name, record in records.config_records.items():
+        for key, value in record.items():
+            _long_items(name, key, value, max_value_len)
+
+
+def _long_items(name: str, key: str, value: Any, max_value_len: float) -> list[bytes]:
+    """The items of a str or bytes value (or list of them) as bytes, when they may be too
+    long for the header; an empty list when they certainly fit, or are not str or bytes.
+
+    A str is encoded only if it could be long: UTF-8 takes at most 4 bytes a character.
+    """
+    items = value if isinstance(value, list) else [value]
+    if not items or not isinstance(items[0], str | bytes):
+        return []
+    most = sum(len(item) if isinstance(item, bytes) else 4 * len(item) for item in items)
+    if most <= min(HEADER_VALUE_MAX, max_value_len):
+        return []
+    encoded = [item if isinstance(item, bytes) else item.encode() for item in items]
+    length = sum(len(item) for item in encoded)
+    if length > max_value_len:
+        raise ValueTooLargeError(
+            f"config record {name!r} holds {length} bytes of {type(items[0]).__name__} in "
+            f"{key!r}, over the cap of {max_value_len} bytes on one value"
+        )
+    return encoded
+
+
+def _encode_config(key: str, value: Any, blobs: list[memoryview]) -> list[Any]:
+    encoded = _long_items("", key, value, math.inf)
+    if all(len(item) <= HEADER_VALUE_MAX for item in encoded):
+        return [key, value]
+    blobs.extend(memoryview(item) for item in encoded)
+    lengths = [len(item) for item in encoded]
+    if isinstance(value, list):
+        return [key, _AFTER_HEADER_LISTS[type(value[0])], lengths]
+    return [key, _AFTER_HEADER[type(value)], lengths[0]]
 
 
 def _encode_array(key: str, arr: NDArray, blobs: list[memoryview]) -> list[Any]:
@@ -98,9 +174,9 @@ def decode_recorddict(header: object, reader: BlobReader, limits: DecodeLimits) 
         if tag == ARRAY:
             records[name] = _decode_arrays(name, entries, reader, limits)
         elif tag == METRIC:
-            records[name] = _decode_values(MetricRecord(), name, entries)
+            records[name] = _decode_values(MetricRecord(), name, entries, reader, limits)
         elif tag == CONFIG:
-            records[name] = _decode_values(ConfigRecord(), name, entries)
+            records[name] = _decode_values(ConfigRecord(), name, entries, reader, limits)
         else:
             fail(f"record {name!r} has unknown kind {tag!r}")
     return records
@@ -117,15 +193,49 @@ def _decode_arrays(
     return record
 
 
-def _decode_values(record: _ValueRecord, name: str, entries: object) -> _ValueRecord:
+def _decode_values(
+    record: _ValueRecord, name: str, entries: object, reader: BlobReader, limits: DecodeLimits
+) -> _ValueRecord:
     for entry in _items(entries, f"record {name!r}"):
-        key, value = _fields(entry, 2, f"an entry of record {name!r}")
+        what = f"an entry of record {name!r}"
+        fields = _items(entry, what)
+        if len(fields) != 3:  # [key, value], or [key, kind, length] of a long value
+            fields = _fields(entry, 2, what)
+        key = fields[0]
         _check_key(record, key, f"key in record {name!r}")
+        value = fields[1] if len(fields) == 2 else _decode_long_value(fields, reader, limits)
         try:
             record[key] = value
         except TypeError as exc:
             fail(str(exc), exc)
     return record
+
+
+def _decode_long_value(fields: list[Any], reader: BlobReader, limits: DecodeLimits) -> Any:
+    """A str or bytes value (or list of them) that travelled after the header."""
+    key, kind, lengths = fields
+    listed = kind in _AFTER_HEADER_LISTS.values()
+    if not listed and kind not in _AFTER_HEADER.values():
+        fail(f"value {key!r} has unknown kind {kind!r}")
+    items = _items(lengths, f"the lengths of value {key!r}") if listed else [lengths]
+    if not all(type(length) is int and length >= 0 for length in items):
+        fail(f"value {key!r} has lengths {lengths!r}; they must be non-negative ints")
+    if not any(length > HEADER_VALUE_MAX for length in items):
+        fail(f"value {key!r} travelled after the header, but fits in it")
+    if sum(items) > limits.max_value_len:
+        fail(f"value {key!r} of {sum(items)} bytes is over the cap of {limits.max_value_len}")
+    text = kind in ("s", "S")
+    values = [_long_item(reader.take(length, f"value {key!r}"), text, key) for length in items]
+    return values if listed else values[0]
+
+
+def _long_item(view: memoryview, text: bool, key: object) -> str | bytes:
+    if not text:
+        return bytes(view)
+    try:
+        return str(view, "utf-8")
+    except UnicodeDecodeError as exc:
+        fail(f"value {key!r} is not valid UTF-8: {exc}", exc)
 
 
 def _decode_array(entry: object, reader: BlobReader, limits: DecodeLimits) -> tuple[str, NDArray]:

@@ -3,6 +3,7 @@ hung ClientApp on the process backend, and progress shown from Python."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -50,7 +51,57 @@ async def main(grid, context):
 
 fails = fc.App(server=server, client=failing)
 hangs = fc.App(server=server, client=hanging)
+
+busy = fc.ClientApp()
+
+
+@busy.train()
+def work(msg, context):
+    import torch  # its C++ threads are what an exit under a running handler aborts
+
+    print(f"working {context.node_config['partition-id']}", flush=True)
+    model, data = torch.nn.Linear(64, 64), torch.randn(512, 64)
+    deadline = time.monotonic() + msg.content["config"]["seconds"]
+    while True:
+        model(data).sum().backward()
+        if time.monotonic() >= deadline:
+            break
+    return fc.Message(fc.RecordDict({"metrics": fc.MetricRecord({"n": 1})}), reply_to=msg)
+
+
+def _work(nodes, seconds):
+    config = fc.ConfigRecord({"seconds": seconds})
+    return [fc.Message(fc.RecordDict({"config": config}), node, "train") for node in nodes]
+
+
+pushing, leaving = fc.ServerApp(), fc.ServerApp()
+
+
+@pushing.main()
+async def push_and_end(grid, context):
+    # As Flower's vertical-fl ends: a round, then a push whose replies nobody pulls.
+    nodes = await grid.wait_for_nodes(3)
+    replies = await grid.send_and_receive(_work(nodes, 0.0))
+    assert len(replies) == 3 and not any(reply.has_error() for reply in replies)
+    await grid.push_messages(_work(nodes, 1.0))
+    print("pushed", flush=True)
+
+
+@leaving.main()
+async def leave_them_working(grid, context):
+    # ClientApps that need longer than the ServerApp waits for them.
+    nodes = await grid.wait_for_nodes(3)
+    wait = context.run_config.get("wait", 2.0)
+    replies = await grid.send_and_receive(_work(nodes, 60.0), timeout=wait)
+    print(f"left {3 - len(replies)} working", flush=True)
+
+
+push_last = fc.App(server=pushing, client=busy)
+slow = fc.App(server=leaving, client=busy)
 """
+
+BACKENDS = ["inline", "process", pytest.param("ray", marks=pytest.mark.ray)]
+IN_FLIGHT = "the run ended with messages in flight to 3 nodes"
 
 
 @pytest.fixture
@@ -84,10 +135,12 @@ def test_a_hung_clientapp_on_the_process_backend_times_out_and_the_run_goes_on(
     apps: Path,
 ) -> None:
     # Four workers (half a CPU each): while one is stuck, the healthy nodes have others.
+    # The run ends as the stuck worker's replacement starts: it leaves without a word.
     options = ["-n", "3", "--seed", "0", "--num-cpus", "0.5", "--round-timeout", "3"]
     done = _fedcore(apps, "ending_apps:hangs", *options)
 
     assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
     totals = done.stdout.splitlines()[-1]
     assert totals.startswith("2 rounds · 4 replies (4 train, 0 evaluate) · 2 failures (code 3 ×2)")
     assert "round 2/2: 2 replies, 1 failures" in done.stderr
@@ -102,8 +155,63 @@ def test_a_hung_plain_handler_on_the_inline_backend_does_not_keep_the_process(
     done = _fedcore(apps, "ending_apps:hangs", *options)
 
     assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
     totals = done.stdout.splitlines()[-1]
     assert totals.startswith("2 rounds · 4 replies (4 train, 0 evaluate) · 2 failures (code 3 ×2)")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_run_whose_main_ends_with_a_push_it_never_pulls_ends_cleanly(
+    apps: Path, backend: str
+) -> None:
+    done = _fedcore(apps, "ending_apps:push_last", "-n", "3", "--backend", backend)
+
+    assert done.returncode == 0, done.stderr
+    assert "pushed" in done.stdout
+    output = done.stdout + done.stderr
+    assert "Traceback" not in output
+    assert "terminate called" not in output
+    assert output.count("the run ended with messages in flight") <= 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_clientapps_still_running_when_the_run_ends_are_stopped_and_reported_once(
+    apps: Path, backend: str
+) -> None:
+    # Their handlers run torch for a minute: the inline backend waits for them a while,
+    # then the process ends without an exit that would abort it under them.
+    done = _fedcore(apps, "ending_apps:slow", "-n", "3", "--backend", backend)
+
+    assert done.returncode == 0, done.stderr
+    assert "left 3 working" in done.stdout
+    output = done.stdout + done.stderr
+    assert "Traceback" not in output
+    assert "terminate called" not in output
+    assert output.count(IN_FLIGHT) == 1
+
+
+@pytest.mark.parametrize("backend", ["inline", "process"])
+def test_ctrl_c_while_clientapps_run_ends_the_run_cleanly(apps: Path, backend: str) -> None:
+    command = [str(FEDCORE), "simulate", "ending_apps:slow", "-n", "3", "--backend", backend]
+    command += ["--run-config", "wait=120.0"]  # the ServerApp waits: the signal ends the run
+    process = subprocess.Popen(
+        command, cwd=apps, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:  # the first ClientApp at work: the run is under way
+            if line.startswith("working"):
+                break
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+    assert process.returncode == 130, err
+    assert "Traceback" not in out + err
+    assert "terminate called" not in out + err
 
 
 def test_round_timeout_must_be_positive(apps: Path) -> None:

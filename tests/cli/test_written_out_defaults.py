@@ -13,6 +13,7 @@ from fedcore.simulation.backends import BACKENDS, DEFAULT_BACKEND
 from fedcore.state.base import DEFAULT_HEARTBEAT_PATIENCE
 from fedcore.strategy.rounds import DEFAULT_ROUND_TIMEOUT
 from fedcore.transport.grpc.guard import FleetLimits
+from fedcore.wire import MAX_VALUE_LEN
 
 
 def _default(name: str) -> object:
@@ -60,3 +61,4 @@ def test_simulate_writes_out_the_simulations_choices() -> None:
     assert tuple(backend.type.choices) == simulate_cli.BACKENDS == BACKENDS
     assert backend.default == simulate_cli.DEFAULT_BACKEND == DEFAULT_BACKEND
     assert simulate_cli.DEFAULT_ROUND_TIMEOUT == DEFAULT_ROUND_TIMEOUT
+    assert simulate_cli.MAX_VALUE_LEN == MAX_VALUE_LEN

@@ -38,3 +38,21 @@ def test_a_model_over_the_frame_cap_echoes_back_intact(tmp_path: Path, database:
         spool = tmp_path / "link" / "spool"
         assert spool.is_dir(), "the link spools in its work directory"
         assert list(spool.iterdir()) == [], "spooled payloads have no names to leave behind"
+
+
+BIG_VALUES = Path(__file__).resolve().parent / "big_values_app"
+
+
+def test_a_config_record_with_3_mib_bytes_and_str_values_echoes_back_intact(
+    tmp_path: Path,
+) -> None:
+    # Over msgpack's 1 MiB header cap each: they travel after the header, through the
+    # runtime API, the link's state and fleet, and the node's ClientApp process.
+    with Deployment(tmp_path, heartbeat_interval=1.0) as deployment:
+        deployment.start_link()
+        for index in range(2):
+            deployment.start_node(f"partition-id={index} num-partitions=2")
+        done = deployment.fedcore("run", str(BIG_VALUES), "--stream", timeout=90.0)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "echoed 2 rounds" in done.stdout
+        assert "Traceback" not in done.stdout + done.stderr

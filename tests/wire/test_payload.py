@@ -568,7 +568,7 @@ def array_payload(dtype: object, shape: object, nbytes: object, blob: bytes) -> 
         (frame([["r", "m", [["k", [1, 2.5]]]]]), "mixes float and int"),
         (frame([["r", "c", [["k", [[1]]]]]]), "got list"),
         (frame([["r", "c", [["k", None]]]]), "got NoneType"),
-        (frame([["r", "c", [["k", 1, 2]]]]), "must have 2 fields, got 3"),
+        (frame([["r", "c", [["k", 1, 2, 3]]]]), "must have 2 fields, got 4"),
         (frame([["r", "c", [["k", msgpack.ExtType(5, b"x")]]]]), "max_ext_len"),
         (frame([["r", "c", [["k", msgpack.Timestamp(1)]]]]), "max_ext_len"),
         (frame([]) + b"", None),

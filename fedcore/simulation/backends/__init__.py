@@ -33,8 +33,15 @@ def create_backend(
     system: Resources | None = None,
     max_workers: int | None = None,
     ray_address: str | None = None,
+    max_value_len: int,
 ) -> Backend:
-    """The backend called ``name``, ready to enter, for ``app``'s ClientApp."""
+    """The backend called ``name``, ready to enter, for ``app``'s ClientApp.
+
+    ``max_value_len`` is the cap on one str or bytes value of a record that its workers
+    and the engine decode (:class:`~fedcore.wire.DecodeLimits`); the inline backend
+    decodes nothing. It has no default here: this package is imported where a Ray
+    actor starts, before its thread caps are set, and the wire's constants come with
+    numpy."""
     if name not in BACKENDS:
         raise UsageError(f"unknown backend {name!r}; choose one of: {', '.join(BACKENDS)}")
     if ray_address is not None and name != "ray":
@@ -50,12 +57,16 @@ def create_backend(
             "define it at module level in a file, or use backend='inline'"
         )
     if name == "ray":
-        return _ray_backend(app, app.client_ref, resources, clock, system, max_workers, ray_address)
+        return _ray_backend(
+            app, app.client_ref, resources, clock, system, max_workers, ray_address, max_value_len
+        )
     from fedcore.simulation.backends.process_pool import ProcessPoolBackend
     from fedcore.simulation.backends.sizing import plan_pool
 
     plan = plan_pool(resources, system, max_workers)
-    return ProcessPoolBackend(app.client_ref, app.path or Path.cwd(), plan, clock)
+    return ProcessPoolBackend(
+        app.client_ref, app.path or Path.cwd(), plan, clock, max_value_len=max_value_len
+    )
 
 
 def _ray_backend(
@@ -66,6 +77,7 @@ def _ray_backend(
     system: Resources | None,
     max_workers: int | None,
     address: str | None,
+    max_value_len: int,
 ) -> Backend:
     try:
         from fedcore.simulation.backends.ray import RayBackend
@@ -83,6 +95,7 @@ def _ray_backend(
         address=address,
         system=system,
         max_workers=max_workers,
+        max_value_len=max_value_len,
     )
 
 

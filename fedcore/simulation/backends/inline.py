@@ -5,7 +5,9 @@ Deterministic and cheap to start, for tests, tiny models and debugging with
 breakpoints; heavy numerical work belongs on the process backend. A ClientApp still
 running when its message's TTL runs out is abandoned — cancelled if ``async``, left to
 finish unread in its thread if plain — and answered with code 3, as the process
-backend answers when it stops the worker. Arrays reach
+backend answers when it stops the worker. ClientApps still running when the run ends
+are abandoned alike, unanswered; as it closes, the backend waits a while for plain ones
+to return (:data:`STOP_GRACE`), so that the process does not exit under them. Arrays reach
 the handler as read-only views of the ServerApp's arrays (no copy), as they would
 arrive read-only from shared memory or the network; configs and metrics are
 copied, so a handler cannot change what other nodes receive.
@@ -13,6 +15,7 @@ copied, so a handler cannot change what other nodes receive.
 
 from __future__ import annotations
 
+import logging
 from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Self
@@ -20,6 +23,7 @@ from typing import Self
 import anyio.to_thread
 
 from fedcore.apps.client_app import ClientApp
+from fedcore.apps.handler_threads import wait_for_handlers
 from fedcore.clock import Clock, SystemClock
 from fedcore.domain import (
     ArrayRecord,
@@ -35,9 +39,15 @@ from fedcore.domain import (
 from fedcore.domain.message import mark_delivered
 from fedcore.simulation.backends.base import Backend
 
+log = logging.getLogger(__name__)
+
 INLINE_CONCURRENCY = 64
 """ClientApps the inline backend runs at once: plain ones share anyio's worker threads
 (40 by default), async ones interleave on the event loop."""
+STOP_GRACE = 5.0
+"""Seconds the backend waits, as it closes, for plain handlers still running (a run that
+ended with work in flight): a thread inside a C++ library at the interpreter's exit can
+abort the process. The process pool gives its workers' lifespans as long."""
 
 
 def read_only_view(content: RecordDict) -> RecordDict:
@@ -93,9 +103,17 @@ class InlineBackend(Backend):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._lifespan is not None:
-            lifespan, self._lifespan = self._lifespan, None
-            with anyio.CancelScope(shield=True):
+        with anyio.CancelScope(shield=True):
+            running = await anyio.to_thread.run_sync(wait_for_handlers, STOP_GRACE)
+            if running:
+                log.warning(
+                    "%d plain ClientApp handlers still ran %g s after the run ended; they are "
+                    "left to the process's exit",
+                    running,
+                    STOP_GRACE,
+                )
+            if self._lifespan is not None:
+                lifespan, self._lifespan = self._lifespan, None
                 await anyio.to_thread.run_sync(lifespan.__exit__, exc_type, exc, tb)
 
     async def run(self, message: Message, context: Context) -> tuple[Message, Context]:

@@ -37,8 +37,9 @@ as end-of-file on its channel: the job it was running is answered with code 8, t
 jobs queued behind it go back to the queue, and a replacement starts. A job still
 running when its message's TTL runs out gets its worker killed and replaced and is
 answered with code 3. Leaving the backend — after success, an exception, Ctrl-C or
-cancellation — stops every worker (killing those that do not finish in time) and
-unlinks every segment. Entering it unlinks the segments of pools whose process is
+cancellation — stops every worker (killing at once those still running a task, whose
+reply nobody would read, and the others if they do not finish in time) and unlinks
+every segment. Entering it unlinks the segments of pools whose process is
 gone (it was killed before it could leave its backend).
 """
 
@@ -73,7 +74,8 @@ from fedcore.simulation.backends.sizing import PoolPlan
 from fedcore.simulation.backends.threads import thread_defaults
 from fedcore.simulation.backends.worker import WORKER_ENV, WorkerSpec
 from fedcore.transport.spawn import child_environment
-from fedcore.wire import parts_size
+from fedcore.wire import MAX_VALUE_LEN, DecodeLimits, parts_size
+from fedcore.wire.records import bulk_bytes
 from fedcore.wire.worker import (
     HELLO,
     Deframer,
@@ -219,6 +221,7 @@ class _Worker:
         self.index = spec.index
         self.segment_prefix = spec.segment_prefix
         self.releases: deque[str] = deque()
+        self.in_flight: deque[_Job] = deque()
         ours, theirs = socket.socketpair()
         environment = {**plan.environment(spec.index), WORKER_ENV: "1"}
         with theirs:
@@ -289,6 +292,7 @@ class ProcessPoolBackend(WorkerBackend):
         inline_limit: int = INLINE_LIMIT,
         space: SegmentSpace | None = None,
         spawn: Spawn = spawn_local,
+        max_value_len: int = MAX_VALUE_LEN,
     ) -> None:
         self._client_ref = client_ref
         self._search_path = search_path
@@ -302,6 +306,7 @@ class ProcessPoolBackend(WorkerBackend):
         self._jobs_in, self._jobs_out = anyio.create_memory_object_stream[_Job](math.inf)
         self._spawner: ThreadPoolExecutor | None = None
         self._started = 0
+        self._limits = DecodeLimits(max_value_len=max_value_len)
 
     @property
     def concurrency(self) -> int:
@@ -363,6 +368,7 @@ class ProcessPoolBackend(WorkerBackend):
             segment_root=str(self._space.root),
             segment_prefix=f"{self._space.prefix}w{self._started}-",
             inline_limit=self._inline_limit,
+            max_value_len=self._limits.max_value_len,
         )
         spawner = self._spawner
         assert spawner is not None
@@ -384,7 +390,7 @@ class ProcessPoolBackend(WorkerBackend):
 
     async def _drive(self, worker: _Worker) -> None:
         """Feed one worker jobs, keeping its pipeline full, and settle them as they return."""
-        in_flight: deque[_Job] = deque()
+        in_flight = worker.in_flight
         depth = 1
         while True:
             if not in_flight:
@@ -443,12 +449,12 @@ class ProcessPoolBackend(WorkerBackend):
     def _settle(self, worker: _Worker, job: _Job, data: bytes) -> None:
         segment = pointer_target(data)
         if segment is None:
-            job.settle(*unpack_outcome(data))
+            job.settle(*unpack_outcome(data, self._limits))
             return
         mapped = map_segment(self._space.root / segment, take=False)
         # The worker may write over the segment once nothing here reads it any more.
         weakref.finalize(mapped, worker.releases.append, segment)
-        job.settle(*unpack_outcome(memoryview(mapped)))
+        job.settle(*unpack_outcome(memoryview(mapped), self._limits))
 
     async def _retire(self, worker: _Worker, unstarted: list[_Job]) -> None:
         """Replace a worker that died or overran a TTL; its ``unstarted`` jobs go back in line."""
@@ -489,8 +495,7 @@ class ProcessPoolBackend(WorkerBackend):
         held = self._space.content_segment(content)
         if held is not None:
             return held
-        array_bytes = sum(record.nbytes for record in content.array_records.values())
-        if array_bytes <= self._inline_limit // 2:
+        if bulk_bytes(content) <= self._inline_limit // 2:
             return None
         return self._space.write_content(content)
 
@@ -500,8 +505,12 @@ def _bytes(jobs: deque[_Job]) -> int:
 
 
 def _stop(workers: list[_Worker], grace: float) -> None:
-    """Close every channel (a worker exits at end-of-file), wait ``grace`` s, then kill."""
+    """Kill every worker still running a task (the run ended: its reply has no reader),
+    close every channel (an idle worker exits at end-of-file, after its lifespan), wait
+    ``grace`` s, then kill those left."""
     for worker in workers:
+        if worker.in_flight:
+            worker.kill()
         worker.close()
     deadline = time.monotonic() + grace
     for worker in workers:

@@ -99,7 +99,8 @@ from fedcore.simulation.backends.ray_tasks import STORED
 from fedcore.simulation.backends.threads import THREAD_VARIABLES, thread_count
 from fedcore.simulation.backends.worker import WORKER_ENV
 from fedcore.simulation.resources import Resources
-from fedcore.wire import pack_recorddict_parts
+from fedcore.wire import MAX_VALUE_LEN, DecodeLimits, pack_recorddict_parts
+from fedcore.wire.records import bulk_bytes
 from fedcore.wire.worker import pack_task, unpack_outcome, unpack_outcomes
 
 log = logging.getLogger(__name__)
@@ -158,6 +159,7 @@ class _Actor:
     handle: Any
     node_id: str = ""
     pid: int = 0
+    in_flight: deque[_Batch] = field(default_factory=deque)
 
 
 @dataclass
@@ -183,6 +185,7 @@ class RayBackend(WorkerBackend):
         address: str | None = None,
         system: Resources | None = None,
         max_workers: int | None = None,
+        max_value_len: int = MAX_VALUE_LEN,
     ) -> None:
         self._client_ref = client_ref
         self._app_dir = app_dir
@@ -191,6 +194,7 @@ class RayBackend(WorkerBackend):
         self._address = address
         self._system = system
         self._max_workers = max_workers
+        self._limits = DecodeLimits(max_value_len=max_value_len)
         self._session: RaySession | None = None
         self._count = 0
         self._actors: set[_Actor] = set()
@@ -279,6 +283,7 @@ class RayBackend(WorkerBackend):
             "" if shipped else str(self._app_dir or Path.cwd()),
             [os.path.abspath(p) if p else os.getcwd() for p in sys.path],
             str(getattr(main, "__file__", "") or ""),
+            self._limits.max_value_len,
         )
         options = {
             "num_cpus": self._resources.num_cpus,
@@ -311,7 +316,7 @@ class RayBackend(WorkerBackend):
 
     async def _drive(self, actor: _Actor) -> None:
         """Feed one actor batches of jobs, sized as its tasks go, and settle them as they return."""
-        in_flight: deque[_Batch] = deque()
+        in_flight = actor.in_flight
         held: _Job | None = None  # a job to run alone, waiting for the actor to have none
         size = 1
         try:
@@ -434,7 +439,7 @@ class RayBackend(WorkerBackend):
         views, seconds = unpack_outcomes(outcome.data)
         ran = min(len(views), len(batch.jobs))
         for job, view in zip(batch.jobs[:ran], views[:ran], strict=True):
-            reply, state = unpack_outcome(view)
+            reply, state = unpack_outcome(view, self._limits)
             job.settle(reply, state)
             del reply, state
         for job in batch.jobs[ran:]:
@@ -523,11 +528,15 @@ class RayBackend(WorkerBackend):
                 return
 
     async def _stop_lifespans(self) -> None:
-        """Let each actor run its lifespan's teardown, for up to :data:`STOP_GRACE` s."""
+        """Let each idle actor run its lifespan's teardown, for up to :data:`STOP_GRACE` s.
+
+        An actor still running a batch when the run ended is not waited for: its
+        outcomes have no reader, and it is killed with the others."""
         with anyio.move_on_after(STOP_GRACE):
             async with anyio.create_task_group() as stopping:
                 for actor in self._actors:
-                    stopping.start_soon(_stop, actor)
+                    if not actor.in_flight:
+                        stopping.start_soon(_stop, actor)
 
     # Contents -----------------------------------------------------------------------
 
@@ -536,8 +545,7 @@ class RayBackend(WorkerBackend):
         for a content small enough to travel in each task."""
         entry = self._stored.get(id(content))
         if entry is None:
-            array_bytes = sum(record.nbytes for record in content.array_records.values())
-            if array_bytes <= STORE_THRESHOLD:
+            if bulk_bytes(content) <= STORE_THRESHOLD:
                 return None
             entry = self._stored[id(content)] = _Stored()
             try:

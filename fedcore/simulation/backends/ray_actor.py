@@ -37,12 +37,15 @@ class ClientActor:
         search_path: str,
         sys_path: list[str],
         main_file: str,
+        max_value_len: int,
     ) -> None:
         os.environ.update(environment)
         # Imported here, after the environment: it loads numpy (see the module docstring).
         from fedcore.simulation.backends.ray_tasks import ActorClient
 
-        self._client: ActorClient = ActorClient(client_ref, search_path, sys_path, main_file)
+        self._client: ActorClient = ActorClient(
+            client_ref, search_path, sys_path, main_file, max_value_len
+        )
 
     def hello(self) -> tuple[str, str, int]:
         """This actor's node id, why its ClientApp failed to load (``""`` if it did not),

@@ -41,7 +41,7 @@ from fedcore.simulation.backends.worker import (
     load_failure,
     run_task,
 )
-from fedcore.wire import Parts, parts_size, unpack_recorddict
+from fedcore.wire import DecodeLimits, Parts, parts_size, unpack_recorddict
 from fedcore.wire.worker import pack_outcomes, unpack_task
 
 STORED = "object-store"
@@ -58,7 +58,14 @@ Bytes = np.ndarray
 class ActorClient:
     """The ClientApp of one actor and what runs it: an event loop, a clock."""
 
-    def __init__(self, client_ref: str, search_path: str, sys_path: list[str], main_file: str):
+    def __init__(
+        self,
+        client_ref: str,
+        search_path: str,
+        sys_path: list[str],
+        main_file: str,
+        max_value_len: int,
+    ):
         for name in set(os.environ) - set(without_secrets(os.environ)):
             del os.environ[name]
         # A run whose app directory Ray shipped starts here, in the node's copy of it.
@@ -66,6 +73,7 @@ class ActorClient:
         adopt_sys_path([str(search), *(p for p in sys_path if os.path.isdir(p))])
         self._client: ClientApp | None = None
         self._failure = ""
+        self._limits = DecodeLimits(max_value_len=max_value_len)
         self._loop = asyncio.new_event_loop()
         self._clock = SystemClock()
         try:
@@ -95,10 +103,12 @@ class ActorClient:
             def stored(name: str, place: int = place) -> RecordDict:
                 if name != STORED or place < 0:
                     raise DecodeError(f"a task names segment {name!r}; an actor reads none")
-                return unpack_recorddict(contents[place].data)
+                return unpack_recorddict(contents[place].data, self._limits)
 
-            message, context = unpack_task(task, stored)
-            parts = run_task(client, message, context, self._loop.run_until_complete, self._clock)
+            message, context = unpack_task(task, stored, self._limits)
+            parts = run_task(
+                client, message, context, self._loop.run_until_complete, self._clock, self._limits
+            )
             outcomes.append(parts)
             size += parts_size(parts)
             if self._clock.now() - started >= BATCH_SECONDS or size >= BATCH_BYTES:

@@ -25,6 +25,7 @@ Loading the ClientApp (:func:`load_client`) and running one task into a packed o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import importlib.util
 import logging
@@ -47,7 +48,8 @@ from fedcore.domain.message import mark_delivered
 from fedcore.errors import AppLoadError
 from fedcore.signals import ENDING_SIGNALS
 from fedcore.simulation.backends.shared_memory import SegmentSpace, map_segment, write_segment
-from fedcore.wire import Parts, parts_size, unpack_recorddict
+from fedcore.wire import DecodeLimits, Parts, parts_size, unpack_recorddict
+from fedcore.wire.records import check_value_sizes
 from fedcore.wire.worker import (
     HELLO,
     pack_failure,
@@ -76,6 +78,7 @@ class WorkerSpec:
     segment_root: str
     segment_prefix: str
     inline_limit: int
+    max_value_len: int
     sys_path: list[str] = field(default_factory=list)
     main_file: str = ""
 
@@ -89,6 +92,7 @@ class WorkerSpec:
         segment_root: str,
         segment_prefix: str,
         inline_limit: int,
+        max_value_len: int,
     ) -> WorkerSpec:
         """A spec carrying this process's ``sys.path`` and main script."""
         main = sys.modules.get("__main__")
@@ -99,6 +103,7 @@ class WorkerSpec:
             segment_root=segment_root,
             segment_prefix=segment_prefix,
             inline_limit=inline_limit,
+            max_value_len=max_value_len,
             sys_path=[os.path.abspath(p) if p else os.getcwd() for p in sys.path],
             main_file=str(getattr(main, "__file__", "") or ""),
         )
@@ -122,10 +127,12 @@ def serve(connection: Connection) -> None:
         lifespan = client.started()
         lifespan.__enter__()
     except Exception as exc:
-        connection.send_bytes(pack_failure(load_failure(exc)))
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the run ended
+            connection.send_bytes(pack_failure(load_failure(exc)))
         return
     space = SegmentSpace(Path(spec.segment_root), spec.segment_prefix)
-    server = _Server(client, space, spec.inline_limit)
+    limits = DecodeLimits(max_value_len=spec.max_value_len)
+    server = _Server(client, space, spec.inline_limit, limits)
     try:
         server.serve(connection)
     finally:
@@ -178,15 +185,20 @@ def run_task(
     context: Context,
     run_until_complete: Callable[[Awaitable[Message]], Message],
     clock: Clock,
+    limits: DecodeLimits,
 ) -> Parts:
     """Run ``client`` on ``message`` and pack the outcome: the reply and the node's state.
 
-    A reply that cannot be encoded (a record holding what no wire can carry) becomes
+    A reply that cannot be encoded (a record holding what no wire can carry), or that
+    the engine would refuse to decode (a value over ``limits.max_value_len``), becomes
     an error reply (code 2) rather than a worker that dies on it.
     """
     mark_delivered(message, clock.now())
     reply = client.handle_blocking(message, context, run_until_complete)
     try:
+        if reply.has_content():
+            check_value_sizes(reply.content, limits.max_value_len)
+        check_value_sizes(context.state, limits.max_value_len)
         return pack_outcome(reply, context.state)
     except (TypeError, ValueError) as exc:
         reason = f"the reply could not be sent: {exc}"
@@ -206,8 +218,11 @@ class _Server:
 
     KEEP_CONTENTS = 2
 
-    def __init__(self, client: ClientApp, space: SegmentSpace, inline_limit: int) -> None:
+    def __init__(
+        self, client: ClientApp, space: SegmentSpace, inline_limit: int, limits: DecodeLimits
+    ) -> None:
         self.client = client
+        self.limits = limits
         self.space = space
         self.inline_limit = inline_limit
         self.loop = asyncio.new_event_loop()
@@ -216,18 +231,25 @@ class _Server:
         self._free: list[str] = []
 
     def serve(self, connection: Connection) -> None:
-        connection.send_bytes(HELLO)
-        while True:
-            try:
+        """Serve tasks until the engine closes the channel.
+
+        The engine closes it when the run ends, whatever this worker is doing (saying
+        hello, as a replacement; running a task, whose outcome then has no reader): a
+        closed channel ends the worker quietly, however it shows — end-of-file, a
+        broken pipe, or a reset when the engine closed it with an outcome unread.
+        """
+        try:
+            connection.send_bytes(HELLO)
+            while True:
                 data = connection.recv_bytes()
-            except EOFError:
-                return
-            released = release_target(data)
-            if released is not None:
-                if released.startswith(self.space.prefix):
-                    self._free.append(released)
-                continue
-            connection.send_bytes(self._work(data))
+                released = release_target(data)
+                if released is not None:
+                    if released.startswith(self.space.prefix):
+                        self._free.append(released)
+                    continue
+                connection.send_bytes(self._work(data))
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            return  # the ClientApp's own errors never get here: they are error replies
 
     def close(self) -> None:
         self.loop.close()
@@ -240,8 +262,10 @@ class _Server:
             payload: bytes | memoryview = data
         else:
             payload = memoryview(map_segment(self.space.root / segment, take=True))
-        message, context = unpack_task(payload, self._content)
-        parts = run_task(self.client, message, context, self.loop.run_until_complete, self.clock)
+        message, context = unpack_task(payload, self._content, self.limits)
+        parts = run_task(
+            self.client, message, context, self.loop.run_until_complete, self.clock, self.limits
+        )
         if parts_size(parts) <= self.inline_limit:
             return b"".join(parts)
         name = self._free.pop() if self._free else self.space.new_name()
@@ -260,7 +284,7 @@ class _Server:
         self._contents[name] = mapped
         while len(self._contents) > self.KEEP_CONTENTS:
             self._contents.popitem(last=False)
-        return unpack_recorddict(memoryview(mapped))
+        return unpack_recorddict(memoryview(mapped), self.limits)
 
 
 def _die_with_parent() -> None:

@@ -19,8 +19,10 @@ from fedcore.apps.grid import Grid, pushable, reply_filter
 from fedcore.clock import Clock
 from fedcore.domain import Message, Run
 from fedcore.domain.message import mark_delivered
-from fedcore.errors import NotEnoughNodesError
+from fedcore.errors import NotEnoughNodesError, ValueTooLargeError
 from fedcore.state.base import LinkState
+from fedcore.wire import MAX_VALUE_LEN
+from fedcore.wire.records import check_value_sizes
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -45,12 +47,19 @@ class _Inbox(Generic[T]):
 
 
 class InProcGrid(Grid):
-    """A :class:`~fedcore.apps.grid.Grid` that calls a LinkState directly."""
+    """A :class:`~fedcore.apps.grid.Grid` that calls a LinkState directly.
 
-    def __init__(self, state: LinkState, run: Run, clock: Clock) -> None:
+    A message with a str or bytes value over ``max_value_len`` bytes is refused at the
+    push (:class:`~fedcore.errors.ValueTooLargeError`), as a link refuses it, whether or
+    not the backend would ever encode it."""
+
+    def __init__(
+        self, state: LinkState, run: Run, clock: Clock, *, max_value_len: int = MAX_VALUE_LEN
+    ) -> None:
         self._state = state
         self._run = run
         self._clock = clock
+        self._max_value_len = max_value_len
 
     @property
     def run(self) -> Run:
@@ -81,6 +90,12 @@ class InProcGrid(Grid):
 
     async def push_messages(self, messages: Iterable[Message]) -> list[str]:
         batch = pushable(messages)
+        try:
+            for message in batch:
+                check_value_sizes(message.content, self._max_value_len)
+        except ValueTooLargeError as exc:
+            hint = "simulate(max_value_bytes=...), --max-value-bytes"
+            raise ValueTooLargeError(f"{exc} (the simulation's cap: {hint})") from None
         return await self._state.push_messages(self._run.run_id, batch)
 
     async def pull_messages(

@@ -1,0 +1,1 @@
+"""A test app whose records carry large ``bytes`` and ``str`` values."""
