@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from fedcore.domain import ArrayRecord
-from fedcore.domain.records import NDArray
+from fedcore.domain.array import NDArray
 
 CLIPPING_NORM_KEY = "clipping_norm"
 """The train-config key under which a server sends nodes the clipping norm (Flower's key)."""

@@ -71,8 +71,8 @@ _MODS = (
     "message_size_mod",
 )
 _ARRAY_TYPES = {
-    "NDArray": "fedcore.domain.records:NDArray",
-    "NDArrays": "fedcore.domain.records:NDArrays",
+    "NDArray": "fedcore.domain.array:NDArray",
+    "NDArrays": "fedcore.domain.array:NDArrays",
 }
 _MOD_TYPES = {
     "ClientAppCallable": "fedcore.mods:ClientAppCallable",

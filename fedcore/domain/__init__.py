@@ -9,6 +9,7 @@ import typing as _typing
 from fedcore.lazy import lazy_attributes as _lazy_attributes
 
 if _typing.TYPE_CHECKING:
+    from fedcore.domain.array import Array, NDArray, NDArrays
     from fedcore.domain.context import Context, UserConfig, UserConfigValue
     from fedcore.domain.lifecycle import MessageStatus, RunStatus, transition
     from fedcore.domain.message import (
@@ -20,16 +21,7 @@ if _typing.TYPE_CHECKING:
         MessageType,
         Metadata,
     )
-    from fedcore.domain.records import (
-        Array,
-        ArrayRecord,
-        ConfigRecord,
-        MetricRecord,
-        NDArray,
-        NDArrays,
-        Record,
-        RecordDict,
-    )
+    from fedcore.domain.records import ArrayRecord, ConfigRecord, MetricRecord, Record, RecordDict
     from fedcore.domain.run import LogLine, MetricsLine, Run
 
 __all__ = [
@@ -71,16 +63,8 @@ _MODULES = {
         "MessageType",
         "Metadata",
     ),
-    "records": (
-        "Array",
-        "ArrayRecord",
-        "ConfigRecord",
-        "MetricRecord",
-        "NDArray",
-        "NDArrays",
-        "Record",
-        "RecordDict",
-    ),
+    "array": ("Array", "NDArray", "NDArrays"),
+    "records": ("ArrayRecord", "ConfigRecord", "MetricRecord", "Record", "RecordDict"),
     "run": ("LogLine", "MetricsLine", "Run"),
 }
 _HOMES = {name: module for module, names in _MODULES.items() for name in names}

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from fedcore.domain import ArrayRecord, MetricRecord, RecordDict
-from fedcore.domain.records import NDArray
+from fedcore.domain.array import NDArray
 
 
 def _accumulator_dtype(dtype: np.dtype[Any]) -> type[np.generic]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Unpack
 
-from fedcore.domain.records import NDArray
+from fedcore.domain.array import NDArray
 from fedcore.strategy.fedavg import FedAvgOptions
 from fedcore.strategy.fedopt import FedOpt
 from fedcore.strategy.optimizers import adam_step

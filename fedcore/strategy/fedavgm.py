@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedcore.domain import ArrayRecord, RecordDict
-from fedcore.domain.records import NDArray
+from fedcore.domain.array import NDArray
 from fedcore.strategy import arguments
 from fedcore.strategy.fedavg import FedAvg, MetricsAggregation
 from fedcore.strategy.optimizers import load_states, momentum_step, states_record, step_floats

@@ -30,7 +30,7 @@ from typing import Unpack
 import numpy as np
 
 from fedcore.domain import ArrayRecord, RecordDict
-from fedcore.domain.records import NDArray
+from fedcore.domain.array import NDArray
 from fedcore.strategy import arguments
 from fedcore.strategy.fedavg import FedAvg, FedAvgOptions
 from fedcore.strategy.optimizers import load_states, states_record, step_floats

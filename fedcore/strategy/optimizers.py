@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from fedcore.domain.records import ArrayRecord, NDArray, RecordDict
+from fedcore.domain.array import NDArray
+from fedcore.domain.records import ArrayRecord, RecordDict
 from fedcore.errors import AggregationError
 
 QFFL_LOSS_OFFSET = 1e-10

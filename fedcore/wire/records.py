@@ -35,14 +35,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from fedcore.domain.records import (
-    ARRAY_KINDS,
-    ArrayRecord,
-    ConfigRecord,
-    MetricRecord,
-    NDArray,
-    RecordDict,
-)
+from fedcore.domain.array import ARRAY_KINDS, NDArray
+from fedcore.domain.records import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from fedcore.errors import ValueTooLargeError
 from fedcore.wire import frame
 from fedcore.wire.frame import DEFAULT_LIMITS, BlobReader, DecodeLimits, fail

@@ -22,7 +22,7 @@ import fedcore.strategy.base
 from fedcore import clock, errors, privacy_accounting
 from fedcore.apps import flower_imports, run_config
 from fedcore.apps.flower_imports import FLOWER_NAMES, install_flower_imports
-from fedcore.domain import message, records
+from fedcore.domain import array, message, records
 from fedcore.errors import AppLoadError, FlowerImportError
 from fedcore.testing.clock import FakeClock
 from fedcore.testing.flower_names import (
@@ -59,7 +59,7 @@ USED_BY_APPS = {
         "ClientAppCallable": fedcore.apps.client_app.CallNext,
     },
     "flwr.common": {
-        "NDArrays": records.NDArrays,
+        "NDArrays": array.NDArrays,
         "log": flower_imports.log,
         "now": clock.utc_now,
         "DEFAULT_TTL": message.DEFAULT_TTL,

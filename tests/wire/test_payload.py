@@ -15,8 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fedcore.domain.array import Array
 from fedcore.domain.message import Error, ErrorCode, Message, Metadata, mark_delivered
-from fedcore.domain.records import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+from fedcore.domain.records import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from fedcore.errors import DecodeError
 from fedcore.wire import (
     FORMAT_VERSION,
