@@ -37,6 +37,8 @@ FLEET_BODY_TIMEOUT = 60.0
 FLEET_CONNECTIONS_PER_PEER = 2048
 FLEET_MAX_CONNECTIONS = 8192
 FLEET_REQUESTS_PER_SECOND = 2000.0
+MAX_VALUE_LEN = 512 * 1024 * 1024
+"""``fedcore.wire.MAX_VALUE_LEN``: Flower's cap on a message."""
 HEARTBEAT_INTERVAL = 5.0
 """Seconds between heartbeats, of nodes and of ServerApps (``LaunchSettings.app_heartbeat``):
 with the default patience a dead node is found within 16 s, and one late beat on a
@@ -276,6 +278,19 @@ it) and inherited by the app processes it starts."""
     "that); more end RESOURCE_EXHAUSTED, and the link logs the flood once a minute.",
 )
 @click.option(
+    "--max-value-bytes",
+    type=click.IntRange(min=1),
+    default=MAX_VALUE_LEN,
+    metavar="BYTES",
+    help="[link, node, exec] The most bytes one str or bytes value of a record may take (a "
+    "model serialized into a ConfigRecord, say). A link refuses a longer one in what it "
+    "decodes (nodes' replies, what its ServerApps push) and its ServerApps refuse to push "
+    "one; a node refuses a longer one in the messages it pulls (an error reply) and its "
+    "ClientApps' replies holding one become error replies (code 2). An exec gives it to the "
+    "ServerApps it launches. Give the link and its nodes the same cap. Default: "
+    f"{MAX_VALUE_LEN} (512 MiB, Flower's cap on a message).",
+)
+@click.option(
     "--app-env",
     "app_env",
     multiple=True,
@@ -332,6 +347,7 @@ def serve(
     fleet_connections_per_peer: int,
     fleet_max_connections: int,
     fleet_requests_per_second: float,
+    max_value_bytes: int,
     app_env: tuple[str, ...],
     app_user: str | None,
     ready_file: Path | None,
@@ -381,6 +397,7 @@ def serve(
         app_heartbeat=heartbeat_interval,
         app_env=passed,
         app_user=user,
+        max_value_len=max_value_bytes,
     )
     os.umask(PRIVATE_UMASK)
     if role == "link":
@@ -418,6 +435,7 @@ def serve(
             control_token_file=control_token_file,
             local_exec=not no_local_exec,
             heartbeat_patience=heartbeat_patience,
+            max_value_len=max_value_bytes,
             authorized_nodes=authorized_nodes,
             fleet_limits=FleetLimits(
                 idle_timeout=fleet_idle_timeout,
@@ -478,6 +496,7 @@ def serve(
         exec_secret_file=exec_secret_file,
         auth_key=auth_key,
         app_env=passed,
+        max_value_len=max_value_bytes,
     )
     if exec_socket is not None and exec_secret_file is None:
         raise click.UsageError("--exec-socket needs --exec-secret-file (the exec's secret)")

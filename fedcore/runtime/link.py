@@ -17,7 +17,7 @@ import logging
 import ssl as _ssl
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from importlib.metadata import version
 from pathlib import Path
@@ -50,6 +50,7 @@ from fedcore.transport.http.control import control_app
 from fedcore.transport.http.exec import exec_app
 from fedcore.transport.http.runtime import runtime_app
 from fedcore.transport.http.server import serve_http
+from fedcore.wire import MAX_VALUE_LEN
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,9 @@ class LinkOptions:
     directory). ``local_exec``: whether the link launches ServerApps itself. The
     control API always wants a bearer token: the one in ``control_token_file``
     (default: ``control.token`` in the work directory, made on first start).
+    ``max_value_len``: the most bytes one str or bytes value of a record may take in
+    what the link decodes (nodes' replies, its ServerApps' pushes), and in what the
+    ServerApps it launches push and decode (it overrides ``launch``'s).
     """
 
     fleet_address: Address = FLEET_ADDRESS
@@ -89,6 +93,7 @@ class LinkOptions:
     exec_ssl: _ssl.SSLContext | None = None
     local_exec: bool = True
     fleet_limits: FleetLimits = DEFAULT_FLEET_LIMITS
+    max_value_len: int = MAX_VALUE_LEN
 
     def check(self) -> None:
         """Refuse plaintext listeners that other machines can reach, unless insecure.
@@ -177,7 +182,7 @@ async def serve_link(
             hangups.start_soon(reload_on_hangup, options.authorized_nodes, gate)
         listener = await stack.enter_async_context(
             serve_fleet(
-                LinkFleet(state, clock),
+                LinkFleet(state, clock, max_value_len=options.max_value_len),
                 fleet.host,
                 fleet.port,
                 gate=gate,
@@ -206,7 +211,10 @@ async def serve_link(
         runtime = options.runtime_address
         runtime_port = await stack.enter_async_context(
             serve_http(
-                runtime_app(LinkRuntime(state, clock)), runtime.host, runtime.port, name="runtime"
+                runtime_app(LinkRuntime(state, clock), max_value_len=options.max_value_len),
+                runtime.host,
+                runtime.port,
+                name="runtime",
             )
         )
         bound = {
@@ -230,8 +238,9 @@ async def serve_link(
             )
             bound["exec"] = Address(options.exec_address.host, exec_port)
         if options.local_exec:
+            settings = replace(options.launch, max_value_len=options.max_value_len)
             launcher = ServerAppLauncher(
-                link_exec, clock, work_dir=options.work_dir, settings=options.launch
+                link_exec, clock, work_dir=options.work_dir, settings=settings
             )
             tasks = await stack.enter_async_context(anyio.create_task_group())
             await tasks.start(launcher.serve)

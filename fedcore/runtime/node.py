@@ -51,6 +51,7 @@ from fedcore.simulation.backends.sizing import PoolPlan, detect_cpus
 from fedcore.simulation.backends.threads import thread_count
 from fedcore.transport.grpc.client import GrpcFleetClient
 from fedcore.transport.spawn import spawn_remote
+from fedcore.wire import MAX_VALUE_LEN
 from fedcore.wire.fleet import ConfigValue
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,9 @@ class NodeOptions:
     ones (:func:`fedcore.apps.environment.app_environment`), when it starts them itself."""
     auth_key: Path | None = None
     """The node's signing key; None: ``work_dir/node.key``, made on first start."""
+    max_value_len: int = MAX_VALUE_LEN
+    """The most bytes one str or bytes value of a record may take in the messages the node
+    pulls and in what its ClientApp processes decode and reply (``--max-value-bytes``)."""
 
     def key_file(self) -> Path:
         return self.auth_key if self.auth_key is not None else self.work_dir / NODE_KEY_FILE
@@ -93,17 +97,31 @@ class NodeOptions:
 
 
 def process_runner(
-    clock: Clock, space: SegmentSpace, spawn: Spawn = spawn_local, *, num_cpus: float = 1.0
+    clock: Clock,
+    space: SegmentSpace,
+    spawn: Spawn = spawn_local,
+    *,
+    num_cpus: float = 1.0,
+    max_value_len: int = MAX_VALUE_LEN,
 ) -> RunnerFactory:
     """A runner factory giving each run one ClientApp worker process, its segments in ``space``.
 
     ``spawn`` starts the process: this node itself by default, or its exec. Each
-    process runs ``ceil(num_cpus)`` compute threads.
+    process runs ``ceil(num_cpus)`` compute threads, and decodes and replies within
+    ``max_value_len`` (a reply over it becomes an error reply, code 2).
     """
     plan = PoolPlan(1, (), thread_count(num_cpus))
 
     def build(run: Run, app_dir: Path, client_ref: str) -> ClientAppRunner:
-        return ProcessPoolBackend(client_ref, app_dir, plan, clock, space=space, spawn=spawn)
+        return ProcessPoolBackend(
+            client_ref,
+            app_dir,
+            plan,
+            clock,
+            space=space,
+            spawn=spawn,
+            max_value_len=max_value_len,
+        )
 
     return build
 
@@ -142,13 +160,18 @@ async def serve_node(
                 node_config=options.node_config,
                 cache_dir=options.work_dir / "bundles",
                 runner_factory=process_runner(
-                    clock, space, _spawner(options), num_cpus=options.cpu_share()
+                    clock,
+                    space,
+                    _spawner(options),
+                    num_cpus=options.cpu_share(),
+                    max_value_len=options.max_value_len,
                 ),
                 clock=clock,
                 heartbeat_interval=options.heartbeat_interval,
                 max_concurrent=options.max_concurrent,
                 heartbeat_fleet=heartbeats,
                 payload_store=space,
+                max_value_len=options.max_value_len,
             )
             async with node:
                 node_id = await node.wait_registered()

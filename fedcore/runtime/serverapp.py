@@ -34,6 +34,11 @@ appended last only once — so the line of a round done again after a kill betwe
 line and its checkpoint is not appended twice. A restarted process sends no second
 header. The nodes' contexts stay on the link as they are.
 
+Its exec's ``--max-value-bytes`` (:data:`MAX_VALUE_ENV`) caps one str or bytes value of a
+record: a push holding a longer one raises :class:`~fedcore.errors.ValueTooLargeError`
+in ``main`` (the run fails, naming the value), and a reply or context holding one is
+refused as it is decoded.
+
 A run whose strategy's last round got no successful training reply is
 ``finished:failed`` with that reason, as ``fedcore simulate`` exits 1 for it.
 
@@ -68,6 +73,7 @@ from fedcore.roles.exec.launcher import (
     APP_DIR_ENV,
     HEARTBEAT_ENV,
     MAX_RESTARTS_ENV,
+    MAX_VALUE_ENV,
     RESTART_ENV,
     RUN_ID_ENV,
     RUNTIME_ENV,
@@ -79,6 +85,7 @@ from fedcore.strategy.checkpoint import Checkpoint, RoundCheckpoints, checkpoint
 from fedcore.strategy.result import RoundReport
 from fedcore.transport.http.runtime import HttpRuntimeClient
 from fedcore.transport.runtime_grid import RuntimeGrid
+from fedcore.wire import MAX_VALUE_LEN
 
 log = logging.getLogger("fedcore.serverapp")
 
@@ -97,13 +104,17 @@ async def serve_run(
     *,
     restart: int = 0,
     max_restarts: int = 0,
+    max_value_len: int = MAX_VALUE_LEN,
 ) -> int:
     """Run the ServerApp of ``run_id``; return the process's exit status. ``restart``:
-    which start of the process this is; ``max_restarts``: its exec's limit."""
+    which start of the process this is; ``max_restarts``: its exec's limit;
+    ``max_value_len``: the cap on one str or bytes value of a record, pushed or decoded."""
     target = parse_address(address, what="runtime API address")
-    async with HttpRuntimeClient(target.host, target.port, secret=secret) as client:
+    async with HttpRuntimeClient(
+        target.host, target.port, secret=secret, max_value_len=max_value_len
+    ) as client:
         run = await client.authenticate(run_id, secret)
-        grid = RuntimeGrid(client, run, clock)
+        grid = RuntimeGrid(client, run, clock, max_value_len=max_value_len)
 
         async def ship(lines: list[str], batch: str) -> None:
             await grid.call(lambda: client.append_logs(run_id, lines, batch=batch))
@@ -329,6 +340,9 @@ def main() -> None:
         heartbeat = float(os.environ[HEARTBEAT_ENV])
         restart = int(os.environ.get(RESTART_ENV, "0"))
         max_restarts = int(os.environ.get(MAX_RESTARTS_ENV, "0"))
+        max_value_len = int(os.environ.get(MAX_VALUE_ENV, str(MAX_VALUE_LEN)))
+        if max_value_len < 1:
+            raise ValueError(f"{MAX_VALUE_ENV}={max_value_len}: it must be at least 1")
     except (KeyError, ValueError, OSError) as exc:
         print(
             f"error: a ServerApp process is started by an exec; missing or bad {exc}",
@@ -337,7 +351,12 @@ def main() -> None:
         sys.exit(2)
     try:
         code = anyio.run(
-            partial(serve_run, restart=restart, max_restarts=max_restarts),
+            partial(
+                serve_run,
+                restart=restart,
+                max_restarts=max_restarts,
+                max_value_len=max_value_len,
+            ),
             run_id,
             secret,
             address,

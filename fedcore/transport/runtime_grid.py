@@ -12,6 +12,10 @@ after a lost response stores nothing twice. While the link is away (a restart),
 every call is retried with backoff until ``patience`` seconds have passed, so a
 ServerApp rides out a link restart; past that,
 :class:`~fedcore.errors.LinkUnavailableError` ends it.
+
+A message with a str or bytes value over ``max_value_len`` bytes is refused at the
+push (:class:`~fedcore.errors.ValueTooLargeError`, naming the value and the cap),
+before any of the batch is sent: the link would refuse it.
 """
 
 from __future__ import annotations
@@ -28,8 +32,10 @@ from fedcore.backoff import Backoff, BackoffPolicy
 from fedcore.clock import Clock
 from fedcore.domain import Message, Run
 from fedcore.domain.message import mark_delivered
-from fedcore.errors import LinkUnavailableError, NotEnoughNodesError
+from fedcore.errors import LinkUnavailableError, NotEnoughNodesError, ValueTooLargeError
 from fedcore.transport.runtime import RuntimeService
+from fedcore.wire import MAX_VALUE_LEN
+from fedcore.wire.records import check_value_sizes
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -53,12 +59,14 @@ class RuntimeGrid(Grid):
         *,
         long_poll: float = LONG_POLL,
         link_patience: float = LINK_PATIENCE,
+        max_value_len: int = MAX_VALUE_LEN,
     ) -> None:
         self._service = service
         self._run = run
         self._clock = clock
         self._long_poll = long_poll
         self._link_patience = link_patience
+        self._max_value_len = max_value_len
         self._jitter = random.Random()
 
     @property
@@ -113,6 +121,12 @@ class RuntimeGrid(Grid):
 
     async def push_messages(self, messages: Iterable[Message]) -> list[str]:
         batch = pushable(messages)
+        try:
+            for message in batch:
+                check_value_sizes(message.content, self._max_value_len)
+        except ValueTooLargeError as exc:
+            hint = "fedcore serve --max-value-bytes, of the link and its nodes"
+            raise ValueTooLargeError(f"{exc} (the deployment's cap: {hint})") from None
         # Named here, not by the link: pushing the same batch again after a lost
         # response (a link restart) then stores each message once (LinkState.push_messages).
         for message in batch:

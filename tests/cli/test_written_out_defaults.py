@@ -28,6 +28,8 @@ def test_the_written_out_defaults_are_the_librarys() -> None:
     assert serve_cli.CLAIM_LEASE == settings.claim_lease == _default("claim_lease")
     assert serve_cli.MAX_RUNS == settings.max_runs == _default("max_runs")
     assert serve_cli.MAX_RESTARTS == settings.max_restarts == _default("max_restarts")
+    assert serve_cli.MAX_VALUE_LEN == settings.max_value_len == _default("max_value_bytes")
+    assert serve_cli.MAX_VALUE_LEN == MAX_VALUE_LEN
     assert serve_cli.HEARTBEAT_INTERVAL == settings.app_heartbeat == _default("heartbeat_interval")
     assert serve_cli.HEARTBEAT_PATIENCE == DEFAULT_HEARTBEAT_PATIENCE
     assert _default("heartbeat_patience") == DEFAULT_HEARTBEAT_PATIENCE

@@ -78,6 +78,7 @@ from fedcore.errors import (
 from fedcore.roles.exec.app_user import AppUser, remove_copy
 from fedcore.state.base import RunClaim
 from fedcore.transport.exec import ExecService
+from fedcore.wire import MAX_VALUE_LEN
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,8 @@ RESTART_ENV = "FEDCORE_APP_RESTART"
 """Which start of the run's ServerApp process this is: 0, then 1 for the first restart…"""
 MAX_RESTARTS_ENV = "FEDCORE_APP_MAX_RESTARTS"
 """``max_restarts``: a ServerApp that may be started again keeps round checkpoints."""
+MAX_VALUE_ENV = "FEDCORE_APP_MAX_VALUE_BYTES"
+"""``max_value_len``: the ServerApp pushes no longer str or bytes value, and decodes none."""
 LAST_LINES = 20
 """Lines of a crashed ServerApp's output quoted in the run's log."""
 LONGEST_LINE = 2000
@@ -119,6 +122,8 @@ class LaunchSettings:
     ServerApps beside the allowed ones (``--app-env``). ``app_user``: the user they run
     as (None: the exec's own). ``max_restarts``: times a run's ServerApp process is
     started again after it crashed or was killed, before the run fails.
+    ``max_value_len``: the most bytes one str or bytes value of a record may take in
+    what the ServerApps push and decode (``--max-value-bytes``; the link's own cap).
     """
 
     claim_lease: float = 10.0
@@ -130,6 +135,7 @@ class LaunchSettings:
     app_env: tuple[str, ...] = ()
     app_user: AppUser | None = None
     max_restarts: int = 1
+    max_value_len: int = MAX_VALUE_LEN
 
 
 class ServerAppLauncher:
@@ -325,6 +331,7 @@ class ServerAppLauncher:
             HEARTBEAT_ENV: repr(settings.app_heartbeat),
             RESTART_ENV: str(restart),
             MAX_RESTARTS_ENV: str(settings.max_restarts),
+            MAX_VALUE_ENV: str(settings.max_value_len),
         }
         if user is not None:
             environment["TMPDIR"] = str(app_dir.parent)

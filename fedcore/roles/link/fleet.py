@@ -10,6 +10,8 @@ are the state's (leases, replies, timers); this module adds what the network nee
 - Heartbeats carry the ids the node is working on; their leases are renewed with
   the heartbeat, so a long ClientApp keeps its message.
 - Large contents go as payloads (:mod:`.payloads`), encoded once per content.
+- A pushed reply's payload is decoded within ``max_value_len`` (``--max-value-bytes``):
+  a str or bytes value longer than that is refused (``DecodeError``).
 - A node sees only runs it has messages of, and bundles of those runs.
 """
 
@@ -28,7 +30,7 @@ from fedcore.roles.link.payloads import Incoming, Outgoing
 from fedcore.roles.link.waiting import look_until
 from fedcore.state.base import LinkState
 from fedcore.transport.fleet import Buffer, FleetService, Transfer, sliced
-from fedcore.wire import DEFAULT_LIMITS, unpack_recorddict
+from fedcore.wire import DEFAULT_LIMITS, MAX_VALUE_LEN, DecodeLimits, unpack_recorddict
 from fedcore.wire.chunks import CHUNK_SIZE, Digest
 from fedcore.wire.fleet import MAX_INLINE_CONTENT, ConfigValue, PayloadRef, PushedReply
 from fedcore.wire.rpc import LeasedMessage, PulledMessages
@@ -51,6 +53,7 @@ class LinkFleet(FleetService):
         inline_limit: int = MAX_INLINE_CONTENT,
         chunk_size: int = CHUNK_SIZE,
         max_payload: int = DEFAULT_LIMITS.max_bytes,
+        max_value_len: int = MAX_VALUE_LEN,
     ) -> None:
         self._state = state
         self._clock = clock
@@ -58,6 +61,7 @@ class LinkFleet(FleetService):
         self._chunk_size = chunk_size
         self._outgoing = Outgoing(inline_limit=inline_limit, chunk_size=chunk_size)
         self._incoming = Incoming(max_size=max_payload)
+        self._limits = DecodeLimits(max_bytes=max_payload, max_value_len=max_value_len)
         self._runs_of_node: dict[int, set[int]] = {}
         self._bundle_digests: dict[str, Digest] = {}
 
@@ -139,7 +143,7 @@ class LinkFleet(FleetService):
             data = self._incoming.take(
                 node_id, reply.metadata.reply_to_message_id, payload.payload_id, payload.digest
             )
-            content = unpack_recorddict(data)
+            content = unpack_recorddict(data, self._limits)
             reply = assemble_message(reply.metadata, content=content)
         sent_id = reply.metadata.message_id
         reply_id = await self._state.push_reply(node_id, reply)

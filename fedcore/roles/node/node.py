@@ -49,6 +49,7 @@ from fedcore.backoff import DEFAULT_BACKOFF, BackoffPolicy
 from fedcore.clock import Clock
 from fedcore.domain import Error, ErrorCode, Message
 from fedcore.errors import (
+    DecodeError,
     FedcoreError,
     LinkUnavailableError,
     NodeNotFoundError,
@@ -62,6 +63,7 @@ from fedcore.roles.node.runner import RunnerFactory
 from fedcore.roles.node.runs import RunCache
 from fedcore.roles.node.work import InFlight
 from fedcore.transport.fleet import FleetService, LeasedMessage, PulledMessages
+from fedcore.wire import MAX_VALUE_LEN, DecodeLimits
 from fedcore.wire.fleet import ConfigValue
 
 log = logging.getLogger(__name__)
@@ -104,6 +106,9 @@ class Node:
       behind the megabytes of a payload on the same connection.
     - ``payload_store``: where pulled payloads land and are decoded (default: the
       node's own memory); in deployment, shared memory the ClientApp process maps.
+    - ``max_value_len``: the most bytes one str or bytes value of a record may take in
+      a pulled payload (``--max-value-bytes``); a message holding a longer one is
+      answered with an error reply.
 
     :meth:`wait_registered` returns the node's id once it has one. A node runs once.
     """
@@ -126,6 +131,7 @@ class Node:
         seed: int | None = None,
         heartbeat_fleet: FleetService | None = None,
         payload_store: PayloadStore | None = None,
+        max_value_len: int = MAX_VALUE_LEN,
     ) -> None:
         lease = LEASE_HEARTBEATS * heartbeat_interval if lease is None else lease
         for name, value in (
@@ -149,6 +155,7 @@ class Node:
         self._fleet = fleet
         self._heartbeat_fleet = heartbeat_fleet or fleet
         self._payloads = payload_store or MemoryPayloads()
+        self._limits = DecodeLimits(max_value_len=max_value_len)
         self._node_config = dict(node_config)
         self._clock = clock
         self._heartbeat_interval = heartbeat_interval
@@ -377,17 +384,20 @@ class Node:
     async def _answer(self, node_id: int, leased: LeasedMessage) -> Message:
         """The reply to a leased message: its ClientApp's, or an error if it cannot be held.
 
-        A content that does not fit here (shared memory full) would not fit the next
-        time the link hands it out either: the ServerApp hears so in its round rather
-        than at the message's TTL, hours later.
+        A content that does not fit here (shared memory full), or that this node
+        refuses to decode (a value over its cap), would not fit the next time the
+        link hands it out either: the ServerApp hears so in its round rather than at
+        the message's TTL, hours later.
         """
         message, ref = leased.message, leased.payload
         if ref is not None:
             try:
                 message = await self._retry(
-                    lambda: with_payload(self._fleet, node_id, leased.message, ref, self._payloads)
+                    lambda: with_payload(
+                        self._fleet, node_id, leased.message, ref, self._payloads, self._limits
+                    )
                 )
-            except ResourceError as exc:
+            except (ResourceError, DecodeError) as exc:
                 log.error("message %s: %s", message.metadata.message_id, exc)
                 reason = f"the node cannot hold the message's content: {exc}"
                 return Message(error=Error(ErrorCode.UNKNOWN, reason), reply_to=message)

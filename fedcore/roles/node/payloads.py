@@ -14,6 +14,9 @@ deployment the ClientApp runs in another process, so the root gives a store of
 shared-memory segments that its runner knows: the payload lands in the very pages
 the ClientApp process maps, and the runner names them instead of copying the
 content across.
+
+A content is decoded within the node's :class:`~fedcore.wire.DecodeLimits` (its
+``--max-value-bytes`` among them), which :func:`with_payload` hands the sink.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Protocol
 from fedcore.domain import Message, RecordDict
 from fedcore.errors import DecodeError
 from fedcore.transport.fleet import Buffer, FleetService, Transfer
-from fedcore.wire import DEFAULT_LIMITS, unpack_recorddict
+from fedcore.wire import DEFAULT_LIMITS, DecodeLimits, unpack_recorddict
 from fedcore.wire.fleet import PayloadRef
 
 
@@ -34,8 +37,9 @@ class PayloadSink(Protocol):
         """Write ``data`` at ``offset``; the node keeps every piece within the size."""
         ...
 
-    def decode(self) -> RecordDict:
-        """The content, once every byte is written; raises ``DecodeError`` for a bad one.
+    def decode(self, limits: DecodeLimits) -> RecordDict:
+        """The content, once every byte is written, decoded within ``limits``; raises
+        ``DecodeError`` for a bad one.
 
         Its arrays may be views of the sink's memory, which lives as long as they do.
         """
@@ -69,34 +73,37 @@ class _BufferSink:
         view = memoryview(data).cast("B")
         self._buffer[offset : offset + len(view)] = view
 
-    def decode(self) -> RecordDict:
-        return unpack_recorddict(self._buffer)
+    def decode(self, limits: DecodeLimits) -> RecordDict:
+        return unpack_recorddict(self._buffer, limits)
 
     def discard(self) -> None:
         self._buffer = bytearray()
 
 
 async def with_payload(
-    fleet: FleetService, node_id: int, message: Message, ref: PayloadRef, store: PayloadStore
+    fleet: FleetService,
+    node_id: int,
+    message: Message,
+    ref: PayloadRef,
+    store: PayloadStore,
+    limits: DecodeLimits = DEFAULT_LIMITS,
 ) -> Message:
     """``message`` with its content fetched from payload ``ref`` into a sink of ``store``.
 
     Raises :class:`DecodeError` for a payload that is not what ``ref`` announced or
-    is over the decoding limits, and whatever the fleet raises. A payload that fails
-    is discarded from the store.
+    is over ``limits``, and whatever the fleet raises. A payload that fails is
+    discarded from the store.
     """
     size = ref.digest.size
-    if size > DEFAULT_LIMITS.max_bytes:
-        raise DecodeError(
-            f"a payload of {size} bytes is over the cap of {DEFAULT_LIMITS.max_bytes}"
-        )
+    if size > limits.max_bytes:
+        raise DecodeError(f"a payload of {size} bytes is over the cap of {limits.max_bytes}")
     async with fleet.pull_payload(node_id, ref.payload_id) as transfer:
         if transfer.digest != ref.digest:
             raise DecodeError(f"payload {ref.payload_id!r} is not the one the message announced")
         sink = store.payload_sink(size)
         try:
             await _fill(sink, transfer, ref)
-            content = sink.decode()
+            content = sink.decode(limits)
         except BaseException:
             sink.discard()
             raise

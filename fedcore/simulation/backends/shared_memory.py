@@ -44,7 +44,7 @@ from pathlib import Path
 
 from fedcore.domain import RecordDict
 from fedcore.errors import ResourceError
-from fedcore.wire import Parts, pack_recorddict_parts, unpack_recorddict
+from fedcore.wire import DecodeLimits, Parts, pack_recorddict_parts, unpack_recorddict
 from fedcore.wire.frame import Buffer
 
 ROOT = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
@@ -218,13 +218,14 @@ class SegmentSink:
                 f"({exc.strerror}); give it more space (Docker: --shm-size)"
             ) from exc
 
-    def decode(self) -> RecordDict:
-        """The content, decoded in place: its arrays are read-only views of the segment."""
+    def decode(self, limits: DecodeLimits) -> RecordDict:
+        """The content, decoded in place within ``limits``: its arrays are read-only views
+        of the segment."""
         self._close()
         if not self._size:  # nothing to map; let the decoder say what is wrong with nothing
-            return unpack_recorddict(b"")
+            return unpack_recorddict(b"", limits)
         mapped = map_segment(self._path, take=False)
-        content = unpack_recorddict(memoryview(mapped))
+        content = unpack_recorddict(memoryview(mapped), limits)
         self._space.remember(content, self._name)
         return content
 

@@ -66,7 +66,7 @@ from fedcore.transport.http.server import (
 )
 from fedcore.transport.http.session import TIMEOUT, Body, Session, SessionClient
 from fedcore.transport.runtime import RuntimeService
-from fedcore.wire import DecodeLimits, pack_recorddict_parts, unpack_recorddict
+from fedcore.wire import MAX_VALUE_LEN, DecodeLimits, pack_recorddict_parts, unpack_recorddict
 from fedcore.wire.batch import batch_prefix, pack_batch_parts, unpack_batch
 
 __all__ = ["MAX_BODY_BYTES", "HttpRuntimeClient", "runtime_app"]
@@ -81,14 +81,18 @@ _RunHandler = Callable[[web.Request, Run], Awaitable[web.StreamResponse]]
 
 
 def runtime_app(
-    service: RuntimeService, *, max_body_bytes: int = MAX_BODY_BYTES
+    service: RuntimeService,
+    *,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    max_value_len: int = MAX_VALUE_LEN,
 ) -> web.Application:
     """An aiohttp application serving ``service`` as the runtime API.
 
     ``max_body_bytes`` caps a request's payload (a batch of messages, a context);
     it also bounds a pull's answer, which holds as many replies as fit.
+    ``max_value_len`` caps one str or bytes value of a record in a request's payload.
     """
-    handlers = _RuntimeHandlers(service, max_body_bytes)
+    handlers = _RuntimeHandlers(service, max_body_bytes, max_value_len)
     app = web.Application(client_max_size=max_body_bytes)
     routes, route = app.router, handlers.route
     routes.add_get("/v1/runtime/run", route(handlers.run), allow_head=False)
@@ -108,10 +112,10 @@ def runtime_app(
 
 
 class _RuntimeHandlers:
-    def __init__(self, service: RuntimeService, max_body: int) -> None:
+    def __init__(self, service: RuntimeService, max_body: int, max_value_len: int) -> None:
         self._service = service
         self._max_body = max_body
-        self._limits = DecodeLimits(max_bytes=max_body)
+        self._limits = DecodeLimits(max_bytes=max_body, max_value_len=max_value_len)
 
     def route(self, handler: _RunHandler) -> Handler:
         async def authenticated(request: web.Request) -> web.StreamResponse:
@@ -243,7 +247,8 @@ class HttpRuntimeClient(SessionClient, RuntimeService):
     Use it as an async context manager. ``secret`` is the launch secret every call
     presents (:meth:`authenticate` presents the one it is given). ``timeout``
     bounds each call beyond the wait it asks for; ``max_body_bytes`` caps each
-    request's payload (a longer push is split) and the answers read.
+    request's payload (a longer push is split) and the answers read; ``max_value_len``
+    one str or bytes value of a record in the answers.
     """
 
     def __init__(
@@ -255,11 +260,12 @@ class HttpRuntimeClient(SessionClient, RuntimeService):
         ssl: _ssl.SSLContext | None = None,
         timeout: float = TIMEOUT,
         max_body_bytes: int = MAX_BODY_BYTES,
+        max_value_len: int = MAX_VALUE_LEN,
     ) -> None:
         self._session = Session(host, port, ssl=ssl, timeout=timeout, api="runtime API")
         self._secret = secret
         self._max_body = max_body_bytes
-        self._limits = DecodeLimits(max_bytes=max_body_bytes)
+        self._limits = DecodeLimits(max_bytes=max_body_bytes, max_value_len=max_value_len)
 
     async def authenticate(self, run_id: int, secret: str) -> Run:
         body = await self._call("GET", "/v1/runtime/run", run_id, secret=secret)
