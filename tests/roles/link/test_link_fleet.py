@@ -204,6 +204,30 @@ async def test_a_large_reply_arrives_through_a_pushed_payload(
     assert isinstance(backing(stored.content["arrays"]["w"]), mmap.mmap), "not spooled"
 
 
+@pytest.mark.parametrize("over", [False, True])
+async def test_a_reply_with_a_value_over_the_links_cap_is_refused(
+    state: InMemoryLinkState, fake_clock: FakeClock, run: Run, over: bool
+) -> None:
+    cap = 2 << 20
+    fleet = LinkFleet(state, fake_clock, max_value_len=cap)
+    node = await fleet.register_node({}, 1.0)
+    (message_id,) = await state.push_messages(run.run_id, [_message(node)])
+    (leased,) = (await fleet.pull_messages(node)).messages
+    value = b"v" * (cap + over)
+    parts = pack_recorddict_parts(RecordDict({"config": ConfigRecord({"model": value})}))
+    digest = Digest.of(parts)
+    payload_id = await fleet.push_payload(node, message_id, digest, parts)
+    empty = Message(RecordDict(), reply_to=leased.message)
+    if over:
+        with pytest.raises(DecodeError, match=f"{cap + 1} bytes is over the cap of {cap}"):
+            await fleet.push_reply(node, empty, PayloadRef(payload_id, digest))
+        assert await state.get_replies(run.run_id, [message_id]) == []
+        return
+    await fleet.push_reply(node, empty, PayloadRef(payload_id, digest))
+    (stored,) = await state.get_replies(run.run_id, [message_id])
+    assert stored.content["config"]["model"] == value
+
+
 async def test_a_payload_with_wrong_bytes_or_for_a_foreign_message_is_refused(
     fleet: LinkFleet, state: InMemoryLinkState, run: Run
 ) -> None:

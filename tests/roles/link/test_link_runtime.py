@@ -17,6 +17,7 @@ from fedcore.errors import (
     LinkUnavailableError,
     NotEnoughNodesError,
     RunNotFoundError,
+    ValueTooLargeError,
 )
 from fedcore.roles.link.runtime import LinkRuntime
 from fedcore.state.memory import InMemoryLinkState
@@ -150,6 +151,28 @@ async def test_the_runtime_grid_sends_and_receives_through_the_service(
     assert [r.metadata.src_node_id for r in replies] == list(reversed(nodes))
     # Acknowledged once received: the state holds them no more.
     assert all(r.has_error() for r in await state.get_replies(run.run_id, ids))
+
+
+async def test_the_runtime_grid_refuses_a_push_with_a_value_over_its_cap(
+    runtime: LinkRuntime, state: InMemoryLinkState, claimed: tuple[Run, str], fake_clock: FakeClock
+) -> None:
+    run, _ = claimed
+    cap = 1000
+    grid = RuntimeGrid(runtime, run, fake_clock, max_value_len=cap)
+    (node,) = await state.create_nodes(1, heartbeat_interval=math.inf)
+    fits = Message(RecordDict({"c": ConfigRecord({"s": "x" * cap})}), node, "train")
+    over = Message(RecordDict({"c": ConfigRecord({"b": b"x" * (cap + 1)})}), node, "train")
+    with pytest.raises(ValueTooLargeError) as refused:
+        await grid.push_messages([fits, over])
+    assert str(refused.value) == (
+        f"config record 'c' holds {cap + 1} bytes of bytes in 'b', over the cap of {cap} bytes "
+        "on one value (the deployment's cap: fedcore serve --max-value-bytes, of the link and "
+        "its nodes)"
+    )
+    assert await state.pull_messages(node) == [], "nothing of the batch was sent"
+    (message_id,) = await grid.push_messages([fits])
+    (pushed,) = await state.pull_messages(node)
+    assert pushed.metadata.message_id == message_id
 
 
 async def test_the_runtime_grid_gives_up_waiting_for_nodes_at_its_timeout(

@@ -18,7 +18,7 @@ import pytest
 from node_helpers import Runners, add_run, make_bundle, node, train, until
 
 from fedcore.apps.client_app import ClientApp
-from fedcore.domain import ArrayRecord, Context, ErrorCode, Message, RecordDict
+from fedcore.domain import ArrayRecord, ConfigRecord, Context, ErrorCode, Message, RecordDict
 from fedcore.errors import DecodeError, ResourceError
 from fedcore.roles.node.payloads import MemoryPayloads, PayloadStore, with_payload
 from fedcore.simulation.backends import shared_memory
@@ -209,3 +209,41 @@ async def test_a_node_without_room_for_a_content_answers_with_an_error(
 
 def no_space(descriptor: int, data: object, offset: int) -> int:
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+async def test_a_node_answers_a_value_over_its_cap_with_an_error_and_keeps_one_under_it(
+    fake: FakeFleet,
+    fake_clock: FakeClock,
+    store: PayloadStore,
+    space: SegmentSpace,
+    tmp_path: Path,
+) -> None:
+    """Redelivered, the value would be over the cap again: the ServerApp hears it at once."""
+    cap = 2 << 20
+    seen: list[int] = []
+    client = ClientApp()
+
+    @client.train()
+    def echo(msg: Message, context: Context) -> Message:
+        seen.append(len(msg.content["config"]["model"]))
+        return Message(RecordDict(), reply_to=msg)
+
+    add_run(fake, 1, make_bundle(tmp_path, "app"))
+    runners = Runners({"app:client": client})
+    options = {"payload_store": store, "max_value_len": cap}
+    async with node(fake, fake_clock, tmp_path / "cache", runners, **options) as serving:
+        node_id = await serving.wait_registered()
+        sent = [
+            fake.send(1, train(node_id, RecordDict({"config": ConfigRecord({"model": value})})))
+            for value in (b"u" * cap, b"o" * (cap + 1))
+        ]
+        await until(lambda: all(message_id in fake.replies for message_id in sent))
+    under, over = (fake.replies[message_id].reply for message_id in sent)
+    assert under.has_content()
+    assert seen == [cap]
+    assert over.has_error()
+    assert over.error.code == ErrorCode.UNKNOWN
+    assert "cannot hold the message's content" in over.error.reason
+    assert f"'model' of {cap + 1} bytes is over the cap of {cap}" in over.error.reason
+    gc.collect()
+    assert segments(space) == []

@@ -560,6 +560,38 @@ async def test_an_answer_over_the_client_cap_is_refused(fake: FakeRuntime) -> No
 # ------------------------------------------------------------------- caps and garbage
 
 
+def long_values(nbytes: int) -> RecordDict:
+    """A ConfigRecord with one ``nbytes``-long bytes value (over 1 MiB: after the header)."""
+    return RecordDict({"config": ConfigRecord({"model": b"m" * nbytes})})
+
+
+async def test_values_over_the_links_cap_are_refused_and_those_under_it_kept(
+    fake: FakeRuntime,
+) -> None:
+    cap = 2 << 20
+    async with served(fake, max_value_len=cap) as (client, _, _):
+        await client.push_messages(RUN_ID, [to_node(1, long_values(cap))])
+        assert fake.pushed[-1].content["config"]["model"] == b"m" * cap
+        over = f"'model' of {cap + 1} bytes is over the cap of {cap}"
+        with pytest.raises(DecodeError, match=over):
+            await client.push_messages(RUN_ID, [to_node(1, long_values(cap + 1))])
+        with pytest.raises(DecodeError, match=over):
+            await client.save_context(RUN_ID, long_values(cap + 1))
+        with pytest.raises(DecodeError, match=over):
+            await client.put_artifact(RUN_ID, "model", long_values(cap + 1))
+    assert len(fake.pushed) == 1
+
+
+async def test_the_serverapps_client_decodes_within_its_cap(fake: FakeRuntime) -> None:
+    cap = 2 << 20
+    fake.contexts[RUN_ID] = long_values(cap + 1)
+    async with served(fake, client_options={"max_value_len": cap}) as (client, _, _):
+        with pytest.raises(DecodeError, match=f"over the cap of {cap}"):
+            await client.load_context(RUN_ID)
+    async with served(fake, client_options={"max_value_len": cap + 1}) as (client, _, _):
+        assert (await client.load_context(RUN_ID))["config"]["model"] == b"m" * (cap + 1)
+
+
 async def test_a_body_over_the_cap_is_refused_before_it_is_read(fake: FakeRuntime) -> None:
     async with served(fake, max_body_bytes=10_000) as (client, url, _):
         with pytest.raises(DecodeError, match="over the cap of 10000"):
