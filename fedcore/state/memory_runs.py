@@ -51,7 +51,7 @@ from fedcore.state.base import (
     silent_serverapp_reason,
 )
 from fedcore.state.notify import Subscription, Topic
-from fedcore.wire import pack_recorddict, unpack_recorddict
+from fedcore.wire import STORED_LIMITS, pack_recorddict, unpack_recorddict
 
 
 @dataclass(slots=True)
@@ -274,7 +274,7 @@ class MemoryRuns:
 
     def load_context(self, run_id: int, node_id: int) -> RecordDict:
         packed = self._row(run_id).contexts.get(node_id)
-        return RecordDict() if packed is None else unpack_recorddict(packed)
+        return RecordDict() if packed is None else unpack_recorddict(packed, STORED_LIMITS)
 
     def append_logs(self, run_id: int, lines: Sequence[str], batch: str) -> int:
         if isinstance(lines, str):
@@ -332,7 +332,7 @@ class MemoryRuns:
         packed = self._row(run_id).artifacts.get(name)
         if packed is None:
             raise missing_artifact(run_id, name)
-        return unpack_recorddict(packed)
+        return unpack_recorddict(packed, STORED_LIMITS)
 
 
 def _copy(run: Run) -> Run:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from fedcore.domain import Message, RecordDict
 from fedcore.errors import StateError
 from fedcore.state.database import Database
-from fedcore.wire import pack_recorddict_parts, unpack_recorddict
+from fedcore.wire import STORED_LIMITS, pack_recorddict_parts, unpack_recorddict
 from fedcore.wire.chunks import Digest
 
 
@@ -60,7 +60,7 @@ class SqliteContents:
         content = self._decoded.get(digest)
         if content is None:
             data = self._db.read_blob("contents", "data", self._rowid(digest))
-            content = self._decoded[digest] = unpack_recorddict(data)
+            content = self._decoded[digest] = unpack_recorddict(data, STORED_LIMITS)
         return content
 
     def _rowid(self, digest: bytes) -> int:

@@ -45,7 +45,13 @@ from fedcore.state.base import (
 )
 from fedcore.state.database import INT64, Database
 from fedcore.state.notify import Subscription, Topic
-from fedcore.wire import pack_recorddict, pack_recorddict_parts, parts_size, unpack_recorddict
+from fedcore.wire import (
+    STORED_LIMITS,
+    pack_recorddict,
+    pack_recorddict_parts,
+    parts_size,
+    unpack_recorddict,
+)
 
 _RUN_CONFIG = "run_config"
 
@@ -299,7 +305,9 @@ class SqliteRuns:
         row = self._db.row("load_context", run_id=run_id, node_id=node_id)
         if row is None:
             return RecordDict()
-        return unpack_recorddict(self._db.read_blob("contexts", "state", row["rowid"]))
+        return unpack_recorddict(
+            self._db.read_blob("contexts", "state", row["rowid"]), STORED_LIMITS
+        )
 
     async def append_logs(self, run_id: int, lines: Sequence[str], *, batch: str = "") -> int:
         if isinstance(lines, str):
@@ -396,7 +404,9 @@ class SqliteRuns:
         row = self._db.row("get_artifact", run_id=run_id, name=name)
         if row is None:
             raise missing_artifact(run_id, name)
-        return unpack_recorddict(self._db.read_blob("artifacts", "content", row["rowid"]))
+        return unpack_recorddict(
+            self._db.read_blob("artifacts", "content", row["rowid"]), STORED_LIMITS
+        )
 
     def _keep_record(
         self, record: RecordDict, query: str, table: str, column: str, **keys: object
@@ -411,7 +421,7 @@ class SqliteRuns:
 
 
 def _run_from(row: sqlite3.Row) -> Run:
-    config = unpack_recorddict(row["run_config"]).config_records[_RUN_CONFIG]
+    config = unpack_recorddict(row["run_config"], STORED_LIMITS).config_records[_RUN_CONFIG]
     return Run(
         run_id=row["run_id"],
         run_config=dict(config),

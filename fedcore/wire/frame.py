@@ -101,6 +101,11 @@ class DecodeLimits:
 
 
 DEFAULT_LIMITS = DecodeLimits()
+STORED_LIMITS = DecodeLimits(max_value_len=DEFAULT_LIMITS.max_bytes)
+"""For what a process reads back of what it stored itself (a LinkState's blobs): every
+value in it passed the cap of whoever received it, which an operator may have raised
+past the default (``fedcore serve --max-value-bytes``), so no cap on one value but the
+payload's own."""
 EXPANSION_SLACK = 64 * 1024
 """Bytes of decoded lists any header may take, whatever its size (small headers vary most)."""
 _LIST_COST = 56
