@@ -158,6 +158,12 @@ class ValueTooLargeError(FedcoreError, ValueError):
     Flower's 512 MiB by default): refused where it is encoded, naming it."""
 
 
+class ValueOverCapError(DecodeError, ValueTooLargeError):
+    """A received record's str or bytes value over the receiver's cap on one value:
+    refused as it is decoded, before it is copied. Sent again, it is refused again, so
+    a node answers the message with an error reply rather than waiting for it anew."""
+
+
 class StateError(FedcoreError):
     """A LinkState refused an operation."""
 

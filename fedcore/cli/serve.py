@@ -287,7 +287,7 @@ it) and inherited by the app processes it starts."""
     "decodes (nodes' replies, what its ServerApps push) and its ServerApps refuse to push "
     "one; a node refuses a longer one in the messages it pulls (an error reply) and its "
     "ClientApps' replies holding one become error replies (code 2). An exec gives it to the "
-    "ServerApps it launches. Give the link and its nodes the same cap. Default: "
+    "ServerApps it launches. Give a link, its execs and its nodes the same cap. Default: "
     f"{MAX_VALUE_LEN} (512 MiB, Flower's cap on a message).",
 )
 @click.option(

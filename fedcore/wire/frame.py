@@ -112,14 +112,17 @@ _LIST_COST = 56
 _POINTER = 8
 
 
-def fail(problem: str, cause: BaseException | None = None) -> NoReturn:
-    """Raise the one error every malformed payload gives, in at most a few hundred chars.
+def fail(
+    problem: str, cause: BaseException | None = None, *, error: type[DecodeError] = DecodeError
+) -> NoReturn:
+    """Raise the one error every malformed payload gives, in at most a few hundred chars:
+    ``error``, a :class:`DecodeError` or one of its kinds.
 
     Problems quote values from the payload, which may be long; they are cut short.
     """
     if len(problem) > MAX_DETAIL:
         problem = problem[: MAX_DETAIL - 3] + "..."
-    raise DecodeError(f"invalid payload: {problem}") from cause
+    raise error(f"invalid payload: {problem}") from cause
 
 
 Buffer = bytes | bytearray | memoryview

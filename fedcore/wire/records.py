@@ -37,7 +37,7 @@ import numpy as np
 
 from fedcore.domain.array import ARRAY_KINDS, NDArray
 from fedcore.domain.records import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
-from fedcore.errors import ValueTooLargeError
+from fedcore.errors import ValueOverCapError, ValueTooLargeError
 from fedcore.wire import frame
 from fedcore.wire.frame import DEFAULT_LIMITS, BlobReader, DecodeLimits, fail
 
@@ -217,7 +217,8 @@ def _decode_long_value(fields: list[Any], reader: BlobReader, limits: DecodeLimi
     if not any(length > HEADER_VALUE_MAX for length in items):
         fail(f"value {key!r} travelled after the header, but fits in it")
     if sum(items) > limits.max_value_len:
-        fail(f"value {key!r} of {sum(items)} bytes is over the cap of {limits.max_value_len}")
+        over = f"value {key!r} of {sum(items)} bytes is over the cap of {limits.max_value_len}"
+        fail(over, error=ValueOverCapError)
     text = kind in ("s", "S")
     values = [_long_item(reader.take(length, f"value {key!r}"), text, key) for length in items]
     return values if listed else values[0]

@@ -14,7 +14,7 @@ import msgpack
 import pytest
 
 from fedcore.domain.records import ConfigRecord, MetricRecord, RecordDict
-from fedcore.errors import DecodeError, ValueTooLargeError
+from fedcore.errors import DecodeError, ValueOverCapError, ValueTooLargeError
 from fedcore.wire import (
     DEFAULT_LIMITS,
     FORMAT_VERSION,
@@ -131,8 +131,11 @@ def test_a_str_costs_at_most_five_times_the_bytes_that_carried_it() -> None:
 def test_a_value_over_the_receivers_cap_is_refused_before_it_is_copied() -> None:
     payload = pack_recorddict(RecordDict({"c": ConfigRecord({"model": b"m" * (3 * MiB)})}))
 
-    with pytest.raises(DecodeError, match="value 'model' of 3145728 bytes is over the cap of"):
+    with pytest.raises(
+        DecodeError, match="value 'model' of 3145728 bytes is over the cap of"
+    ) as refused:
         unpack_recorddict(payload, DecodeLimits(max_value_len=2 * MiB))
+    assert isinstance(refused.value, ValueOverCapError), "a kind of refusal a node answers"
     assert unpack_recorddict(payload, DecodeLimits(max_value_len=3 * MiB))["c"]["model"]
 
 

@@ -49,12 +49,12 @@ from fedcore.backoff import DEFAULT_BACKOFF, BackoffPolicy
 from fedcore.clock import Clock
 from fedcore.domain import Error, ErrorCode, Message
 from fedcore.errors import (
-    DecodeError,
     FedcoreError,
     LinkUnavailableError,
     NodeNotFoundError,
     ResourceError,
     RunFinishedError,
+    ValueOverCapError,
 )
 from fedcore.roles.node.payloads import MemoryPayloads, PayloadStore, with_payload
 from fedcore.roles.node.replies import OutgoingReply
@@ -397,7 +397,7 @@ class Node:
                         self._fleet, node_id, leased.message, ref, self._payloads, self._limits
                     )
                 )
-            except (ResourceError, DecodeError) as exc:
+            except (ResourceError, ValueOverCapError) as exc:
                 log.error("message %s: %s", message.metadata.message_id, exc)
                 reason = f"the node cannot hold the message's content: {exc}"
                 return Message(error=Error(ErrorCode.UNKNOWN, reason), reply_to=message)

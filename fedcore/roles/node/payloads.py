@@ -37,7 +37,7 @@ class PayloadSink(Protocol):
         """Write ``data`` at ``offset``; the node keeps every piece within the size."""
         ...
 
-    def decode(self, limits: DecodeLimits) -> RecordDict:
+    def decode(self, limits: DecodeLimits = DEFAULT_LIMITS) -> RecordDict:
         """The content, once every byte is written, decoded within ``limits``; raises
         ``DecodeError`` for a bad one.
 
@@ -73,7 +73,7 @@ class _BufferSink:
         view = memoryview(data).cast("B")
         self._buffer[offset : offset + len(view)] = view
 
-    def decode(self, limits: DecodeLimits) -> RecordDict:
+    def decode(self, limits: DecodeLimits = DEFAULT_LIMITS) -> RecordDict:
         return unpack_recorddict(self._buffer, limits)
 
     def discard(self) -> None:

@@ -44,7 +44,13 @@ from pathlib import Path
 
 from fedcore.domain import RecordDict
 from fedcore.errors import ResourceError
-from fedcore.wire import DecodeLimits, Parts, pack_recorddict_parts, unpack_recorddict
+from fedcore.wire import (
+    DEFAULT_LIMITS,
+    DecodeLimits,
+    Parts,
+    pack_recorddict_parts,
+    unpack_recorddict,
+)
 from fedcore.wire.frame import Buffer
 
 ROOT = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
@@ -218,7 +224,7 @@ class SegmentSink:
                 f"({exc.strerror}); give it more space (Docker: --shm-size)"
             ) from exc
 
-    def decode(self, limits: DecodeLimits) -> RecordDict:
+    def decode(self, limits: DecodeLimits = DEFAULT_LIMITS) -> RecordDict:
         """The content, decoded in place within ``limits``: its arrays are read-only views
         of the segment."""
         self._close()
