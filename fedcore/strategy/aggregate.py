@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from fedcore.domain import ArrayRecord, MetricRecord, RecordDict
-from fedcore.domain.array import NDArray
+from fedcore.domain.array import NDArray, SerializedArray
 
 
 def _accumulator_dtype(dtype: np.dtype[Any]) -> type[np.generic]:
@@ -46,6 +46,19 @@ def cast_back(total: NDArray, dtype: np.dtype[Any]) -> NDArray:
     if dtype.kind in "iu":
         return np.asarray(np.rint(total), dtype=dtype)
     return np.asarray(total, dtype=dtype)
+
+
+def check_readable(record: ArrayRecord) -> None:
+    """Raise ``ValueError`` if an array of ``record`` is one fedcore cannot read as numpy
+    (an ``Array`` built from another serialisation's bytes): as an ndarray it is those
+    bytes, and a mean of them would be a model of garbage; Flower's ``.numpy()`` refuses it."""
+    for key, array in record.items():
+        if isinstance(array, SerializedArray):
+            try:
+                array.numpy()
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"array {key!r} cannot be read as numpy: {exc}") from None
+            raise ValueError(f"array {key!r} is kept as the bytes it was given, not an array")
 
 
 def check_same_layout(expected: ArrayRecord, record: ArrayRecord) -> None:
@@ -99,6 +112,7 @@ class ArrayMean:
     def add(self, arrays: ArrayRecord, weight: float) -> None:
         if not weight >= 0:
             raise ValueError(f"weights must be non-negative, got {weight}")
+        check_readable(arrays)
         if self._layout is None:
             self._layout = arrays
             self._sums = {
@@ -258,7 +272,9 @@ def _robust_layout(records: Sequence[ArrayRecord]) -> ArrayRecord:
     if not records:
         raise ValueError("nothing to aggregate")
     layout = records[0]
+    check_readable(layout)
     for record in records[1:]:
+        check_readable(record)
         check_same_layout(layout, record)
     for key, array in layout.items():
         if array.dtype.kind == "c":

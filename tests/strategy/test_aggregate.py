@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 
 from fedcore import ArrayRecord, MetricRecord
-from fedcore.strategy.aggregate import weighted_average_arrays, weighted_average_metrics
+from fedcore.domain.array import Array
+from fedcore.strategy.aggregate import (
+    coordinate_median,
+    weighted_average_arrays,
+    weighted_average_metrics,
+)
 
 
 def test_weighted_mean_by_hand() -> None:
@@ -90,3 +95,19 @@ def test_zero_dimensional_arrays_average_to_arrays() -> None:
     assert int(mean["count"]) == 5
     assert mean["w"].dtype == np.float32
     assert float(mean["w"]) == pytest.approx(5 / 3)
+
+
+@pytest.mark.parametrize(
+    ("stype", "data"),
+    [("torch.raw", b"\x01\x02\x03\x04"), ("numpy.ndarray", b"not numpy.save output")],
+)
+def test_an_array_kept_as_unreadable_bytes_is_refused_not_averaged(stype: str, data: bytes) -> None:
+    """Flower's Array(dtype, shape, stype, data) keeps bytes it cannot read; with the
+    right dtype and shape they would pass the layout check and be averaged as numbers."""
+    unreadable = Array("uint8", (4,), stype, data)
+    good = ArrayRecord({"w": np.ones(4, dtype=np.uint8)})
+    for records in ([good, ArrayRecord({"w": unreadable})], [ArrayRecord({"w": unreadable})]):
+        with pytest.raises(ValueError, match="'w' cannot be read as numpy"):
+            weighted_average_arrays(records, [1.0] * len(records))
+        with pytest.raises(ValueError, match="'w' cannot be read as numpy"):
+            coordinate_median(records)
