@@ -45,6 +45,7 @@ from fedcore.roles.node import ClientAppRunner, Node, RunnerFactory
 from fedcore.runtime.addresses import Address
 from fedcore.runtime.ready import write_ready_file
 from fedcore.runtime.secret_files import read_node_key, read_secret
+from fedcore.runtime.work_dir import hold_work_dir
 from fedcore.simulation.backends.process_pool import ProcessPoolBackend, Spawn, spawn_local
 from fedcore.simulation.backends.shared_memory import SegmentSpace
 from fedcore.simulation.backends.sizing import PoolPlan, detect_cpus
@@ -142,8 +143,20 @@ async def serve_node(
     *,
     task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve as a node until cancelled; ``task_status`` gets the node id once registered."""
+    """Serve as a node until cancelled; ``task_status`` gets the node id once registered.
+
+    Its work directory is this process's alone while it serves (:mod:`fedcore.runtime.work_dir`):
+    a second node on it fails at once with a ``UsageError``.
+    """
     clock = clock or SystemClock()
+    with hold_work_dir(options.work_dir):
+        await _serve_held(options, clock, task_status)
+
+
+async def _serve_held(
+    options: NodeOptions, clock: Clock, task_status: anyio.abc.TaskStatus[int]
+) -> None:
+    """Serve as a node, its work directory held by this process."""
     link = options.link
     space = SegmentSpace()
     key = read_node_key(options.key_file())
