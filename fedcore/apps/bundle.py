@@ -48,8 +48,10 @@ entry). The size limits are enforced on the bytes actually inflated, chunk by ch
 never on what the headers claim: at most ``max_bytes`` in total and at most
 ``max_ratio`` times each entry's compressed size. Files are written into a temporary
 directory inside the cache, which is renamed to ``<cache>/<sha256>`` only when
-complete; a refusal removes it. The rename is atomic, so of several threads or
-processes unpacking one bundle at once, one wins and the others use its directory.
+complete and accepted by the caller's ``check`` (the link's: is it an app?); a
+refusal, for any reason and with any exception, removes it. The rename is atomic,
+so of several threads or processes unpacking one bundle at once, one wins and the
+others use its directory.
 A process killed while unpacking leaves a hidden ``.<hash prefix>-*`` directory in
 the cache, never a ``<sha256>`` one.
 
@@ -70,7 +72,7 @@ import tempfile
 import unicodedata
 import zipfile
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -212,12 +214,15 @@ def unpack_bundle(
     max_bytes: int = MAX_BUNDLE_BYTES,
     max_files: int = MAX_BUNDLE_FILES,
     max_ratio: int = MAX_COMPRESSION_RATIO,
+    check: Callable[[Path], None] | None = None,
 ) -> Path:
     """Check ``data`` against its hash and unpack it into ``cache_dir/<sha256>``.
 
     Returns that directory; when it already exists (an earlier call made it) it is
-    returned as is. Raises :class:`BundleError` for a wrong hash or a bundle refused
-    by the rules in the module docstring, having written nothing that stays.
+    returned as is, after ``check``. Raises :class:`BundleError` for a wrong hash or a
+    bundle refused by the rules in the module docstring. ``check`` sees the unpacked
+    files before they enter the cache: whatever it raises refuses the bundle. A refused
+    bundle leaves nothing behind.
     """
     _check_limit("max_bytes", max_bytes)
     _check_limit("max_files", max_files)
@@ -228,6 +233,8 @@ def unpack_bundle(
         raise BundleError(f"bundle hash mismatch: expected {expected_sha256}, got {actual}")
     cache = target.parent
     if target.is_dir():
+        if check is not None:
+            check(target)
         return target
     _check_entry_count(data, max_files)
     with _reading("the central directory"):
@@ -238,6 +245,8 @@ def unpack_bundle(
         partial = Path(tempfile.mkdtemp(prefix=f".{expected_sha256[:16]}-", dir=cache))
         try:
             _extract(archive, entries, partial, max_bytes, max_ratio)
+            if check is not None:
+                check(partial)
             os.rename(partial, target)
         except OSError:
             shutil.rmtree(partial, ignore_errors=True)

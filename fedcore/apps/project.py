@@ -112,6 +112,8 @@ def _load(app_dir: Path, pyproject: Path) -> dict[str, Any]:
         raise AppLoadError(f"{app_dir} has no pyproject.toml; an app directory needs one") from None
     except tomllib.TOMLDecodeError as exc:
         raise AppLoadError(f"{pyproject} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:  # TOML is UTF-8; tomllib lets this one through
+        raise AppLoadError(f"{pyproject} is not UTF-8 (byte {exc.start}): {exc.reason}") from None
 
 
 def _table(document: Any, *names: str) -> dict[str, Any] | None:

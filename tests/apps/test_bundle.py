@@ -405,6 +405,39 @@ def test_directory_entries_are_accepted(tmp_path: Path) -> None:
     assert (unpacked / "empty").is_dir()
 
 
+class _Refused(Exception):
+    """Not a BundleError: a check may fail with anything, and still leave nothing."""
+
+
+def test_a_bundle_its_check_refuses_never_enters_the_cache(tmp_path: Path) -> None:
+    data = zip_of(("pyproject.toml", b"x"), ("big.bin", os.urandom(100_000)))
+    seen: list[Path] = []
+
+    def refuse(unpacked: Path) -> None:
+        seen.append(unpacked)
+        assert (unpacked / "big.bin").stat().st_size == 100_000  # it sees the files
+        raise _Refused("no")
+
+    for _ in range(3):
+        with pytest.raises(_Refused):
+            unpack_bundle(data, sha(data), tmp_path / "cache", check=refuse)
+        assert left_behind(tmp_path) == []
+    assert all(path.parent == tmp_path / "cache" for path in seen)
+
+
+def test_a_bundle_its_check_accepts_is_cached_and_checked_again_when_found(
+    tmp_path: Path,
+) -> None:
+    data = zip_of(("pyproject.toml", b"x"))
+    seen: list[Path] = []
+    target = unpack_bundle(data, sha(data), tmp_path / "cache", check=seen.append)
+    assert target == tmp_path / "cache" / sha(data)
+    assert (target / "pyproject.toml").read_bytes() == b"x"
+    assert unpack_bundle(data, sha(data), tmp_path / "cache", check=seen.append) == target
+    assert seen[1] == target  # found in the cache: checked again
+    assert seen[0] != target  # the first check saw the files before they entered it
+
+
 def test_a_wrong_hash_is_refused_before_the_zip_is_read(tmp_path: Path) -> None:
     data = zip_of(("a.py", b"a"))
     with pytest.raises(BundleError, match=r"bundle hash mismatch: expected 0{64}, got"):

@@ -168,3 +168,12 @@ def test_each_mistake_is_one_line_naming_the_file_and_table(
     tmp_path: Path, text: str, federation: str | None, message: str
 ) -> None:
     assert error(tmp_path, text, federation) == message
+
+
+def test_a_pyproject_that_is_not_utf8_is_an_app_load_error(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_bytes(b'[project]\nname = "caf\xe9"\n')
+    with pytest.raises(AppLoadError) as caught:
+        read_project(tmp_path)
+    assert str(caught.value) == (
+        f"{tmp_path / 'pyproject.toml'} is not UTF-8 (byte 21): invalid continuation byte"
+    )

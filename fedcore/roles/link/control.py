@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -186,15 +185,10 @@ def bundle_sha256(bundle: bytes) -> str:
 def check_app_bundle(bundle: bytes, bundle_hash: str, cache: Path) -> Path:
     """Unpack ``bundle`` into ``cache`` and check it declares a ServerApp and a ClientApp.
 
-    One that does not is removed from the cache again: nothing of it stays.
+    The check runs before the unpacked files enter the cache, so a bundle that fails
+    it, for whatever reason, leaves nothing there.
     """
-    app_dir = unpack_bundle(bundle, bundle_hash, cache)
-    try:
-        _check_app_table(app_dir)
-    except BundleError:
-        shutil.rmtree(app_dir, ignore_errors=True)
-        raise
-    return app_dir
+    return unpack_bundle(bundle, bundle_hash, cache, check=_check_app_table)
 
 
 def _check_app_table(app_dir: Path) -> None:

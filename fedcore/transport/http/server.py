@@ -3,9 +3,11 @@
 :func:`serve_http` binds a socket (port 0 picks a free one), serves an application
 on it and reports the bound port, as :func:`~fedcore.transport.grpc.serve_fleet`
 does for the fleet API. It configures aiohttp for untrusted peers: bodies are not
-decompressed (a gzip bomb stays a small body), and a handler is cancelled when its
+decompressed (a gzip bomb stays a small body), a handler is cancelled when its
 client goes away, so that a long wait (a followed log, a reply pull) does not hold
-on to the service for nobody.
+on to the service for nobody, and a request aiohttp's parser refuses (a header line
+too long, too many headers, not HTTP) is answered 400 with one debug line, not the
+traceback aiohttp logs by default: a stranger sending those costs the log nothing.
 
 :func:`guarded` wraps each handler: fedcore's errors become answers by the table in
 :mod:`fedcore.transport.http.errors`; anything unexpected is logged here and answered
@@ -19,11 +21,13 @@ from __future__ import annotations
 import logging
 import socket
 import ssl as _ssl
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from aiohttp import hdrs, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from fedcore.errors import DecodeError, FedcoreError
 from fedcore.transport.http.bodies import WRITE_SLICE, read_at_most, read_payload
@@ -69,6 +73,7 @@ async def serve_http(
         shutdown_timeout=shutdown_seconds,
         auto_decompress=False,
         access_log=None,
+        logger=_PeerFaults(logging.getLogger("aiohttp.server")),
     )
     await runner.setup()
     try:
@@ -84,6 +89,25 @@ async def serve_http(
         yield bound
     finally:
         await runner.cleanup()
+
+
+class _PeerFaults(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """aiohttp's server logger, with a request its parser refused kept to one debug line.
+
+    aiohttp logs such a request with ``exception`` (a traceback each); it is the
+    peer's fault, not the server's, and anyone can send any number of them. The line
+    names the kind of fault only, never the peer's bytes.
+    """
+
+    def exception(self, msg: object, *args: object, **kwargs: Any) -> None:
+        fault = kwargs.get("exc_info")
+        if not isinstance(fault, BaseException):
+            fault = sys.exc_info()[1]
+        if isinstance(fault, HttpProcessingError):
+            kind = type(fault).__name__
+            self.debug("refused a malformed request (%s, HTTP %d)", kind, fault.code)
+            return
+        super().exception(msg, *args, **kwargs)
 
 
 def guarded(
