@@ -48,7 +48,8 @@ of its forms, :class:`MessageInitializationError`, a ``TypeError`` (Flower's cla
     │                               Message(...) arguments that fit none of its forms
     ├── ResourceError               the machine has no room for it (shared memory, disk)
     ├── LinkUnavailableError (ConnectionError)
-    │                               the link cannot be reached now; retry with backoff
+    │   │                           the link cannot be reached now; retry with backoff
+    │   └── LinkBusyError           the link refused the call for now: too many requests
     └── ClusterUnavailableError (ConnectionError)
                                     the Ray cluster a simulation was pointed at does not
                                     answer (in time)
@@ -243,6 +244,17 @@ class LinkUnavailableError(FedcoreError, ConnectionError):
 
     The one failure of a fleet call that a node retries (with backoff): everything
     else the link answers is final for that request.
+    """
+
+
+class LinkBusyError(LinkUnavailableError):
+    """The link refused the call for now: its caller is over the link's request rate.
+
+    A fleet call answered RESOURCE_EXHAUSTED. The rate is kept per IP address, so a
+    stranger behind the same NAT can spend a node's share: for the node this is the
+    link being away for a while, retried with backoff like any outage, never a
+    reason to stop. The link refuses before it reads the request, so sending the
+    same call again is safe.
     """
 
 

@@ -20,7 +20,7 @@ from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 
 from fedcore.clock import SystemClock
-from fedcore.errors import AuthenticationError, FedcoreError
+from fedcore.errors import AuthenticationError, LinkBusyError
 from fedcore.testing.fleet import FakeFleet
 from fedcore.transport.fleet import Admission, Buffer
 from fedcore.transport.fleet_gate import NodeGate
@@ -206,7 +206,7 @@ async def test_every_frame_counts_against_the_peers_request_rate() -> None:
         await client.heartbeat(node_id, 1.0)  # 3, 4: its next frames
         await client.heartbeat(node_id, 1.0)
         # Refused on the call, and then as a call of its own.
-        with pytest.raises(FedcoreError, match="RESOURCE_EXHAUSTED"):
+        with pytest.raises(LinkBusyError, match="RESOURCE_EXHAUSTED"):
             await client.heartbeat(node_id, 1.0)
     assert fleet.beats == 3
 

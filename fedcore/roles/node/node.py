@@ -21,7 +21,8 @@ runs, the node works in the background:
 5. A heartbeat or pull answered with ``NodeNotFoundError`` means the link forgot
    the node (deleted, or restarted without its database): the node abandons the
    work of its old id, registers again and carries on under the new one, with no
-   operator involved. Every other call retries only ``LinkUnavailableError``; the
+   operator involved. Every other call retries only ``LinkUnavailableError`` (the
+   link away, or its ``LinkBusyError``: too many requests, a rate to wait out); the
    link's other answers are final for that call, and a message that gets one is
    logged and dropped (its lease runs out and the link delivers it again or
    answers it).

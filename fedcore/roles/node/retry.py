@@ -1,10 +1,13 @@
 """Calling the link again while it is away, and saying so once per outage.
 
 :class:`~fedcore.errors.LinkUnavailableError` is the one failure of a fleet call that
-a node retries: everything else the link answers is final for that request. Every
-loop and message task of a node retries on its own :class:`Backoff`, but they share
-one :class:`Retrier`, so a link that goes away is logged once ("unavailable") and
-once when it returns ("back"), however many calls noticed in between.
+a node retries: everything else the link answers is final for that request. Its
+subclass :class:`~fedcore.errors.LinkBusyError` (the link's "too many requests") is
+retried the same way: a rate limit, spent perhaps by a stranger behind the same NAT,
+is an episode to wait out, never a reason for the node to stop. Every loop and
+message task of a node retries on its own :class:`Backoff`, but they share one
+:class:`Retrier`, so an episode is logged once when it begins (the first refusal's
+reason) and once when it ends ("back"), however many calls noticed in between.
 """
 
 from __future__ import annotations
@@ -50,10 +53,10 @@ class Retrier:
                 return result
 
     def unavailable(self, exc: LinkUnavailableError) -> None:
-        """A call found the link away; the first one of an outage logs it."""
+        """A call found the link away (or busy); the first one of an episode logs it."""
         if self._down_since is None:
             self._down_since = self._clock.now()
-            log.warning("%s; retrying with backoff until it is back", exc)
+            log.warning("%s; retrying with backoff until it answers", exc)
 
     def available(self) -> None:
         """A call reached the link; the first one after an outage logs it."""

@@ -7,7 +7,8 @@ exactly as it would call a service in its own process. Failures come back as
 fedcore's errors: UNAUTHENTICATED as AuthenticationError, INVALID_ARGUMENT as
 DecodeError, NOT_FOUND as the NotFoundError subclass the link named, and everything
 that means "the link is not there now" (nothing listens, the connection broke,
-UNAVAILABLE) as :class:`~fedcore.errors.LinkUnavailableError`.
+UNAVAILABLE) as :class:`~fedcore.errors.LinkUnavailableError`, and "not now, too
+many requests" (RESOURCE_EXHAUSTED) as its subclass :class:`~fedcore.errors.LinkBusyError`.
 Deciding whether and when to try again is the node's business, not this module's.
 """
 
@@ -38,6 +39,7 @@ from fedcore.errors import (
     AuthenticationError,
     DecodeError,
     FedcoreError,
+    LinkBusyError,
     LinkUnavailableError,
     MessageNotFoundError,
     NodeNotFoundError,
@@ -389,6 +391,8 @@ class GrpcFleetClient(FleetService):
         status, message = exc.status, exc.message or ""
         if status is grpclib.const.Status.UNAVAILABLE:
             return LinkUnavailableError(f"{where} is unavailable: {message}")
+        if status is grpclib.const.Status.RESOURCE_EXHAUSTED:
+            return LinkBusyError(f"{where} refused the call ({status.name}): {message}")
         if status is grpclib.const.Status.UNAUTHENTICATED:
             if _error_trailer(stream) == UnknownSessionError.__name__:
                 return UnknownSessionError(f"{where} refused this node's session: {message}")

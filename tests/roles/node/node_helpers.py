@@ -19,7 +19,7 @@ from fedcore.apps.bundle import Bundle, pack_bundle
 from fedcore.apps.client_app import ClientApp
 from fedcore.clock import Clock
 from fedcore.domain import Context, Message, RecordDict, Run, RunStatus
-from fedcore.errors import AppLoadError, LinkUnavailableError
+from fedcore.errors import AppLoadError, LinkBusyError, LinkUnavailableError
 from fedcore.roles.node import Node
 from fedcore.simulation.backends.inline import InlineBackend
 from fedcore.testing import FakeClock
@@ -39,6 +39,7 @@ class FlakyFleet(FleetService):
     ``down[method] = n``: the next n calls fail with LinkUnavailableError before
     reaching the fleet. ``lose[method] = n``: the next n calls reach it, and then
     their answer is lost (LinkUnavailableError). ``offline``: every call fails.
+    ``rate_limited``: every call is refused as over the link's rate (LinkBusyError).
     ``refuse[method]``: the next call raises that error instead.
     """
 
@@ -49,6 +50,7 @@ class FlakyFleet(FleetService):
         self.lose: Counter[str] = Counter()
         self.refuse: dict[str, Exception] = {}
         self.offline = False
+        self.rate_limited = False
         self.heartbeats: list[tuple[float, tuple[str, ...], float | None]] = []
         self.pushed: list[Message] = []
         self.pull_limits: list[int] = []
@@ -59,6 +61,8 @@ class FlakyFleet(FleetService):
         self.calls[method] += 1
         if method in self.refuse:
             raise self.refuse.pop(method)
+        if self.rate_limited:
+            raise LinkBusyError(f"the link refused the call (RESOURCE_EXHAUSTED): {method}")
         if self.offline or self.down[method] > 0:
             self.down[method] = max(self.down[method] - 1, 0)
             raise LinkUnavailableError(f"the link is unavailable ({method})")

@@ -9,7 +9,7 @@ import random
 import anyio
 import pytest
 
-from fedcore.errors import LinkUnavailableError
+from fedcore.errors import LinkBusyError, LinkUnavailableError
 from fedcore.roles.node import Backoff, BackoffPolicy
 from fedcore.roles.node.retry import Retrier
 from fedcore.testing import FakeClock
@@ -133,3 +133,36 @@ async def test_the_retrier_does_not_retry_other_errors(fake_clock: FakeClock) ->
     with pytest.raises(ValueError, match="final"):
         await retry(refused)
     assert calls == 1
+
+
+async def test_the_retrier_backs_off_while_the_link_is_busy_and_logs_the_episode_once(
+    fake_clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RESOURCE_EXHAUSTED is retried like an outage, and three calls refused at once log once."""
+    retry = Retrier(fake_clock, POLICY, seed=5)
+    attempts: list[float] = []
+
+    async def rate_limited() -> str:
+        attempts.append(fake_clock.now())
+        if len(attempts) <= 12:
+            raise LinkBusyError("the link refused the call (RESOURCE_EXHAUSTED): too many")
+        return "answer"
+
+    results: list[str] = []
+
+    async def call() -> None:
+        results.append(await retry(rate_limited))
+
+    caplog.set_level(logging.INFO, logger="fedcore.roles.node")
+    async with anyio.create_task_group() as tg:
+        for _ in range(3):
+            tg.start_soon(call)
+        while len(results) < 3:
+            await anyio.wait_all_tasks_blocked()
+            fake_clock.advance(0.05)
+    assert results == ["answer"] * 3
+    assert len(attempts) == 15
+    assert fake_clock.now() > 1.0  # the refusals were waited out, not retried at once
+    messages = [record.getMessage() for record in caplog.records]
+    assert sum("RESOURCE_EXHAUSTED" in message for message in messages) == 1
+    assert sum("the link is back" in message for message in messages) == 1

@@ -235,6 +235,41 @@ async def test_pulls_back_off_while_the_link_is_away(
         assert fake.nodes[node_id].last_heartbeat == fake_clock.now()
 
 
+async def test_a_rate_limited_link_is_waited_out_with_backoff_and_logged_once(
+    fake: FakeFleet,
+    fleet: FlakyFleet,
+    fake_clock: FakeClock,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """RESOURCE_EXHAUSTED (LinkBusyError) on every call is an episode, not an exit."""
+    caplog.set_level(logging.INFO, logger="fedcore.roles.node")
+    client, gate, _ = gated()
+    gate.set()
+    add_run(fake, 1, make_bundle(tmp_path, "app"))
+    async with node(fleet, fake_clock, tmp_path / "cache", Runners({"app:client": client})) as n:
+        node_id = await n.wait_registered()
+        await settle()
+        pulls_before = fleet.calls["pull_messages"]
+        beats_before = fleet.calls["heartbeat"]
+        fleet.rate_limited = True
+        await advance(fake_clock, 150.0, step=0.5)
+        refused_pulls = fleet.calls["pull_messages"] - pulls_before
+        assert 3 <= refused_pulls <= 25  # backoff, not one per step of the clock (300)
+        assert fleet.calls["heartbeat"] - beats_before >= 140  # still beating on cadence
+        message_id = fake.send(1, train(node_id))
+        fleet.rate_limited = False
+        await advance(fake_clock, 60.0, step=0.5)
+        await until(lambda: message_id in fake.replies)
+        assert fake.nodes[node_id].last_heartbeat == fake_clock.now()
+    # Two episodes, each logged once: the pull already waiting on the link when the
+    # refusals began was answered at 30 s (the link is back), then its successor refused.
+    refused = fleet.calls["heartbeat"] - beats_before + refused_pulls
+    messages = [record.getMessage() for record in caplog.records]
+    assert sum("RESOURCE_EXHAUSTED" in message for message in messages) == 2 < refused
+    assert sum("the link is back" in message for message in messages) == 2
+
+
 @pytest.mark.parametrize(
     ("options", "problem"),
     [
