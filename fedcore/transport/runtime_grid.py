@@ -32,7 +32,7 @@ from fedcore.backoff import Backoff, BackoffPolicy
 from fedcore.clock import Clock
 from fedcore.domain import Message, Run
 from fedcore.domain.message import mark_delivered
-from fedcore.errors import LinkUnavailableError, NotEnoughNodesError, ValueTooLargeError
+from fedcore.errors import LinkUnavailableError, NotEnoughNodesError
 from fedcore.transport.runtime import RuntimeService
 from fedcore.wire import MAX_VALUE_LEN
 from fedcore.wire.records import check_value_sizes
@@ -46,6 +46,10 @@ LINK_PATIENCE = 120.0
 """Seconds the grid keeps retrying while the link cannot be reached."""
 LINK_BACKOFF = BackoffPolicy(initial=0.05, maximum=5.0)
 """How a call spaces its retries while the link is unavailable."""
+
+
+_CAP = "the deployment's cap: fedcore serve --max-value-bytes, of the link and its nodes"
+"""Where the cap on one value is set, for the error a push over it raises."""
 
 
 class RuntimeGrid(Grid):
@@ -121,12 +125,8 @@ class RuntimeGrid(Grid):
 
     async def push_messages(self, messages: Iterable[Message]) -> list[str]:
         batch = pushable(messages)
-        try:
-            for message in batch:
-                check_value_sizes(message.content, self._max_value_len)
-        except ValueTooLargeError as exc:
-            hint = "fedcore serve --max-value-bytes, of the link and its nodes"
-            raise ValueTooLargeError(f"{exc} (the deployment's cap: {hint})") from None
+        for message in batch:
+            check_value_sizes(message.content, self._max_value_len, whose=_CAP)
         # Named here, not by the link: pushing the same batch again after a lost
         # response (a link restart) then stores each message once (LinkState.push_messages).
         for message in batch:

@@ -111,12 +111,18 @@ def bulk_bytes(records: RecordDict) -> int:
     return total
 
 
-def check_value_sizes(records: RecordDict, max_value_len: int) -> None:
+def check_value_sizes(records: RecordDict, max_value_len: int, *, whose: str = "") -> None:
     """Raise :class:`ValueTooLargeError` if a str or bytes value of ``records`` is longer
-    than ``max_value_len`` bytes, as the encoder would, without encoding anything else."""
-    for name, record in records.config_records.items():
-        for key, value in record.items():
-            _long_items(name, key, value, max_value_len)
+    than ``max_value_len`` bytes, as the encoder would, without encoding anything else;
+    ``whose`` (where the cap is set) ends the error's text when given."""
+    try:
+        for name, record in records.config_records.items():
+            for key, value in record.items():
+                _long_items(name, key, value, max_value_len)
+    except ValueTooLargeError as exc:
+        if not whose:
+            raise
+        raise ValueTooLargeError(f"{exc} ({whose})") from None
 
 
 def _long_items(name: str, key: str, value: Any, max_value_len: float) -> list[bytes]:

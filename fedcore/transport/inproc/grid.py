@@ -19,13 +19,17 @@ from fedcore.apps.grid import Grid, pushable, reply_filter
 from fedcore.clock import Clock
 from fedcore.domain import Message, Run
 from fedcore.domain.message import mark_delivered
-from fedcore.errors import NotEnoughNodesError, ValueTooLargeError
+from fedcore.errors import NotEnoughNodesError
 from fedcore.state.base import LinkState
 from fedcore.wire import MAX_VALUE_LEN
 from fedcore.wire.records import check_value_sizes
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+_CAP = "the simulation's cap: simulate(max_value_bytes=...), --max-value-bytes"
+"""Where the cap on one value is set, for the error a push over it raises."""
 
 
 class _Inbox(Generic[T]):
@@ -90,12 +94,8 @@ class InProcGrid(Grid):
 
     async def push_messages(self, messages: Iterable[Message]) -> list[str]:
         batch = pushable(messages)
-        try:
-            for message in batch:
-                check_value_sizes(message.content, self._max_value_len)
-        except ValueTooLargeError as exc:
-            hint = "simulate(max_value_bytes=...), --max-value-bytes"
-            raise ValueTooLargeError(f"{exc} (the simulation's cap: {hint})") from None
+        for message in batch:
+            check_value_sizes(message.content, self._max_value_len, whose=_CAP)
         return await self._state.push_messages(self._run.run_id, batch)
 
     async def pull_messages(
