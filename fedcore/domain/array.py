@@ -55,8 +55,13 @@ def check_array(key: str, value: object, *, where: str | None = None) -> NDArray
 
 
 def is_tensor(value: object) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(value, torch.Tensor)
+    """Whether ``value`` is a torch tensor, without importing torch.
+
+    Another thread (a ClientApp's handler) may be importing torch right now: until its
+    ``Tensor`` exists, no value can be one.
+    """
+    tensor = getattr(sys.modules.get("torch"), "Tensor", None)
+    return tensor is not None and isinstance(value, tensor)
 
 
 def tensor_to_array(key: str, tensor: Any, *, where: str | None = None) -> NDArray:

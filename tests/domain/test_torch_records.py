@@ -167,3 +167,15 @@ def test_every_dtype_a_record_holds_reaches_torch_and_back(torch: ModuleType, dt
     back = ArrayRecord({"a": tensor})["a"]
     assert back.dtype == np.dtype(dtype)
     np.testing.assert_array_equal(back, arr)
+
+
+def test_records_take_arrays_while_another_thread_is_still_importing_torch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A ClientApp handler's `import torch` puts the module in sys.modules before it has
+    # a Tensor; the engine building a record at that moment must not fail the run.
+    monkeypatch.setitem(sys.modules, "torch", ModuleType("torch"))
+
+    record = ArrayRecord({"w": np.zeros(2)})
+
+    assert record["w"].numpy().tolist() == [0.0, 0.0]
