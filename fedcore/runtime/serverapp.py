@@ -82,7 +82,7 @@ from fedcore.roles.exec.launcher import (
 from fedcore.runtime.addresses import parse_address
 from fedcore.runtime.logship import LogShipper, Shipper
 from fedcore.strategy.checkpoint import Checkpoint, RoundCheckpoints, checkpointing
-from fedcore.strategy.result import RoundReport
+from fedcore.strategy.result import LastRound, RoundReport, unfinished_reason
 from fedcore.transport.http.runtime import HttpRuntimeClient
 from fedcore.transport.runtime_grid import RuntimeGrid
 from fedcore.wire import MAX_VALUE_LEN
@@ -179,13 +179,13 @@ async def _header(
 def _outcome(failure: Exception | None, last: RoundReport | None) -> tuple[RunStatus, str]:
     """How ``main`` ended the run, as this process reports it to the link.
 
-    A run whose last round trained nothing did not complete, whatever ``main`` made of
-    it: ``fedcore simulate`` exits 1 for it too.
+    A run whose last round trained nothing did not complete (:func:`unfinished_reason`).
     """
     if failure is not None:
         return RunStatus.FAILED, _one_line(failure)
-    if last is not None and last.trained_nothing:
-        return RunStatus.FAILED, last.untrained_reason()
+    reason = unfinished_reason(last)
+    if reason is not None:
+        return RunStatus.FAILED, reason
     return RunStatus.COMPLETED, ""
 
 
@@ -269,7 +269,7 @@ def _line_name(line: tuple[str, dict[str, Any]]) -> str:
     return line[0]
 
 
-class _Rounds(logging.Handler):
+class _Rounds(LastRound):
     """Hears the rounds a strategy reports (its log record carries the report): hands
     each round's metrics line to ``report``, named by its round, and keeps the last.
 
@@ -281,12 +281,11 @@ class _Rounds(logging.Handler):
         super().__init__()
         self._report = report
         self._seen: Counter[int] = Counter()
-        self.last: RoundReport | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
+        super().emit(record)
         report = getattr(record, "fedcore_round", None)
         if isinstance(report, RoundReport):
-            self.last = report
             self._seen[report.server_round] += 1
             seen = self._seen[report.server_round]
             name = f"round-{report.server_round}" + (f"-{seen}" if seen > 1 else "")

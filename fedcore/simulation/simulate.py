@@ -34,7 +34,7 @@ from fedcore.apps.loading import load_app
 from fedcore.apps.run_config import RunConfig, resolve_run_config
 from fedcore.clock import Clock, SystemClock, using_clock
 from fedcore.errors import UsageError
-from fedcore.results.checkpoint import CheckpointFile
+from fedcore.results.checkpoint import CHECKPOINT_FILE, CheckpointFile
 from fedcore.results.directory import ResultsRecorder, new_run_directory, recording, run_name
 from fedcore.results.plot import draw_summary
 from fedcore.results.resume import Resumption, open_resumption
@@ -51,6 +51,7 @@ from fedcore.simulation.resources import Resources
 from fedcore.state.memory import InMemoryLinkState
 from fedcore.strategy.arguments import positive
 from fedcore.strategy.checkpoint import RoundCheckpoints, checkpointing
+from fedcore.strategy.result import LastRound, unfinished_reason
 from fedcore.wire import MAX_VALUE_LEN
 
 log = logging.getLogger(__name__)
@@ -230,6 +231,9 @@ async def simulate(
             log.info("resuming %s after round %d", resumption.path, resumed_after)
         elif path is not None:
             recorder = stack.enter_context(recording(ResultsRecorder(path, description, started)))
+        rounds = LastRound()
+        if recorder is not None or tracking is not None:  # what keeps its end hears its rounds
+            stack.enter_context(recording(rounds))
         log.info("simulating %d nodes%s on the %s backend, seed %d", nodes, source, backend, seed)
         try:
             async with (
@@ -267,16 +271,33 @@ async def simulate(
             with anyio.CancelScope(shield=True):
                 await _finish(recorder, tracking, None, status, clock.now(),
                               f"{type(exc).__name__}: {exc}")  # fmt: skip
+            if recorder is not None:
+                _say_where(exc, recorder.path)
             raise
-        await _finish(recorder, tracking, result.value, "completed", clock.now())
+        unfinished = unfinished_reason(rounds.last)
+        status = "completed" if unfinished is None else "failed"
+        await _finish(recorder, tracking, result.value, status, clock.now(), unfinished)
         if recorder is not None:
-            CheckpointFile(recorder.path).remove()
+            CheckpointFile(recorder.path).remove()  # main ran to its end: nothing to go on with
             await anyio.to_thread.run_sync(draw_summary, recorder.path)
             result.out = recorder.path
             log.info("results in %s", recorder.path)
     if display is not None:
         print(summary(display.reports, clock.now() - started, result.seed))
     return result
+
+
+def _say_where(ending: BaseException, path: Path) -> None:
+    """Tell the user of a run that did not complete where its record is, and how to go
+    on with it from its last finished round: a note under a failure's traceback, a
+    warning for an interruption (Ctrl-C, SIGTERM)."""
+    where = f"results: {path}"
+    if (path / CHECKPOINT_FILE).exists():
+        where += f" (go on from its last finished round: fedcore simulate --resume {path})"
+    if isinstance(ending, Exception):
+        ending.add_note(where)
+    else:
+        log.warning("interrupted; %s", where)
 
 
 async def _start_tracking(tracking: Trackers, run: TrackedRun) -> Trackers:

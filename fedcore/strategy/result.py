@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -129,3 +130,28 @@ def failures_text(tallies: Iterable[Mapping[str, int]]) -> str:
     if not total:
         return "0 failures"
     return f"{total} failures (" + ", ".join(f"{k} ×{n}" for k, n in counts.most_common()) + ")"
+
+
+class LastRound(logging.Handler):
+    """Hears the rounds a strategy reports (each log record carries its report) and keeps
+    the last: how a run that ran to its end is judged (:func:`unfinished_reason`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last: RoundReport | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        report = getattr(record, "fedcore_round", None)
+        if isinstance(report, RoundReport):
+            self.last = report
+
+
+def unfinished_reason(last: RoundReport | None) -> str | None:
+    """Why a run whose ``main`` returned did not complete, or ``None`` if it did.
+
+    A run whose last round trained nothing did not complete, whatever ``main`` made of
+    it: the simulation and the deployment both end it failed, with this reason.
+    """
+    if last is not None and last.trained_nothing:
+        return last.untrained_reason()
+    return None

@@ -3,6 +3,8 @@ hung ClientApp on the process backend, and progress shown from Python."""
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import subprocess
 import sys
@@ -16,6 +18,7 @@ from fedcore.strategy.result import RoundReport
 FEDCORE = Path(sys.executable).parent / "fedcore"
 
 APPS = """\
+import os
 import time
 
 import numpy as np
@@ -98,6 +101,38 @@ async def leave_them_working(grid, context):
 
 push_last = fc.App(server=pushing, client=busy)
 slow = fc.App(server=leaving, client=busy)
+
+steady, broken = fc.ClientApp(), fc.ServerApp()
+
+
+@steady.train()
+def step(msg, context):
+    if os.environ.get("STALL_IN_ROUND") == str(msg.content["config"]["server-round"]):
+        print("stalled", flush=True)
+        time.sleep(3600)
+    arrays = fc.ArrayRecord({"w": msg.content["arrays"]["w"].numpy() + 1})
+    metrics = fc.MetricRecord({"num-examples": 1})
+    return fc.Message(fc.RecordDict({"arrays": arrays, "metrics": metrics}), reply_to=msg)
+
+
+@broken.main()
+async def one_round_then_raise(grid, context):
+    await FedAvg(fraction_evaluate=0.0, min_available_nodes=3).start(
+        grid=grid, initial_arrays=fc.ArrayRecord({"w": np.zeros(2)}), num_rounds=1)
+    raise ValueError("the server broke")
+
+
+longer = fc.ServerApp()
+
+
+@longer.main()
+async def three_rounds(grid, context):
+    await FedAvg(fraction_evaluate=0.0, min_available_nodes=3).start(
+        grid=grid, initial_arrays=fc.ArrayRecord({"w": np.zeros(2)}), num_rounds=3)
+
+
+three = fc.App(server=longer, client=steady)
+breaks = fc.App(server=broken, client=steady)
 """
 
 BACKENDS = ["inline", "process", pytest.param("ray", marks=pytest.mark.ray)]
@@ -122,13 +157,74 @@ def _fedcore(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_run_whose_last_round_trained_nothing_exits_1_with_the_codes(apps: Path) -> None:
-    done = _fedcore(apps, "ending_apps:fails", "-n", "3", "--backend", "inline", "--seed", "0")
+    options = ["-n", "3", "--backend", "inline", "--seed", "0", "--out", "results"]
+    done = _fedcore(apps, "ending_apps:fails", *options)
 
     assert done.returncode == 1, done.stderr
-    assert done.stderr.splitlines()[-1] == (
-        "error: the last round (2/2) had no successful training reply: 3 failures (code 2 ×3)"
-    )
+    reason = "the last round (2/2) had no successful training reply: 3 failures (code 2 ×3)"
+    assert done.stderr.splitlines()[-1] == f"error: {reason}"
     assert "· 6 failures (code 2 ×6) ·" in done.stdout.splitlines()[-1]
+    (record,) = (apps / "results").iterdir()
+    run = json.loads((record / "run.json").read_text())
+    assert (run["status"], run["error"]) == ("failed", reason)  # as the exit status says
+    assert f"results: results/{record.name}" in done.stderr
+
+
+def test_a_serverapp_that_raises_says_where_its_record_is_and_how_to_go_on(
+    apps: Path,
+) -> None:
+    done = _fedcore(
+        apps, "ending_apps:breaks", "-n", "3", "--backend", "inline", "--out", "results"
+    )
+
+    assert done.returncode == 1
+    (record,) = (apps / "results").iterdir()
+    where = f"results/{record.name}"
+    assert done.stderr.splitlines()[-2:] == [
+        "ValueError: the server broke",
+        f"results: {where} (go on from its last finished round: fedcore simulate --resume {where})",
+    ]
+    run = json.loads((record / "run.json").read_text())
+    assert (run["status"], run["error"]) == ("failed", "ValueError: the server broke")
+
+
+def test_ctrl_c_after_a_round_says_how_to_resume_and_the_resumed_run_completes(
+    apps: Path,
+) -> None:
+    command = [str(FEDCORE), "simulate", "ending_apps:three", "-n", "3", "--backend", "inline"]
+    command += ["--out", "results"]
+    process = subprocess.Popen(
+        command,
+        cwd=apps,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "STALL_IN_ROUND": "2"},
+    )
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:  # round 1 is done and checkpointed: round 2 stalls
+            if line.startswith("stalled"):
+                break
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+    assert process.returncode == 130, err
+    (record,) = (apps / "results").iterdir()
+    where = f"results/{record.name}"
+    hint = f"fedcore simulate --resume {where}"
+    assert f"interrupted; results: {where} (go on from its last finished round: {hint})" in err
+    assert json.loads((record / "run.json").read_text())["status"] == "interrupted"
+
+    resumed = _fedcore(apps, "--resume", where)
+
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((record / "run.json").read_text())["status"] == "completed"
+    assert "round 3/3: 3 replies, 0 failures" in resumed.stderr
 
 
 def test_a_hung_clientapp_on_the_process_backend_times_out_and_the_run_goes_on(
