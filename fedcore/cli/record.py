@@ -11,21 +11,26 @@ following them to the end misses none); ``pull`` reads what the link holds now.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import random
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 import anyio.to_thread
 import click
 
+from fedcore.backoff import Backoff, BackoffPolicy
 from fedcore.cli.runs import Connection, call_control, connection_options, json_option, run_json
-from fedcore.errors import NotFoundError, RunNotFoundError
+from fedcore.clock import SystemClock
+from fedcore.errors import LinkUnavailableError, NotFoundError, RunNotFoundError
 
 if TYPE_CHECKING:
     from fedcore.domain import LogLine, RecordDict, Run
     from fedcore.results.deployed import DeployedRecorder
     from fedcore.transport.control import ControlService
+
+T = TypeVar("T")
 
 
 async def follow_run(
@@ -35,27 +40,77 @@ async def follow_run(
     echo: Callable[[LogLine], None],
 ) -> Run:
     """Follow the run's log (each line to ``echo``) and metrics to its end, keeping both
-    in ``recorder``, if any; then its model. The run as it ended."""
+    in ``recorder``, if any; then its model. The run as it ended.
+
+    A link that goes away meanwhile (a restart) is waited for: the streams go on from
+    the last line each got, so nothing is shown or kept twice.
+    """
+    link = _Reconnecting()
+    seen = {"logs": 0, "metrics": 0}
 
     async def logs() -> None:
-        async for line in control.logs(run_id, follow=True):
+        async for line in control.logs(run_id, after=seen["logs"], follow=True):
             echo(line)
             if recorder is not None:
                 recorder.add_log(line)
+            seen["logs"] = line.seq
 
     async def metrics() -> None:
         assert recorder is not None
-        async for line in control.metrics(run_id, follow=True):
+        async for line in control.metrics(run_id, after=seen["metrics"], follow=True):
             recorder.add_metrics(line)
+            seen["metrics"] = line.seq
 
-    async with anyio.create_task_group() as tasks:
-        tasks.start_soon(logs)
-        if recorder is not None:
-            tasks.start_soon(metrics)
-    final = await control.get_run(run_id)
+    while True:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(link.call, logs)
+            if recorder is not None:
+                tasks.start_soon(link.call, metrics)
+        # A stream ends when its run has finished, or when the link went away quietly.
+        final = await link.call(lambda: control.get_run(run_id))
+        if final.status.finished:
+            break
+        await link.pause()
     if recorder is not None:
-        await finish_record(control, recorder, final)
+        await link.call(lambda: finish_record(control, recorder, final))
     return final
+
+
+FOLLOW_BACKOFF = BackoffPolicy(initial=0.5, maximum=5.0)
+"""How often a follower looks for a link that went away: a person waits on it."""
+
+
+class _Reconnecting:
+    """Calls to a link that may go away and come back: a call that cannot reach it is
+    made again, with backoff, until it can; the user is told once per absence."""
+
+    def __init__(self) -> None:
+        self._backoff = Backoff(SystemClock(), FOLLOW_BACKOFF, random.Random())
+        self._away = False
+
+    async def pause(self) -> None:
+        """Wait a while before following again: a stream ended, its run has not."""
+        await self._backoff.wait()
+
+    async def call(self, work: Callable[[], Awaitable[T]]) -> T:
+        while True:
+            try:
+                result = await work()
+            except LinkUnavailableError as exc:
+                if not self._away:
+                    self._away = True
+                    click.echo(
+                        f"{exc}; following again once it is back "
+                        "(Ctrl-C stops following: the run goes on on the link)",
+                        err=True,
+                    )
+                await self._backoff.wait()
+                continue
+            if self._away:
+                self._away = False
+                self._backoff.reset()
+                click.echo("the link is back: following the run again", err=True)
+            return result
 
 
 async def finish_record(control: ControlService, recorder: DeployedRecorder, run: Run) -> None:

@@ -123,7 +123,7 @@ async def serve_run(
             documents = [document for _, document in lines]
             await grid.call(lambda: client.append_metrics(run_id, documents, batch=batch))
 
-        async with LogShipper(ship):
+        async with LogShipper(ship) as shipper:
             context = Context(run_id, SERVER_NODE_ID, {}, RecordDict(), dict(run.run_config))
             async with Shipper(report, named=_line_name) as metrics:
                 if restart == 0:
@@ -147,6 +147,14 @@ async def serve_run(
                     kept = RecordDict({"arrays": model})
                     await grid.call(lambda: client.put_artifact(run_id, MODEL_ARTIFACT, kept))
             status, reason = _outcome(failure, rounds.last)
+            if status is RunStatus.FAILED:
+                # Said and shipped before the run finishes: whoever follows its log
+                # (`fedcore run --stream`) stops at the finish. A run finished otherwise
+                # first (a stop) ends its log on that instead, below.
+                current = await grid.call(lambda: client.heartbeat(run_id, heartbeat))
+                if not current.status.finished:
+                    _say_failed(failure, reason)
+                    await shipper.drain()
             done = await grid.call(lambda: client.finish(run_id, status, reason))
             if (done.status, done.reason) != (status, reason):
                 # The run had finished otherwise first (a stop, the link failing it).
@@ -155,10 +163,6 @@ async def serve_run(
                 # so the run's log ends on the stop whichever call noticed it first.
                 _say_finished(done)
                 return 0
-            if failure is not None:
-                log.error("the ServerApp failed:\n%s", "".join(traceback.format_exception(failure)))
-            elif status is RunStatus.FAILED:
-                log.error("%s", reason)
             return 0 if status is RunStatus.COMPLETED else 1
 
 
@@ -293,6 +297,14 @@ class _Rounds(LastRound):
                 self._report((name, round_row(report)))
             except Exception:  # a logging handler must never raise into the code that logged
                 self.handleError(record)
+
+
+def _say_failed(failure: Exception | None, reason: str) -> None:
+    """Why the run failed, in its log: the ServerApp's traceback, else the reason."""
+    if failure is not None:
+        log.error("the ServerApp failed:\n%s", "".join(traceback.format_exception(failure)))
+    else:
+        log.error("%s", reason)
 
 
 def _say_finished(run: Run) -> None:

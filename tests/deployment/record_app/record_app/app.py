@@ -5,7 +5,8 @@ training ``loss`` of 1/round; evaluating, it reports the mean weight as ``mean``
 server evaluates the model after every round as well (``server.mean``, or whatever
 ``metric-name`` says), so round k's line says k whichever scope is read. ``main``
 prints the final model as one JSON line (``{"model": {name: values}}``) for a test to
-compare with ``model.npz``, and returns the strategy's ``Result``.
+compare with ``model.npz``, and returns the strategy's ``Result`` (or, with
+``fail-at-end``, raises).
 """
 
 from __future__ import annotations
@@ -64,4 +65,6 @@ async def main(grid: fc.Grid, context: fc.Context) -> object:
     )
     model = dict(zip(result.arrays.keys(), result.arrays.to_numpy_ndarrays(), strict=True))
     print(json.dumps({"model": {name: value.tolist() for name, value in model.items()}}))
+    if config["fail-at-end"]:
+        raise RuntimeError("main was told to fail at its end")
     return result
