@@ -92,14 +92,14 @@ app = fc.App(server=server, client=client)
 
 
 def environment(home: Path) -> dict[str, str]:
-    """W&B offline, its files under ``home``; MLflow's file store allowed (MLflow 3 asks)."""
+    """W&B offline, its files under ``home``. MLflow's file store is not allowed here:
+    naming a directory as its store is what allows it."""
     return {
         **os.environ,
         "WANDB_MODE": "offline",
         "WANDB_CONFIG_DIR": str(home / "wandb-config"),
         "WANDB_CACHE_DIR": str(home / "wandb-cache"),
         "WANDB_DATA_DIR": str(home / "wandb-data"),
-        "MLFLOW_ALLOW_FILE_STORE": "true",
     }
 
 
@@ -298,6 +298,10 @@ def test_a_tracker_failing_mid_run_costs_its_record_not_the_run(tmp_path: Path) 
         (["--track", "tensorboard=a-file"], "the tensorboard tracker cannot write a-file/", []),
         # wandb made unimportable: refused before any directory is made.
         (["--track", "wandb"], "pip install 'fedcore[wandb]'", None),
+        # MLflow's file store refused by MLflow's own setting: its whole advice is kept.
+        (["--track", "mlflow=./store"], "set `MLFLOW_ALLOW_FILE_STORE=true`", []),
+        # A tracking server that is not running: said in seconds, not after retries.
+        (["--track", f"mlflow=http://127.0.0.1:{closed_port()}"], "(is the tracking server", []),
     ],
 )
 def test_a_tracker_that_cannot_start_ends_the_command_with_one_line(
@@ -310,6 +314,8 @@ def test_a_tracker_that_cannot_start_ends_the_command_with_one_line(
         blocker.mkdir()
         (blocker / "sitecustomize.py").write_text("import sys\nsys.modules['wandb'] = None\n")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(blocker), env.get("PYTHONPATH")]))
+    if "mlflow=./store" in args:
+        env["MLFLOW_ALLOW_FILE_STORE"] = "false"
     done = simulate(tmp_path, "--run-config", "num-server-rounds=1", *args, env=env)
     assert done.returncode == 2, done.stderr
     [line] = done.stderr.strip().splitlines()
@@ -319,13 +325,15 @@ def test_a_tracker_that_cannot_start_ends_the_command_with_one_line(
     assert (list(runs.iterdir()) if runs.exists() else None) == left
 
 
-def test_a_store_that_refuses_the_run_is_a_tracker_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A tracking server that does not answer; TensorBoard with nowhere to write."""
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+def test_a_store_that_refuses_the_run_is_a_tracker_error() -> None:
+    """A tracking server that is not running (refused before MLflow's minutes of
+    retries); TensorBoard with nowhere to write."""
     for spec, said in [
-        (f"mlflow=http://127.0.0.1:{closed_port()}", "the mlflow tracker could not start: "),
+        (
+            f"mlflow=http://127.0.0.1:{closed_port()}",
+            "the mlflow tracker cannot reach http://127.0.0.1:[0-9]+: Connection refused "
+            "\\(is the tracking server running there",
+        ),
         ("tensorboard", "keeps none \\(--no-save\\): name a log directory"),
     ]:
         with pytest.raises(TrackerError, match=said):

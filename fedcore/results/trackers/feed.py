@@ -157,5 +157,7 @@ def _close_quietly(tracker: Tracker, at: float) -> None:
 
 
 def _one_line(exc: BaseException) -> str:
+    """``exc``'s message on one line; a long one keeps its start and its end (where a
+    library's message says what to do about it)."""
     text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
+    return text if len(text) <= 1000 else f"{text[:300]} … {text[-600:]}"

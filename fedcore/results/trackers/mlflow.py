@@ -4,7 +4,12 @@ It writes through an ``MlflowClient`` of its own, not MLflow's fluent API, so th
 simulation embedded in a script or notebook leaves the caller's active MLflow run
 alone. Where: the URI given, else MLflow's choice — ``$MLFLOW_TRACKING_URI`` or
 ``mlflow.set_tracking_uri``, else its default (``sqlite:///mlflow.db`` here, which
-needs the full ``mlflow`` package; ``mlflow ui`` in that directory shows it). The
+needs the full ``mlflow`` package; ``mlflow ui`` in that directory shows it). A
+directory named as the store (``--track mlflow=./mlruns``) is MLflow's file store,
+which MLflow 3 refuses unless ``MLFLOW_ALLOW_FILE_STORE`` says yes: naming one is
+taken as that yes (an explicit ``false`` is kept). A tracking server is asked for
+first with a plain connection, so one that is not running is an error in seconds,
+not after MLflow's minutes of retries. The
 experiment is ``$MLFLOW_EXPERIMENT_NAME``, else the app's name; the run is named after
 the results directory. Parameters: the run's description flattened (``app``,
 ``config.<key>``, ``seed``, ``backend``, ``nodes``, ``resources.num_cpus``, …);
@@ -14,8 +19,12 @@ step = round, and the run ends ``FINISHED``, ``FAILED`` or ``KILLED``.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+import socket
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Mapping
 from importlib.util import find_spec
 
 import mlflow
@@ -41,12 +50,20 @@ class MlflowTracker(Tracker):
 
     def start(self, run: TrackedRun) -> dict[str, str]:
         uri = self.where or mlflow.get_tracking_uri()
-        if uri.partition(":")[0].split("+")[0] in _DATABASES and not find_spec("sqlalchemy"):
+        scheme = urllib.parse.urlsplit(uri).scheme.split("+")[0]
+        if scheme in _DATABASES and not find_spec("sqlalchemy"):
             raise TrackerError(
                 f"the mlflow tracker cannot open {uri}: MLflow's database stores need the "
                 "full package, pip install mlflow (fedcore[mlflow] has the client alone), or "
-                "name another store: --track mlflow=URI (a tracking server's http://...)"
+                "name another store: --track mlflow=./mlruns (a directory, MLflow's file "
+                "store) or --track mlflow=http://HOST:PORT (a tracking server)"
             )
+        if scheme in ("http", "https"):
+            _check_listening(uri, scheme)
+        with _file_store_allowed(scheme):
+            return self._start(uri, run)
+
+    def _start(self, uri: str, run: TrackedRun) -> dict[str, str]:
         self._client = MlflowClient(tracking_uri=uri)
         experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME") or run.app
         tags = {"fedcore.app": run.app}
@@ -84,6 +101,42 @@ class MlflowTracker(Tracker):
             if found is None:
                 raise
             return str(found.experiment_id)
+
+
+_CONNECT_TIMEOUT = 5.0
+"""Seconds a tracking server has to accept a connection before the run starts."""
+
+
+def _check_listening(uri: str, scheme: str) -> None:
+    """Refuse a tracking server that accepts no connection (unless a proxy reaches it)."""
+    if scheme in urllib.request.getproxies():
+        return
+    parts = urllib.parse.urlsplit(uri)
+    host = parts.hostname or "localhost"
+    try:
+        port = parts.port or (443 if scheme == "https" else 80)
+        with socket.create_connection((host, port), timeout=_CONNECT_TIMEOUT):
+            pass
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        raise TrackerError(
+            f"the mlflow tracker cannot reach {uri}: {reason} (is the tracking server "
+            "running there? `mlflow server --port PORT` starts one)"
+        ) from None
+
+
+@contextlib.contextmanager
+def _file_store_allowed(scheme: str) -> Iterator[None]:
+    """MLflow's file store allowed while the client opens it, for a store named as a
+    directory; MLflow keeps the store it opened, so later calls need nothing more."""
+    if scheme not in ("", "file") or "MLFLOW_ALLOW_FILE_STORE" in os.environ:
+        yield
+        return
+    os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
+    try:
+        yield
+    finally:
+        os.environ.pop("MLFLOW_ALLOW_FILE_STORE", None)
 
 
 TRACKER = MlflowTracker
