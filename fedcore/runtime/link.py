@@ -196,11 +196,6 @@ async def serve_link(
             max_value_len=options.max_value_len,
             max_heartbeat_interval=options.max_heartbeat_interval,
         )
-        if options.retire_nodes_after is not None:
-            retiring = await stack.enter_async_context(anyio.create_task_group())
-            retiring.start_soon(
-                retire_nodes, state, clock, options.retire_nodes_after, (gate, link_fleet)
-            )
         listener = await stack.enter_async_context(
             serve_fleet(
                 link_fleet,
@@ -258,12 +253,16 @@ async def serve_link(
                 )
             )
             bound["exec"] = Address(options.exec_address.host, exec_port)
+        tasks = await stack.enter_async_context(anyio.create_task_group())
+        if options.retire_nodes_after is not None:
+            tasks.start_soon(
+                retire_nodes, state, clock, options.retire_nodes_after, (gate, link_fleet)
+            )
         if options.local_exec:
             settings = replace(options.launch, max_value_len=options.max_value_len)
             launcher = ServerAppLauncher(
                 link_exec, clock, work_dir=options.work_dir, settings=settings
             )
-            tasks = await stack.enter_async_context(anyio.create_task_group())
             await tasks.start(launcher.serve)
         if options.ready_file is not None:
             write_ready_file(options.ready_file, bound)
