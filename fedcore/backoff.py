@@ -59,9 +59,10 @@ class Backoff:
         self._ceiling = min(self._policy.maximum, self._ceiling * self._policy.factor)
         return delay
 
-    async def wait(self) -> None:
-        """Sleep :meth:`next_delay` seconds of the clock."""
-        await self._clock.sleep(self.next_delay())
+    async def wait(self, at_least: float = 0.0) -> None:
+        """Sleep :meth:`next_delay` seconds of the clock, after ``at_least`` seconds (the
+        wait a busy server asked for; the random delay spreads those it asked at once)."""
+        await self._clock.sleep(at_least + self.next_delay())
 
     def reset(self) -> None:
         """Start over from the first ceiling: the last attempt succeeded."""

@@ -250,12 +250,18 @@ class LinkUnavailableError(FedcoreError, ConnectionError):
 class LinkBusyError(LinkUnavailableError):
     """The link refused the call for now: its caller is over the link's request rate.
 
-    A fleet call answered RESOURCE_EXHAUSTED. The rate is kept per IP address, so a
-    stranger behind the same NAT can spend a node's share: for the node this is the
-    link being away for a while, retried with backoff like any outage, never a
-    reason to stop. The link refuses before it reads the request, so sending the
-    same call again is safe.
+    A fleet call answered RESOURCE_EXHAUSTED. The rate is kept per IP address (and
+    per node key, and for registrations in all), so a stranger behind the same NAT
+    can spend a node's share: for the node this is the link being away for a while,
+    retried with backoff like any outage, never a reason to stop. The link refuses
+    before it acts on the request, so sending the same call again is safe.
+    ``retry_after``: the seconds the link said to wait at least (0.0: it did not
+    say); the link raises it with the hint, the node's client with the hint it read.
     """
+
+    def __init__(self, message: str, *, retry_after: float = 0.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class ClusterUnavailableError(FedcoreError, ConnectionError):

@@ -37,6 +37,14 @@ FLEET_BODY_TIMEOUT = 60.0
 FLEET_CONNECTIONS_PER_PEER = 2048
 FLEET_MAX_CONNECTIONS = 8192
 FLEET_REQUESTS_PER_SECOND = 2000.0
+FLEET_REQUESTS_PER_SECOND_PER_KEY = 100.0
+FLEET_REGISTRATIONS_PER_SECOND = 10.0
+FLEET_REGISTRATION_BURST = 1000
+FLEET_REGISTRATIONS_PER_SECOND_TOTAL = 100.0
+MAX_HEARTBEAT_INTERVAL = 300.0
+"""``fedcore.roles.link.fleet.MAX_HEARTBEAT_INTERVAL``."""
+RETIRE_NODES_AFTER = 86_400.0
+"""``fedcore.roles.link.retirement.RETIRE_NODES_AFTER``."""
 MAX_VALUE_LEN = 512 * 1024 * 1024
 """``fedcore.wire.MAX_VALUE_LEN``: Flower's cap on a message."""
 HEARTBEAT_INTERVAL = 5.0
@@ -196,7 +204,8 @@ it) and inherited by the app processes it starts."""
     type=click.FloatRange(min=0, min_open=True),
     default=HEARTBEAT_INTERVAL,
     show_default=True,
-    help="[node] Seconds between this node's heartbeats. [link, exec] Seconds between the "
+    help="[node] Seconds between this node's heartbeats (at most the link's "
+    "--max-heartbeat-interval). [link, exec] Seconds between the "
     "heartbeats of the ServerApp processes it launches. The link declares a node offline, "
     "or a ServerApp silent, after --heartbeat-patience times that without one.",
 )
@@ -208,6 +217,25 @@ it) and inherited by the app processes it starts."""
     help="[link] How many heartbeat intervals a node or a ServerApp may stay silent. A "
     "ServerApp whose exec still holds its running process is never failed for silence; one "
     "that exits fails its run at once. Stalls of the link's own event loop do not count.",
+)
+@click.option(
+    "--max-heartbeat-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=MAX_HEARTBEAT_INTERVAL,
+    show_default=True,
+    help="[link] The longest heartbeat interval a node may declare. A node declaring more is "
+    "refused (INVALID_ARGUMENT, naming this bound) at registration and at each heartbeat, "
+    "so that every node that stops beating is offline within --heartbeat-patience times this.",
+)
+@click.option(
+    "--retire-nodes-after",
+    type=click.FloatRange(min=0),
+    default=RETIRE_NODES_AFTER,
+    show_default=True,
+    metavar="SECONDS",
+    help="[link] Delete a node offline this long, from memory and the database (0: never). "
+    "Under trust on first use any key registers: this is how long the registrations nobody "
+    "uses again are kept. A node that comes back later registers again, as a new node.",
 )
 @click.option(
     "--max-concurrent",
@@ -275,7 +303,39 @@ it) and inherited by the app processes it starts."""
     default=FLEET_REQUESTS_PER_SECOND,
     show_default=True,
     help="[link] Fleet calls one IP address may start per second on average (bursts of twice "
-    "that); more end RESOURCE_EXHAUSTED, and the link logs the flood once a minute.",
+    "that); more end RESOURCE_EXHAUSTED with a hint of how long to wait (nodes back off and "
+    "retry), and the link logs the flood once a minute.",
+)
+@click.option(
+    "--fleet-requests-per-second-per-key",
+    type=click.FloatRange(min=0, min_open=True),
+    default=FLEET_REQUESTS_PER_SECOND_PER_KEY,
+    show_default=True,
+    help="[link] Fleet calls one node key may make per second on average (bursts of twice "
+    "that), from any address, once its signature is checked; more end RESOURCE_EXHAUSTED.",
+)
+@click.option(
+    "--fleet-registrations-per-second",
+    type=click.FloatRange(min=0, min_open=True),
+    default=FLEET_REGISTRATIONS_PER_SECOND,
+    show_default=True,
+    help="[link] Node registrations one IP address may make per second on average, after a "
+    "burst of --fleet-registration-burst; more end RESOURCE_EXHAUSTED (a node retries).",
+)
+@click.option(
+    "--fleet-registration-burst",
+    type=click.IntRange(min=1),
+    default=FLEET_REGISTRATION_BURST,
+    show_default=True,
+    help="[link] Node registrations one IP address may make at once (a fleet behind one NAT "
+    "starting together); the link in all, twice that.",
+)
+@click.option(
+    "--fleet-registrations-per-second-total",
+    type=click.FloatRange(min=0, min_open=True),
+    default=FLEET_REGISTRATIONS_PER_SECOND_TOTAL,
+    show_default=True,
+    help="[link] Node registrations per second from all addresses together, on average.",
 )
 @click.option(
     "--max-value-bytes",
@@ -338,6 +398,8 @@ def serve(
     root_certificates: Path | None,
     heartbeat_interval: float,
     heartbeat_patience: float,
+    max_heartbeat_interval: float,
+    retire_nodes_after: float,
     max_concurrent: int,
     num_cpus: float | None,
     auth_key: Path | None,
@@ -347,6 +409,10 @@ def serve(
     fleet_connections_per_peer: int,
     fleet_max_connections: int,
     fleet_requests_per_second: float,
+    fleet_requests_per_second_per_key: float,
+    fleet_registrations_per_second: float,
+    fleet_registration_burst: int,
+    fleet_registrations_per_second_total: float,
     max_value_bytes: int,
     app_env: tuple[str, ...],
     app_user: str | None,
@@ -435,6 +501,8 @@ def serve(
             control_token_file=control_token_file,
             local_exec=not no_local_exec,
             heartbeat_patience=heartbeat_patience,
+            max_heartbeat_interval=max_heartbeat_interval,
+            retire_nodes_after=retire_nodes_after or None,
             max_value_len=max_value_bytes,
             authorized_nodes=authorized_nodes,
             fleet_limits=FleetLimits(
@@ -444,6 +512,12 @@ def serve(
                 max_connections=fleet_max_connections,
                 requests_per_second=fleet_requests_per_second,
                 request_burst=max(1, round(2 * fleet_requests_per_second)),
+                requests_per_second_per_key=fleet_requests_per_second_per_key,
+                request_burst_per_key=max(1, round(2 * fleet_requests_per_second_per_key)),
+                registrations_per_second=fleet_registrations_per_second,
+                registration_burst=fleet_registration_burst,
+                registrations_per_second_total=fleet_registrations_per_second_total,
+                registration_burst_total=2 * fleet_registration_burst,
             ),
         )
         options.check()

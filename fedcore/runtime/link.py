@@ -29,7 +29,8 @@ from fedcore.errors import UsageError
 from fedcore.roles.exec.launcher import LaunchSettings, ServerAppLauncher
 from fedcore.roles.link.control import LinkControl
 from fedcore.roles.link.exec import LinkExec
-from fedcore.roles.link.fleet import LinkFleet
+from fedcore.roles.link.fleet import MAX_HEARTBEAT_INTERVAL, LinkFleet
+from fedcore.roles.link.retirement import RETIRE_NODES_AFTER, retire_nodes
 from fedcore.roles.link.runtime import LinkRuntime
 from fedcore.runtime.addresses import Address, check_exposure
 from fedcore.runtime.authorized_nodes import (
@@ -72,6 +73,9 @@ class LinkOptions:
     ``max_value_len``: the most bytes one str or bytes value of a record may take in
     what the link decodes (nodes' replies, its ServerApps' pushes), and in what the
     ServerApps it launches push and decode (it overrides ``launch``'s).
+    ``max_heartbeat_interval``: the longest heartbeat interval a node may declare (a
+    longer one is refused). ``retire_nodes_after``: seconds a node registered with a
+    key may stay offline before it is deleted (None: never).
     """
 
     fleet_address: Address = FLEET_ADDRESS
@@ -94,12 +98,18 @@ class LinkOptions:
     local_exec: bool = True
     fleet_limits: FleetLimits = DEFAULT_FLEET_LIMITS
     max_value_len: int = MAX_VALUE_LEN
+    max_heartbeat_interval: float = MAX_HEARTBEAT_INTERVAL
+    retire_nodes_after: float | None = RETIRE_NODES_AFTER
 
     def check(self) -> None:
         """Refuse plaintext listeners that other machines can reach, unless insecure.
 
         Refuse too a link that would launch no run: no exec of its own, no exec API.
         """
+        if self.retire_nodes_after is not None and not self.retire_nodes_after > 0:
+            raise UsageError(
+                f"retire_nodes_after must be positive (None: never), got {self.retire_nodes_after}"
+            )
         if not self.local_exec and self.exec_address is None:
             raise UsageError(
                 "a link without its own exec needs an exec address for external execs, "
@@ -180,9 +190,15 @@ async def serve_link(
             gate.authorize(read_authorized_nodes(options.authorized_nodes))
             hangups = await stack.enter_async_context(anyio.create_task_group())
             hangups.start_soon(reload_on_hangup, options.authorized_nodes, gate)
+        link_fleet = LinkFleet(
+            state,
+            clock,
+            max_value_len=options.max_value_len,
+            max_heartbeat_interval=options.max_heartbeat_interval,
+        )
         listener = await stack.enter_async_context(
             serve_fleet(
-                LinkFleet(state, clock, max_value_len=options.max_value_len),
+                link_fleet,
                 fleet.host,
                 fleet.port,
                 gate=gate,
@@ -237,12 +253,16 @@ async def serve_link(
                 )
             )
             bound["exec"] = Address(options.exec_address.host, exec_port)
+        tasks = await stack.enter_async_context(anyio.create_task_group())
+        if options.retire_nodes_after is not None:
+            tasks.start_soon(
+                retire_nodes, state, clock, options.retire_nodes_after, (gate, link_fleet)
+            )
         if options.local_exec:
             settings = replace(options.launch, max_value_len=options.max_value_len)
             launcher = ServerAppLauncher(
                 link_exec, clock, work_dir=options.work_dir, settings=settings
             )
-            tasks = await stack.enter_async_context(anyio.create_task_group())
             await tasks.start(launcher.serve)
         if options.ready_file is not None:
             write_ready_file(options.ready_file, bound)

@@ -49,6 +49,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import random
 import re
 import secrets
@@ -156,6 +157,17 @@ class LinkState(ABC):
     @abstractmethod
     async def delete_node(self, node_id: int) -> None:
         """Remove a node; its unanswered messages get ``NODE_UNAVAILABLE`` replies."""
+
+    @abstractmethod
+    async def retire_nodes(self, *, offline_for: float) -> list[int]:
+        """Delete the nodes registered with a key that have been offline for at least
+        ``offline_for`` seconds (since their last heartbeat's deadline); their ids.
+
+        Under trust on first use any key registers, and a registration nobody will ever
+        use again would otherwise be kept for ever. A retired node's key is free: the
+        node, if it comes back, registers again (as a new node). Nodes created without a
+        key (simulation) are never retired. A bad ``offline_for``, ``ValueError``.
+        """
 
     @abstractmethod
     async def heartbeat(self, node_id: int, *, heartbeat_interval: float) -> None:
@@ -475,6 +487,12 @@ def check_heartbeat_interval(heartbeat_interval: float) -> None:
     """Refuse a heartbeat interval that is not a positive number of seconds."""
     if not heartbeat_interval > 0:
         raise ValueError(f"heartbeat_interval must be positive, got {heartbeat_interval}")
+
+
+def check_retirement(offline_for: float) -> None:
+    """Refuse a retirement age that is not a finite number of seconds, 0 or more."""
+    if not (offline_for >= 0 and math.isfinite(offline_for)):
+        raise ValueError(f"offline_for must be finite and not negative, got {offline_for}")
 
 
 def check_takes_messages(run_id: int, status: RunStatus) -> None:

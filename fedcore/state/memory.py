@@ -58,6 +58,7 @@ from fedcore.state.base import (
     check_lease,
     check_message_id,
     check_reply_type,
+    check_retirement,
     check_takes_messages,
     new_id,
     new_message_id,
@@ -266,6 +267,19 @@ class InMemoryLinkState(LinkState):
         self._fail_open_messages(node_id, "node was deleted")
         self._open.pop(node_id, None)
         self._node_topic.publish(node_id, node_id)
+
+    async def retire_nodes(self, *, offline_for: float) -> list[int]:
+        check_retirement(offline_for)
+        self._fire_due()
+        before = self._clock.now() - offline_for
+        retired = [
+            node_id
+            for node_id, node in self._nodes.items()
+            if node.public_key is not None and not node.online and node.online_until <= before
+        ]
+        for node_id in retired:
+            await self.delete_node(node_id)
+        return retired
 
     async def heartbeat(self, node_id: int, *, heartbeat_interval: float) -> None:
         check_heartbeat_interval(heartbeat_interval)

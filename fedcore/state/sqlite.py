@@ -84,6 +84,7 @@ from fedcore.state.base import (
     check_lease,
     check_message_id,
     check_reply_type,
+    check_retirement,
     check_takes_messages,
     new_id,
     new_message_id,
@@ -233,6 +234,18 @@ class SqliteLinkState(LinkState):
             raise NodeNotFoundError(f"no node {node_id}")
         self._fail_open_messages(node_id, now, "node was deleted")
         self._db.notify(partial(self._node_topic.publish, node_id, node_id))
+
+    async def retire_nodes(self, *, offline_for: float) -> list[int]:
+        check_retirement(offline_for)
+        return await self._db.transact(partial(self._retire_nodes, offline_for))
+
+    def _retire_nodes(self, offline_for: float, now: float) -> list[int]:
+        retired = [
+            node_id for (node_id,) in self._db.rows("nodes_to_retire", before=now - offline_for)
+        ]
+        for node_id in retired:
+            self._delete_node(node_id, now)
+        return retired
 
     async def heartbeat(self, node_id: int, *, heartbeat_interval: float) -> None:
         check_heartbeat_interval(heartbeat_interval)

@@ -400,6 +400,34 @@ class LinkStateConformance:
         assert await state.node_with_key(KEY_A) == again
         assert await state.get_node_ids() == [again]
 
+    async def test_keyed_nodes_offline_long_enough_are_retired(
+        self, state: LinkState, fake_clock: FakeClock
+    ) -> None:
+        retiring = await state.register_node(KEY_A, heartbeat_interval=INTERVAL)
+        beating = await state.register_node(KEY_B, heartbeat_interval=INTERVAL)
+        keyless = await state.create_node(heartbeat_interval=INTERVAL)
+        await advance(fake_clock, OFFLINE_AFTER + EPSILON)
+        assert await state.get_node_ids() == []
+        assert await state.retire_nodes(offline_for=10.0) == [], "offline, not for long"
+        await advance(fake_clock, 10.0)
+        await state.heartbeat(beating, heartbeat_interval=INTERVAL)  # back: not retired
+        heard = Recorder[int]()
+        with state.watch_nodes(heard):
+            assert await state.retire_nodes(offline_for=10.0) == [retiring]
+            await heard.wait_for(retiring)
+        assert await state.retire_nodes(offline_for=10.0) == []
+        with pytest.raises(NodeNotFoundError):
+            await state.node_with_key(KEY_A)
+        with pytest.raises(NodeNotFoundError):
+            await state.heartbeat(retiring, heartbeat_interval=INTERVAL)
+        again = await state.register_node(KEY_A, heartbeat_interval=INTERVAL)
+        assert again not in (retiring, beating, keyless)
+        assert await state.get_node_ids() == [beating, again]
+        await state.heartbeat(keyless, heartbeat_interval=INTERVAL)  # never retired: no key
+        assert await state.get_node_ids() == [beating, keyless, again]
+        with pytest.raises(ValueError):  # noqa: PT011 - the message is the implementation's
+            await state.retire_nodes(offline_for=-1.0)
+
     async def test_register_node_refuses_a_bad_interval(self, state: LinkState) -> None:
         with pytest.raises(ValueError):  # noqa: PT011 - the message is the implementation's
             await state.register_node(KEY_A, heartbeat_interval=0.0)

@@ -4,20 +4,25 @@ The tests of a link under attack send what no fedcore node would: frames that li
 about their length, bodies that are not protobuf, requests signed by a key the link
 has never seen, or not signed at all. :func:`raw_fleet_call` sends exactly the bytes
 it is given and reports the status the link ended the call with.
+:func:`register_stranger` registers a key that nothing ever uses again (a fake node),
+from the loopback address it is told (another peer on the same machine:
+``127.0.0.2``, say).
 """
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
+from grpclib.protocol import H2Protocol
 from h2.exceptions import StreamClosedError
 
 from fedcore.transport.grpc.frames import RawCodec, cardinality
 from fedcore.wire.keys import NodeKey
-from fedcore.wire.rpc import FleetMethod
+from fedcore.wire.rpc import FleetMethod, encode_register_node_request
 from fedcore.wire.signatures import sign
 
 
@@ -53,3 +58,45 @@ async def raw_fleet_call(
         except (StreamTerminatedError, StreamClosedError):
             return GRPCError(Status.CANCELLED, "the link ended the call while it was sent")
     return None
+
+
+async def register_stranger(
+    port: int, heartbeat_interval: float, *, host: str = "127.0.0.1", source: str | None = None
+) -> GRPCError | None:
+    """Register a key of its own, declaring ``heartbeat_interval``, and never call again:
+    a fake node. The error the link refused it with, or None if it registered."""
+    request = encode_register_node_request({}, heartbeat_interval)
+    method = FleetMethod.REGISTER_NODE
+    metadata = sign(NodeKey.generate(), method.value, request, time.time())
+    async with _channel(host, port, source) as channel:
+        stream = channel.request(method.value, cardinality(method), bytes, bytes, metadata=metadata)
+        try:
+            async with stream:
+                await stream.send_message(request, end=True)
+                await stream.recv_message()
+        except GRPCError as exc:
+            return exc
+    return None
+
+
+def _channel(host: str, port: int, source: str | None) -> Channel:
+    if source is None:
+        return Channel(host, port, codec=RawCodec())
+    return _ChannelFrom(source, host, port, codec=RawCodec())
+
+
+class _ChannelFrom(Channel):
+    """grpclib's Channel, connecting from the local address ``source``.
+
+    Overrides grpclib 0.4's private ``_create_connection`` (pinned <0.5), for plain TCP.
+    """
+
+    def __init__(self, source: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._source = source
+
+    async def _create_connection(self) -> H2Protocol:
+        _, protocol = await self._loop.create_connection(
+            self._protocol_factory, self._host, self._port, local_addr=(self._source, 0)
+        )
+        return protocol

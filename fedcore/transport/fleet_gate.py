@@ -19,7 +19,8 @@ Every fleet request is signed with its node's key (:mod:`fedcore.wire.signatures
 - **check_speaks_for**, once the request's node id is read: the signer's key is the
   one that node registered with. The binding lives in the LinkState (it survives a
   restart on SQLite) or whatever else answers :class:`KeyBindings`; the gate keeps
-  the keys it has seen in memory so that a heartbeat costs no database read.
+  the keys it has seen in memory so that a heartbeat costs no database read (and
+  forgets those of nodes retired, :meth:`NodeGate.forget`).
 
 So a process that knows node B's id but not B's key cannot pull B's messages, push
 replies as B, unregister B or fetch B's runs; and node A's key cannot speak for B.
@@ -189,6 +190,11 @@ class NodeGate(FleetGate):
 
     def registered(self, public_key: PublicKey, node_id: int) -> None:
         self._nodes[public_key.der] = node_id
+
+    def forget(self, node_ids: Iterable[int]) -> None:
+        """Drop the keys of nodes the state deleted (retired) from the gate's cache."""
+        gone = set(node_ids)
+        self._nodes = {key: node for key, node in self._nodes.items() if node not in gone}
 
 
 async def _off_loop_if_large(frame: Buffer, check: Callable[..., None], *args: object) -> None:

@@ -8,7 +8,9 @@ import click
 from fedcore.cli import serve as serve_cli
 from fedcore.cli import simulate as simulate_cli
 from fedcore.roles.exec.launcher import LaunchSettings
-from fedcore.runtime.link import RUNTIME_ADDRESS
+from fedcore.roles.link.fleet import MAX_HEARTBEAT_INTERVAL
+from fedcore.roles.link.retirement import RETIRE_NODES_AFTER
+from fedcore.runtime.link import RUNTIME_ADDRESS, LinkOptions
 from fedcore.simulation.backends import BACKENDS, DEFAULT_BACKEND
 from fedcore.state.base import DEFAULT_HEARTBEAT_PATIENCE
 from fedcore.strategy.rounds import DEFAULT_ROUND_TIMEOUT
@@ -53,6 +55,35 @@ def test_the_written_out_defaults_are_the_librarys() -> None:
         _default("fleet_requests_per_second"),
     )
     assert fleet.request_burst == 2 * fleet.requests_per_second
+    assert (
+        fleet.requests_per_second_per_key,
+        fleet.registrations_per_second,
+        fleet.registration_burst,
+        fleet.registrations_per_second_total,
+    ) == (
+        serve_cli.FLEET_REQUESTS_PER_SECOND_PER_KEY,
+        serve_cli.FLEET_REGISTRATIONS_PER_SECOND,
+        serve_cli.FLEET_REGISTRATION_BURST,
+        serve_cli.FLEET_REGISTRATIONS_PER_SECOND_TOTAL,
+    )
+    assert (
+        _default("fleet_requests_per_second_per_key"),
+        _default("fleet_registrations_per_second"),
+        _default("fleet_registration_burst"),
+        _default("fleet_registrations_per_second_total"),
+    ) == (
+        serve_cli.FLEET_REQUESTS_PER_SECOND_PER_KEY,
+        serve_cli.FLEET_REGISTRATIONS_PER_SECOND,
+        serve_cli.FLEET_REGISTRATION_BURST,
+        serve_cli.FLEET_REGISTRATIONS_PER_SECOND_TOTAL,
+    )
+    assert fleet.request_burst_per_key == 2 * fleet.requests_per_second_per_key
+    assert fleet.registration_burst_total == 2 * fleet.registration_burst
+    assert serve_cli.MAX_HEARTBEAT_INTERVAL == MAX_HEARTBEAT_INTERVAL
+    assert _default("max_heartbeat_interval") == MAX_HEARTBEAT_INTERVAL
+    assert serve_cli.RETIRE_NODES_AFTER == RETIRE_NODES_AFTER == _default("retire_nodes_after")
+    assert LinkOptions().max_heartbeat_interval == MAX_HEARTBEAT_INTERVAL
+    assert LinkOptions().retire_nodes_after == RETIRE_NODES_AFTER
 
 
 def test_simulate_writes_out_the_simulations_choices() -> None:

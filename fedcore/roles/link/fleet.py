@@ -13,6 +13,12 @@ are the state's (leases, replies, timers); this module adds what the network nee
 - A pushed reply's payload is decoded within ``max_value_len`` (``--max-value-bytes``):
   a str or bytes value longer than that is refused (``DecodeError``).
 - A node sees only runs it has messages of, and bundles of those runs.
+- The heartbeat interval a node declares is at most ``max_heartbeat_interval``
+  (``--max-heartbeat-interval``): a larger one is refused, at registration and at
+  each heartbeat, so that a node that stops beating goes offline within
+  ``patience × max_heartbeat_interval`` whatever it declared. Refused, not clamped: a
+  node told "online for 300 s" that beats every 3,600 s would be offline most of the
+  time with no word of why; refused, its operator reads the bound at start.
 """
 
 from __future__ import annotations
@@ -39,6 +45,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LEASE = 30.0
 """Seconds a pulled message stays leased when the node does not say (heartbeats renew it)."""
+MAX_HEARTBEAT_INTERVAL = 300.0
+"""The longest heartbeat interval a node may declare: with the default patience, a node
+that stops beating is offline within 15 minutes (a fake that never beats, too)."""
 
 
 class LinkFleet(FleetService):
@@ -54,8 +63,10 @@ class LinkFleet(FleetService):
         chunk_size: int = CHUNK_SIZE,
         max_payload: int = DEFAULT_LIMITS.max_bytes,
         max_value_len: int = MAX_VALUE_LEN,
+        max_heartbeat_interval: float = MAX_HEARTBEAT_INTERVAL,
     ) -> None:
         self._state = state
+        self._max_interval = max_heartbeat_interval
         self._clock = clock
         self._default_lease = default_lease
         self._chunk_size = chunk_size
@@ -73,7 +84,7 @@ class LinkFleet(FleetService):
         heartbeat_interval: float,
         public_key: bytes | None = None,
     ) -> int:
-        _check_interval(heartbeat_interval)
+        self._check_interval(heartbeat_interval)
         if public_key is None:
             node_id = await self._state.create_node(heartbeat_interval=heartbeat_interval)
         else:
@@ -91,6 +102,22 @@ class LinkFleet(FleetService):
         self._runs_of_node.pop(node_id, None)
         log.info("node %d unregistered", node_id)
 
+    def forget(self, node_ids: Iterable[int]) -> None:
+        """Drop what the fleet keeps of nodes the state deleted (retired)."""
+        for node_id in node_ids:
+            self._runs_of_node.pop(node_id, None)
+
+    def _check_interval(self, heartbeat_interval: float) -> None:
+        if not (heartbeat_interval > 0 and math.isfinite(heartbeat_interval)):
+            raise DecodeError(
+                f"heartbeat_interval must be positive and finite, got {heartbeat_interval}"
+            )
+        if heartbeat_interval > self._max_interval:
+            raise DecodeError(
+                f"heartbeat_interval {heartbeat_interval:g} s is over the link's bound of "
+                f"{self._max_interval:g} s (its --max-heartbeat-interval): heartbeat more often"
+            )
+
     async def heartbeat(
         self,
         node_id: int,
@@ -98,7 +125,7 @@ class LinkFleet(FleetService):
         working_message_ids: Sequence[str] = (),
         lease_seconds: float | None = None,
     ) -> list[str]:
-        _check_interval(heartbeat_interval)
+        self._check_interval(heartbeat_interval)
         await self._state.heartbeat(node_id, heartbeat_interval=heartbeat_interval)
         if not working_message_ids:
             return []
@@ -210,13 +237,6 @@ class LinkFleet(FleetService):
         except NodeNotFoundError:
             return False
         return True
-
-
-def _check_interval(heartbeat_interval: float) -> None:
-    if not (heartbeat_interval > 0 and math.isfinite(heartbeat_interval)):
-        raise DecodeError(
-            f"heartbeat_interval must be positive and finite, got {heartbeat_interval}"
-        )
 
 
 def _describe(node_config: Mapping[str, ConfigValue]) -> str:

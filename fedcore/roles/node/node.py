@@ -59,7 +59,7 @@ from fedcore.errors import (
 )
 from fedcore.roles.node.payloads import MemoryPayloads, PayloadStore, with_payload
 from fedcore.roles.node.replies import OutgoingReply
-from fedcore.roles.node.retry import Retrier
+from fedcore.roles.node.retry import Retrier, asked_wait
 from fedcore.roles.node.runner import RunnerFactory
 from fedcore.roles.node.runs import RunCache
 from fedcore.roles.node.work import InFlight
@@ -324,7 +324,7 @@ class Node:
                 pulled = await self._pull_once(node_id)
             except LinkUnavailableError as exc:
                 self._retry.unavailable(exc)
-                await backoff.wait()
+                await backoff.wait(asked_wait(exc))
                 continue
             self._retry.available()
             backoff.reset()

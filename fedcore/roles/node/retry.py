@@ -4,7 +4,9 @@
 a node retries: everything else the link answers is final for that request. Its
 subclass :class:`~fedcore.errors.LinkBusyError` (the link's "too many requests") is
 retried the same way: a rate limit, spent perhaps by a stranger behind the same NAT,
-is an episode to wait out, never a reason for the node to stop. Every loop and
+is an episode to wait out, never a reason for the node to stop; the wait the link
+asked for (:attr:`~fedcore.errors.LinkBusyError.retry_after`) comes before the
+backoff's own (:func:`asked_wait`). Every loop and
 message task of a node retries on its own :class:`Backoff`, but they share one
 :class:`Retrier`, so an episode is logged once when it begins (the first refusal's
 reason) and once when it ends ("back"), however many calls noticed in between.
@@ -19,7 +21,7 @@ from typing import TypeVar
 
 from fedcore.backoff import Backoff, BackoffPolicy
 from fedcore.clock import Clock
-from fedcore.errors import LinkUnavailableError
+from fedcore.errors import LinkBusyError, LinkUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +49,7 @@ class Retrier:
                 result = await call()
             except LinkUnavailableError as exc:
                 self.unavailable(exc)
-                await backoff.wait()
+                await backoff.wait(asked_wait(exc))
             else:
                 self.available()
                 return result
@@ -64,3 +66,8 @@ class Retrier:
             away = self._clock.now() - self._down_since
             self._down_since = None
             log.info("the link is back after %.1f s", away)
+
+
+def asked_wait(exc: LinkUnavailableError) -> float:
+    """The seconds the link asked the caller to wait before calling again (0.0: none)."""
+    return exc.retry_after if isinstance(exc, LinkBusyError) else 0.0

@@ -118,6 +118,12 @@ UPDATE nodes SET online = 0 WHERE node_id = :node_id;
 -- name: delete_node
 DELETE FROM nodes WHERE node_id = :node_id;
 
+-- name: nodes_to_retire
+-- Nodes registered with a key, offline since :before or earlier (retire_nodes).
+SELECT node_id FROM nodes
+WHERE public_key IS NOT NULL AND online = 0 AND online_until <= :before
+ORDER BY position;
+
 -- name: online_node_ids
 SELECT node_id FROM nodes WHERE online_until > :now ORDER BY position;
 

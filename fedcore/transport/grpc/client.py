@@ -8,7 +8,8 @@ fedcore's errors: UNAUTHENTICATED as AuthenticationError, INVALID_ARGUMENT as
 DecodeError, NOT_FOUND as the NotFoundError subclass the link named, and everything
 that means "the link is not there now" (nothing listens, the connection broke,
 UNAVAILABLE) as :class:`~fedcore.errors.LinkUnavailableError`, and "not now, too
-many requests" (RESOURCE_EXHAUSTED) as its subclass :class:`~fedcore.errors.LinkBusyError`.
+many requests" (RESOURCE_EXHAUSTED) as its subclass :class:`~fedcore.errors.LinkBusyError`,
+carrying the link's hint of how long to wait (its ``fedcore-retry-after`` trailer).
 Deciding whether and when to try again is the node's business, not this module's.
 """
 
@@ -48,7 +49,7 @@ from fedcore.errors import (
     UnknownSessionError,
 )
 from fedcore.transport.fleet import Buffer, FleetService, Transfer, each_chunk
-from fedcore.transport.grpc.frames import ERROR_TRAILER, RawCodec, cardinality
+from fedcore.transport.grpc.frames import ERROR_TRAILER, RETRY_TRAILER, RawCodec, cardinality
 from fedcore.transport.grpc.heartbeats import HeartbeatCall
 from fedcore.wire import rpc as wire
 from fedcore.wire.chunks import Digest
@@ -60,6 +61,9 @@ from fedcore.wire.signatures import sign
 
 _Stream = grpclib.client.Stream[bytes, bytes]
 _LINK_ERRORS = (GRPCError, StreamTerminatedError, OSError)
+MAX_RETRY_HINT = 60.0
+"""The longest wait a link's retry hint is taken at: a hint is the link's word, not a
+reason to stay away for hours."""
 _NOT_FOUND = {
     kind.__name__: kind
     for kind in (NotFoundError, RunNotFoundError, NodeNotFoundError, MessageNotFoundError)
@@ -392,15 +396,18 @@ class GrpcFleetClient(FleetService):
         if status is grpclib.const.Status.UNAVAILABLE:
             return LinkUnavailableError(f"{where} is unavailable: {message}")
         if status is grpclib.const.Status.RESOURCE_EXHAUSTED:
-            return LinkBusyError(f"{where} refused the call ({status.name}): {message}")
+            return LinkBusyError(
+                f"{where} refused the call ({status.name}): {message}",
+                retry_after=_retry_hint(stream),
+            )
         if status is grpclib.const.Status.UNAUTHENTICATED:
-            if _error_trailer(stream) == UnknownSessionError.__name__:
+            if _trailer(stream, ERROR_TRAILER) == UnknownSessionError.__name__:
                 return UnknownSessionError(f"{where} refused this node's session: {message}")
             return AuthenticationError(f"{where} refused this node: {message}")
         if status is grpclib.const.Status.INVALID_ARGUMENT:
             return DecodeError(f"{where} refused the request: {message}")
         if status is grpclib.const.Status.NOT_FOUND:
-            return _NOT_FOUND.get(_error_trailer(stream), NotFoundError)(message)
+            return _NOT_FOUND.get(_trailer(stream, ERROR_TRAILER), NotFoundError)(message)
         return FedcoreError(f"{where} failed the call with {status.name}: {message}")
 
 
@@ -425,17 +432,27 @@ def _take_back_native_cancel(stream: _Stream) -> None:
         task.uncancel()
 
 
-def _error_trailer(stream: _Stream) -> str:
-    """The ``fedcore-error`` trailer of a failed call, or "" without one.
+def _trailer(stream: _Stream, name: str) -> str:
+    """The trailer ``name`` of a failed call, or "" without one.
 
     grpclib fills ``trailing_metadata`` when it reads the status itself; when a
     send fails because the link ended the call early, it raises the status from
     the raw trailers (or trailers-only headers) of its HTTP/2 stream instead.
     """
     if stream.trailing_metadata is not None:
-        return str(stream.trailing_metadata.get(ERROR_TRAILER, ""))
+        return str(stream.trailing_metadata.get(name, ""))
     raw = stream._stream.trailers or stream._stream.headers or []
-    return next((value for name, value in raw if name == ERROR_TRAILER), "")
+    return next((value for key, value in raw if key == name), "")
+
+
+def _retry_hint(stream: _Stream) -> float:
+    """The seconds a RESOURCE_EXHAUSTED answer said to wait (its ``fedcore-retry-after``
+    trailer), at most :data:`MAX_RETRY_HINT`; 0.0 if it said nothing readable."""
+    try:
+        hint = float(_trailer(stream, RETRY_TRAILER) or 0.0)
+    except ValueError:
+        return 0.0
+    return min(hint, MAX_RETRY_HINT) if hint > 0 else 0.0
 
 
 def _present(frame: bytes | None) -> bytes:

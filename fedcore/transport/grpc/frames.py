@@ -45,6 +45,9 @@ OFF_LOOP_BYTES = 64 * 1024
 
 ERROR_TRAILER = "fedcore-error"
 """Trailing metadata naming the error class of a NOT_FOUND or UNAUTHENTICATED status."""
+RETRY_TRAILER = "fedcore-retry-after"
+"""Trailing metadata of a RESOURCE_EXHAUSTED status: the seconds to wait before calling
+again (gRPC's own ``grpc-retry-pushback-ms`` is a name grpclib reserves)."""
 
 STREAMING = {
     FleetMethod.HEARTBEATS: grpclib.const.Cardinality.STREAM_STREAM,

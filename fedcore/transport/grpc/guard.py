@@ -15,9 +15,12 @@ is grpclib's server with a protocol that
   :attr:`FleetLimits.idle_timeout` seconds, and turns on TCP keepalive, so that a
   peer that vanished mid-call (half-open) is found by the kernel.
 
-:class:`PeerRates` is a token bucket per peer address that the handlers consult
-before each call; :class:`FloodLog` logs each kind of refusal once per interval
-with a count, instead of a line (or a traceback) per request.
+:class:`Rates` is a token bucket per key that the handlers consult: per peer
+address before each call, per node key once the call's signature is checked, and
+per peer address and over all peers before each registration. A refusal says how
+long until the bucket holds a token again (the call's retry hint). :class:`FloodLog`
+logs each kind of refusal once per interval with a count, instead of a line (or a
+traceback) per request.
 
 The protocol subclasses grpclib's ``H2Protocol`` and reads its ``processor.streams``
 (the calls open on the connection), private parts of grpclib 0.4 (pinned <0.5).
@@ -30,7 +33,7 @@ import logging
 import resource
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -62,13 +65,41 @@ class FleetLimits:
     """Calls per second one peer address may start, on average."""
     request_burst: int = 4000
     """Calls one peer address may start at once, above its rate (the CLI: twice the rate)."""
+    requests_per_second_per_key: float = 100.0
+    """Calls one node key may make per second, on average, once its signature is checked:
+    a node heartbeats every few seconds and makes a handful of calls per message, so a
+    key over this is a registered node flooding the link, whatever its address."""
+    request_burst_per_key: int = 200
+    registrations_per_second: float = 10.0
+    """Registrations one peer address may make per second, on average, after a burst of
+    :attr:`registration_burst`: each new key costs the link a row and a log line."""
+    registration_burst: int = 1000
+    """Registrations one peer address may make at once: a thousand nodes behind one NAT
+    starting together."""
+    registrations_per_second_total: float = 100.0
+    """Registrations per second over all peer addresses, on average."""
+    registration_burst_total: int = 2000
 
     def __post_init__(self) -> None:
-        for name in ("idle_timeout", "body_timeout", "requests_per_second"):
+        for name in (
+            "idle_timeout",
+            "body_timeout",
+            "requests_per_second",
+            "requests_per_second_per_key",
+            "registrations_per_second",
+            "registrations_per_second_total",
+        ):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and value > 0):
                 raise ValueError(f"FleetLimits.{name} must be positive, got {value!r}")
-        for name in ("connections_per_peer", "max_connections", "request_burst"):
+        for name in (
+            "connections_per_peer",
+            "max_connections",
+            "request_burst",
+            "request_burst_per_key",
+            "registration_burst",
+            "registration_burst_total",
+        ):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise ValueError(f"FleetLimits.{name} must be a positive int, got {value!r}")
@@ -106,26 +137,37 @@ class FloodLog:
         log.warning(message + "%s", *args, more)
 
 
-class PeerRates:
-    """A token bucket per peer address: :meth:`admit` says whether a call may start."""
+class Rates:
+    """A token bucket per key (a peer address, a node key): :meth:`admit` says whether a
+    call may start, and if not, in how many seconds it could."""
+
+    MAX_BUCKETS = 65536
+    """Buckets kept before the full ones (which hold no state) are forgotten."""
 
     def __init__(self, rate: float, burst: int, now: Callable[[], float] = time.monotonic) -> None:
         self._rate = rate
         self._burst = float(burst)
         self._now = now
-        self._buckets: dict[str, tuple[float, float]] = {}
+        self._buckets: dict[Hashable, tuple[float, float]] = {}
 
-    def admit(self, peer: str) -> bool:
+    def admit(self, key: Hashable) -> float:
+        """0.0 if ``key`` may make a call now (it spends a token); otherwise the seconds
+        until it may (it spends nothing)."""
         now = self._now()
-        tokens, then = self._buckets.get(peer, (self._burst, now))
+        tokens, then = self._buckets.get(key, (self._burst, now))
         tokens = min(self._burst, tokens + (now - then) * self._rate)
-        if len(self._buckets) > 65536:  # forget the full buckets, which hold no state
-            self._buckets = {p: b for p, b in self._buckets.items() if b[0] < self._burst}
+        if len(self._buckets) > self.MAX_BUCKETS:
+            self._buckets = {k: b for k, b in self._buckets.items() if b[0] < self._burst}
         if tokens < 1.0:
-            self._buckets[peer] = (tokens, now)
-            return False
-        self._buckets[peer] = (tokens - 1.0, now)
-        return True
+            self._buckets[key] = (tokens, now)
+            return (1.0 - tokens) / self._rate
+        self._buckets[key] = (tokens - 1.0, now)
+        return 0.0
+
+    def give_back(self, key: Hashable) -> None:
+        """Return the token ``key`` spent on a call another bucket then refused."""
+        tokens, then = self._buckets.get(key, (self._burst, self._now()))
+        self._buckets[key] = (min(self._burst, tokens + 1.0), then)
 
 
 @dataclass

@@ -10,7 +10,9 @@ with a status, as ``fleet.proto`` says: AuthenticationError is UNAUTHENTICATED
 (with its reason: nothing in it is secret; its class in the ``fedcore-error``
 trailer, so that a node told of an unknown session signs again); DecodeError is INVALID_ARGUMENT;
 a NotFoundError is NOT_FOUND, with the error's class in the ``fedcore-error``
-trailer so that the client raises the same one; anything else is logged here and
+trailer so that the client raises the same one; LinkBusyError (a rate spent) is
+RESOURCE_EXHAUSTED, with the seconds to wait in the ``fedcore-retry-after`` trailer;
+anything else is logged here and
 answered INTERNAL with no detail. Heartbeat and PushReply answer their expected
 refusals (unknown node; the reject reasons) in the response instead.
 
@@ -23,7 +25,8 @@ What a stranger may cost is bounded (docs/security.md, "Bounded cost"): each
 method's request frames are capped by :data:`~fedcore.wire.rpc.REQUEST_CAPS`
 before they are read, and must arrive within the body timeout; large ones are
 decoded off the event loop (:func:`~fedcore.transport.grpc.frames.decoded`);
-connections and call rates per peer are kept within :class:`FleetLimits`
+connections and call rates per peer, call rates per node key and registration
+rates per peer and in all are kept within :class:`FleetLimits`
 (:mod:`fedcore.transport.grpc.guard`), and refusals are logged once a minute.
 """
 
@@ -49,6 +52,7 @@ from fedcore.errors import (
     ConflictError,
     DecodeError,
     FedcoreError,
+    LinkBusyError,
     MessageNotFoundError,
     NodeNotFoundError,
     NotFoundError,
@@ -56,13 +60,20 @@ from fedcore.errors import (
     RunFinishedError,
 )
 from fedcore.transport.fleet import Admission, FleetGate, FleetService, Transfer
-from fedcore.transport.grpc.frames import ERROR_TRAILER, RawCodec, cardinality, decoded, receive
+from fedcore.transport.grpc.frames import (
+    ERROR_TRAILER,
+    RETRY_TRAILER,
+    RawCodec,
+    cardinality,
+    decoded,
+    receive,
+)
 from fedcore.transport.grpc.guard import (
     DEFAULT_FLEET_LIMITS,
     FleetLimits,
     FloodLog,
     GuardedServer,
-    PeerRates,
+    Rates,
 )
 from fedcore.wire import DEFAULT_LIMITS
 from fedcore.wire import rpc as wire
@@ -155,7 +166,12 @@ class _FleetHandlers:
         self._max_payload = max_payload
         self._timeout = limits.body_timeout
         self._idle_timeout = limits.idle_timeout
-        self._rates = PeerRates(limits.requests_per_second, limits.request_burst)
+        self._rates = Rates(limits.requests_per_second, limits.request_burst)
+        self._key_rates = Rates(limits.requests_per_second_per_key, limits.request_burst_per_key)
+        self._registrations = Rates(limits.registrations_per_second, limits.registration_burst)
+        self._all_registrations = Rates(
+            limits.registrations_per_second_total, limits.registration_burst_total
+        )
         self.flood = FloodLog()
         self.closing = False
         """Set when the server shuts down: calls end UNAVAILABLE and reach no service."""
@@ -196,10 +212,17 @@ class _FleetHandlers:
             if self.closing:
                 await _end(stream, grpclib.const.Status.UNAVAILABLE, _SHUTTING_DOWN)
                 return
-            if not await self._admit(stream):
-                return
             try:
+                self._admit(stream, method)
                 await handler(stream)
+            except LinkBusyError as exc:
+                self.flood.warn("rate", "refused a %s call: %s", method.name, exc)
+                await _end(
+                    stream,
+                    grpclib.const.Status.RESOURCE_EXHAUSTED,
+                    f"too many requests: {exc}",
+                    retry_after=exc.retry_after,
+                )
             except AuthenticationError as exc:
                 self.flood.warn("unauthenticated", "refused a %s call: %s", method.name, exc)
                 await _end(
@@ -221,15 +244,28 @@ class _FleetHandlers:
 
         return guarded
 
-    async def _admit(self, stream: _Stream) -> bool:
-        """Whether the call's peer is within its request rate; refuse the call if not."""
+    def _admit(self, stream: _Stream, method: FleetMethod) -> None:
+        """Raise LinkBusyError unless the call's peer is within its request rate and, for a
+        registration, within its registration rate and the link within its own."""
         peer = stream.peer.addr()
         address = str(peer[0]) if peer else "?"
-        if self._rates.admit(address):
-            return True
-        self.flood.warn("rate", "refused fleet calls from %s: over its request rate", address)
-        await _end(stream, grpclib.const.Status.RESOURCE_EXHAUSTED, "too many requests")
-        return False
+        if wait := self._rates.admit(address):
+            raise LinkBusyError(f"{address} is over its request rate", retry_after=wait)
+        if method is not FleetMethod.REGISTER_NODE:
+            return
+        if wait := self._registrations.admit(address):
+            raise LinkBusyError(f"{address} is over its registration rate", retry_after=wait)
+        if wait := self._all_registrations.admit(None):
+            self._registrations.give_back(address)
+            raise LinkBusyError("the link is over its registration rate", retry_after=wait)
+
+    def _admit_key(self, admission: Admission) -> None:
+        """Raise LinkBusyError unless the node key that signed the call is within its rate."""
+        if wait := self._key_rates.admit(admission.public_key.der):
+            raise LinkBusyError(
+                f"node key {admission.public_key.fingerprint} is over its request rate",
+                retry_after=wait,
+            )
 
     async def _request(self, stream: _Stream, method: FleetMethod) -> tuple[bytes, Admission]:
         """The call's first frame, once the gate admitted the signature (or MAC) over it;
@@ -244,6 +280,7 @@ class _FleetHandlers:
         if frame is None:
             raise DecodeError("the call carried no request")
         admission = await self._gate.admit(method.value, frame, presented)
+        self._admit_key(admission)
         if admission.headers:
             await stream.send_initial_metadata(metadata=admission.headers)
         return frame, admission
@@ -288,7 +325,7 @@ class _FleetHandlers:
 
         The frames after the first wait up to the idle timeout, not the body
         timeout: a node sends one per heartbeat interval. Each counts against the
-        peer's request rate as a call would.
+        peer's and the key's request rates as a call would.
         """
         frame, admission = await self._request(stream, FleetMethod.HEARTBEATS)
         cap = min(self._cap, REQUEST_CAPS[FleetMethod.HEARTBEATS])
@@ -302,9 +339,11 @@ class _FleetHandlers:
             await self._gate.check_speaks_for(admission.public_key, request[0])
             await stream.send_message(await self._beat(*request))
             next_frame = await receive(stream, cap, self._idle_timeout)
-            if next_frame is None or not await self._admit(stream):
+            if next_frame is None:
                 return
+            self._admit(stream, FleetMethod.HEARTBEATS)
             self._gate.check_session(admission)
+            self._admit_key(admission)
             frame, number = next_frame, number + 1
 
     async def _beat(
@@ -400,12 +439,19 @@ async def _send_transfer(stream: _Stream, transfer: Transfer) -> None:
 
 
 async def _end(
-    stream: _Stream, status: grpclib.const.Status, message: str, error: str | None = None
+    stream: _Stream,
+    status: grpclib.const.Status,
+    message: str,
+    error: str | None = None,
+    *,
+    retry_after: float = 0.0,
 ) -> None:
-    metadata = {ERROR_TRAILER: error} if error else None
+    metadata = {ERROR_TRAILER: error} if error else {}
+    if retry_after:
+        metadata[RETRY_TRAILER] = f"{retry_after:.3f}"
     try:
         await stream.send_trailing_metadata(
-            status=status, status_message=message[:MAX_DETAIL], metadata=metadata
+            status=status, status_message=message[:MAX_DETAIL], metadata=metadata or None
         )
     except h2.exceptions.StreamClosedError:
         log.debug("the client left before the %s status was sent", status.name)

@@ -25,6 +25,7 @@ from fedcore.errors import (
     RunNotFoundError,
 )
 from fedcore.roles.link.fleet import LinkFleet
+from fedcore.state.base import DEFAULT_HEARTBEAT_PATIENCE
 from fedcore.state.memory import InMemoryLinkState
 from fedcore.testing import FakeClock
 from fedcore.testing.arrays import backing
@@ -312,3 +313,17 @@ async def test_registration_refuses_a_bad_heartbeat_interval(
 ) -> None:
     with pytest.raises(DecodeError, match="heartbeat_interval"):
         await fleet.register_node({}, interval)
+
+
+async def test_a_heartbeat_interval_over_the_bound_is_refused_at_registration_and_beat(
+    state: InMemoryLinkState, fake_clock: FakeClock
+) -> None:
+    fleet = LinkFleet(state, fake_clock, max_heartbeat_interval=2.0)
+    with pytest.raises(DecodeError, match=r"over the link's bound of 2 s .*max-heartbeat-interval"):
+        await fleet.register_node({}, 1e9, b"key of a node that never beats")
+    assert await state.get_node_ids() == []
+    node = await fleet.register_node({}, 2.0, b"key of a node at the bound")
+    with pytest.raises(DecodeError, match="over the link's bound"):
+        await fleet.heartbeat(node, 2.1)
+    fake_clock.advance(DEFAULT_HEARTBEAT_PATIENCE * 2.0 + 0.1)
+    assert await state.get_node_ids() == [], "silent past patience × the bound: offline"

@@ -166,3 +166,26 @@ async def test_the_retrier_backs_off_while_the_link_is_busy_and_logs_the_episode
     messages = [record.getMessage() for record in caplog.records]
     assert sum("RESOURCE_EXHAUSTED" in message for message in messages) == 1
     assert sum("the link is back" in message for message in messages) == 1
+
+
+async def test_the_retrier_waits_at_least_what_the_busy_link_asked(fake_clock: FakeClock) -> None:
+    retry = Retrier(fake_clock, BackoffPolicy(initial=0.1, maximum=0.1, factor=1.0), seed=1)
+    attempts: list[float] = []
+
+    async def asks_for_seven_seconds() -> str:
+        attempts.append(fake_clock.now())
+        if len(attempts) == 1:
+            raise LinkBusyError("too many requests", retry_after=7.0)
+        return "answer"
+
+    results: list[str] = []
+
+    async def call() -> None:
+        results.append(await retry(asks_for_seven_seconds))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        while not results:
+            await anyio.wait_all_tasks_blocked()
+            fake_clock.advance(0.05)
+    assert 7.0 <= attempts[1] - attempts[0] <= 7.0 + 0.1 + 0.05
