@@ -58,6 +58,7 @@ from fedcore.strategy.fedavg import FedAvg, MetricsAggregation
 from fedcore.strategy.result import EvaluateFn, Result, RoundReport, StopFn
 from fedcore.strategy.rounds import (
     Rounds,
+    accepted,
     begin_rounds,
     evaluate_on_server,
     exchange,
@@ -102,6 +103,7 @@ class FedBuff(FedAvg):
         train_metrics_aggr_fn: MetricsAggregation | None = None,
         evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
         round_timeout: float | None = None,
+        validate_replies: bool = True,
     ) -> None:
         super().__init__(
             fraction_train=1.0,
@@ -115,6 +117,7 @@ class FedBuff(FedAvg):
             train_metrics_aggr_fn=train_metrics_aggr_fn,
             evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn,
             round_timeout=round_timeout,
+            validate_replies=validate_replies,
         )
         self.buffer_size = arguments.count("buffer_size", buffer_size, minimum=1)
         self.concurrency = arguments.count("concurrency", concurrency, minimum=1)
@@ -318,6 +321,8 @@ class _Step:
     started: float
     replies: int = 0
     errors: list[Message] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    """The labels of the replies the strategy refused (:meth:`FedBuff.check_train_reply`)."""
     missing: int = 0
     benched: set[int] = field(default_factory=set)
     """Nodes that failed during this step: not started again until the next one."""
@@ -343,6 +348,7 @@ class _AsyncRun:
         self.seed = sampling_seed(grid.run)
         self.rotation = _Rotation(grid, self.seed)
         self.working: dict[str, tuple[int, int]] = {}  # message id -> (node id, round)
+        self.sent: dict[str, Message] = {}  # message id -> the message, to check its reply
         self.result = Result()
 
     async def drive(
@@ -398,12 +404,18 @@ class _AsyncRun:
         if isinstance(outcome, _Lost):
             for message_id in outcome.message_ids:
                 node_id, _ = self.working.pop(message_id)
+                del self.sent[message_id]
                 step.benched.add(node_id)
             step.missing += len(outcome.message_ids)
             return
         node_id, _ = self.working.pop(outcome.metadata.reply_to_message_id)
+        sent = self.sent.pop(outcome.metadata.reply_to_message_id)
         if outcome.has_error():
             step.errors.append(outcome)
+            step.benched.add(node_id)
+        elif not accepted(
+            self.strategy.check_train_reply, sent, outcome, step.buffer.server_round, step.refused
+        ):
             step.benched.add(node_id)
         else:
             step.replies += 1
@@ -435,8 +447,9 @@ class _AsyncRun:
             server_round, self.result.arrays, ConfigRecord(self.train_config), node_ids
         )
         ids = await push_within(self.grid, messages, self.limit)
-        for message_id, node_id in zip(ids, node_ids, strict=True):
+        for message_id, node_id, message in zip(ids, node_ids, messages, strict=True):
             self.working[message_id] = (node_id, server_round)
+            self.sent[message_id] = message
         self._training.start_soon(self._listen, ids, self._send.clone())
 
     async def _listen(self, ids: list[str], send: MemoryObjectSendStream[Message | _Lost]) -> None:
@@ -476,7 +489,7 @@ class _AsyncRun:
             train_replies=step.replies,
             evaluate_replies=0,
             elapsed=self.grid.clock.now() - step.started,
-            train_failures=failure_counts(step.errors, step.missing),
+            train_failures=failure_counts(step.errors, step.missing, step.refused),
             train_metrics=dict(result.train_metrics_clientapp.get(server_round, {})),
             server_metrics=dict(result.evaluate_metrics_serverapp.get(server_round, {})),
             stopped_early=stop,
