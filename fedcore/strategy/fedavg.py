@@ -173,21 +173,22 @@ class FedAvg(Strategy):
     (checked by :meth:`check_train_reply`): true of every strategy that averages
     models; FedXgb's replies are trees of their own length."""
 
-    def check_train_reply(self, sent: Message, reply: Message) -> None:
+    def check_train_reply(self, sent: Message, reply: Message) -> Message:
         """As :meth:`Strategy.check_train_reply`, and the reply must be one FedAvg can
-        read (one ArrayRecord, one MetricRecord: refused as ``malformed``) and weigh:
-        its ``weighted_by_key`` a count from 0 to 2^53."""
+        weigh — its ``weighted_by_key`` a count from 0 to 2^53 — and read: one
+        ArrayRecord, one MetricRecord (refused as ``malformed``)."""
         if not self.validate_replies:
-            return
-        check_train_reply(
+            return reply
+        content = check_train_reply(
             sent.content,
             reply.content,
             weighted_by_key=self.weighted_by_key,
             same_layout=self.replies_keep_layout,
         )
-        problem = self._problem(reply.content, "train")
+        problem = self._problem(content, "train")
         if problem is not None:
             raise RefusedReplyError("malformed", problem)
+        return reply if content is reply.content else reply.with_content(content)
 
     def train_aggregation(self, server_round: int) -> Aggregation | None:
         return _Averaging(self, server_round)

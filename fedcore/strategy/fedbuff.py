@@ -51,6 +51,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from fedcore.apps.grid import Grid
 from fedcore.domain import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from fedcore.errors import RefusedReplyError
 from fedcore.strategy import arguments
 from fedcore.strategy.aggregate import ArrayMean, cast_back, check_same_layout
 from fedcore.strategy.base import Aggregation
@@ -58,7 +59,6 @@ from fedcore.strategy.fedavg import FedAvg, MetricsAggregation
 from fedcore.strategy.result import EvaluateFn, Result, RoundReport, StopFn
 from fedcore.strategy.rounds import (
     Rounds,
-    accepted,
     begin_rounds,
     evaluate_on_server,
     exchange,
@@ -66,6 +66,7 @@ from fedcore.strategy.rounds import (
     log_failures,
     metrics_text,
     push_within,
+    refusal,
     replies_within,
     round_limit,
     sampling_seed,
@@ -413,11 +414,13 @@ class _AsyncRun:
         if outcome.has_error():
             step.errors.append(outcome)
             step.benched.add(node_id)
-        elif not accepted(
-            self.strategy.check_train_reply, sent, outcome, step.buffer.server_round, step.refused
-        ):
-            step.benched.add(node_id)
         else:
+            try:
+                outcome = self.strategy.check_train_reply(sent, outcome)
+            except RefusedReplyError as exc:
+                step.refused.append(refusal(step.buffer.server_round, outcome, exc))
+                step.benched.add(node_id)
+                return
             step.replies += 1
             step.buffer.add(outcome)
 

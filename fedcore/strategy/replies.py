@@ -11,7 +11,9 @@ aggregates it, and that check is :func:`check_train_reply`:
 - the reply's ArrayRecords, in order, have the names, shapes and dtypes of the
   ArrayRecords the message sent (when it sent any, and the strategy expects its
   model back — FedXgb's replies are trees of their own length, and are not held
-  to the sent layout);
+  to the sent layout). An array of another dtype of the same kind (float64 for a
+  float32 model: numpy promotes easily) is cast to the dtype sent, so the model
+  keeps its own; one of another kind (an int for a float) is refused;
 - every float and complex value is finite;
 - its weight, for a strategy that weighs replies (FedAvg's ``weighted_by_key``), is
   a number from 0 to :data:`MAX_WEIGHT`.
@@ -30,13 +32,14 @@ unweighted robust rules (FedMedian, FedTrimmedAvg, Krum, Bulyan); docs/security.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from fedcore.domain import ArrayRecord, RecordDict
 from fedcore.domain.array import NDArray
 from fedcore.errors import RefusedReplyError
-from fedcore.strategy.aggregate import check_readable, check_same_layout
+from fedcore.strategy.aggregate import check_readable
 
 MAX_WEIGHT = float(2**53)
 """The largest weight a reply may claim: 2^53, past which float64 no longer counts
@@ -50,44 +53,77 @@ def check_train_reply(
     *,
     weighted_by_key: str | None = None,
     same_layout: bool = True,
-) -> None:
-    """Raise :class:`~fedcore.errors.RefusedReplyError` unless ``reply``, the content of
-    a training reply, is fit to aggregate given ``sent``, the content of the message it
-    answers: arrays laid out as those sent (when ``same_layout`` and any were sent),
-    finite, and weighing a count (its first MetricRecord's ``weighted_by_key``, when
-    given). The label says which: ``layout``, ``unreadable``, ``non-finite``, ``weight``."""
-    records = list(reply.array_records.values())
+) -> RecordDict:
+    """``reply``, the content of a training reply, as it may be aggregated given
+    ``sent``, the content of the message it answers: itself, or a copy whose arrays of
+    another precision are cast to the dtypes sent. Raises
+    :class:`~fedcore.errors.RefusedReplyError` unless its arrays are laid out as those
+    sent (when ``same_layout`` and any were sent) and finite, and it weighs a count
+    (its first MetricRecord's ``weighted_by_key``, when given). The label says which:
+    ``unreadable``, ``layout``, ``non-finite``, ``weight``."""
+    names, records = list(reply.array_records), list(reply.array_records.values())
+    for record in records:
+        check_readable_arrays(record)
     expected = list(sent.array_records.values())
     if same_layout and expected:
-        check_layout(expected, records)
+        records = as_sent(expected, records)
     for record in records:
         check_finite(record)
     if weighted_by_key is not None:
         metrics = next(iter(reply.metric_records.values()), None)
         check_weight(None if metrics is None else metrics.get(weighted_by_key), weighted_by_key)
+    if all(new is old for new, old in zip(records, reply.array_records.values(), strict=True)):
+        return reply
+    return RecordDict({**reply, **dict(zip(names, records, strict=True))})
 
 
-def check_layout(expected: list[ArrayRecord], records: list[ArrayRecord]) -> None:
-    """``records`` are ``expected``'s count of ArrayRecords, each with the names, shapes
-    and dtypes of its counterpart; else refused as ``layout``."""
+def as_sent(expected: list[ArrayRecord], records: list[ArrayRecord]) -> list[ArrayRecord]:
+    """``records`` with ``expected``'s count of ArrayRecords, each with the names and
+    shapes of its counterpart, and its dtypes — an array of another dtype of the same
+    kind cast to it; else refused as ``layout``."""
     if len(records) != len(expected):
         raise RefusedReplyError(
             "layout", f"{len(records)} ArrayRecords, expected {len(expected)} as sent"
         )
-    for reference, record in zip(expected, records, strict=True):
-        try:
-            check_same_layout(reference, record)
-        except ValueError as exc:
-            raise RefusedReplyError("layout", f"{exc}, as sent") from None
+    return [_record_as_sent(ref, record) for ref, record in zip(expected, records, strict=True)]
 
 
-def check_finite(record: ArrayRecord) -> None:
-    """Every float and complex value of ``record`` is finite; else refused as
-    ``non-finite`` (or ``unreadable``: an array that is bytes fedcore cannot read)."""
+def _record_as_sent(reference: ArrayRecord, record: ArrayRecord) -> ArrayRecord:
+    if list(record) != list(reference):
+        raise RefusedReplyError("layout", f"arrays {list(record)}, sent {list(reference)}")
+    cast: dict[str, NDArray] = {}
+    for key, array in record.items():
+        want = reference[key]
+        if array.shape != want.shape or _kind(array.dtype) != _kind(want.dtype):
+            raise RefusedReplyError(
+                "layout",
+                f"array {key!r} is {array.dtype}{list(array.shape)}, "
+                f"sent {want.dtype}{list(want.shape)}",
+            )
+        if array.dtype != want.dtype:
+            with np.errstate(over="ignore", invalid="ignore"):  # too large: infinite, refused
+                cast[key] = np.asarray(array.astype(want.dtype))
+    if not cast:
+        return record
+    return ArrayRecord({key: cast.get(key, array) for key, array in record.items()})
+
+
+def _kind(dtype: np.dtype[Any]) -> str:
+    """The kind of number a dtype holds, signed and unsigned integers alike."""
+    return "i" if dtype.kind == "u" else dtype.kind
+
+
+def check_readable_arrays(record: ArrayRecord) -> None:
+    """Every array of ``record`` reads as numpy; else refused as ``unreadable`` (bytes
+    of a serialisation fedcore does not read)."""
     try:
         check_readable(record)
     except ValueError as exc:
         raise RefusedReplyError("unreadable", str(exc)) from None
+
+
+def check_finite(record: ArrayRecord) -> None:
+    """Every float and complex value of ``record`` is finite; else refused as ``non-finite``."""
     for key, array in record.items():
         if not _finite(array):
             bad = int(array.size - np.count_nonzero(np.isfinite(array)))
@@ -116,7 +152,7 @@ def check_weight(value: object, weighted_by_key: str) -> float:
             "weight", f"metric {weighted_by_key!r} must be a number, got {value!r}"
         )
     weight = float(value) if abs(value) <= MAX_WEIGHT else math.inf
-    if not (math.isfinite(weight) and 0 <= weight):
+    if not (math.isfinite(weight) and weight >= 0):
         raise RefusedReplyError(
             "weight",
             f"metric {weighted_by_key!r} must be a count from 0 to 2^53, got {value!r}",

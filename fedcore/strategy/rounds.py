@@ -359,13 +359,14 @@ async def exchange(
     num_rounds: int,
     phase: Phase,
     fold: Callable[[Message], None] | None = None,
-    check: Callable[[Message, Message], None] | None = None,
+    check: Callable[[Message, Message], Message] | None = None,
 ) -> Exchange:
     """Push ``messages`` and take their replies: folded in with ``fold`` in send order,
     or (without ``fold``) returned as a list in send order. Messages expire after
     ``timeout`` seconds (:func:`push_within`); what has no reply by then is a failure.
-    ``check(sent, reply)`` (a strategy's ``check_train_reply``) may refuse a reply that
-    is not an error: it is then a failure (:func:`refuse`), neither folded nor returned."""
+    ``check(sent, reply)`` (a strategy's ``check_train_reply``) gives each reply that is
+    not an error as it is to be aggregated, or refuses it: a refused reply is a failure
+    (:func:`refusal`), neither folded nor returned."""
     if not messages:
         return Exchange([], 0, {})
     started = grid.clock.now()
@@ -376,13 +377,13 @@ async def exchange(
     sent = dict(zip(ids, messages, strict=True))
 
     def deliver(reply: Message) -> None:
-        if (
-            check is None
-            or reply.has_error()
-            or accepted(check, sent[reply.metadata.reply_to_message_id], reply, server_round,
-                        refused)  # fmt: skip
-        ):
-            take(reply)
+        if check is not None and not reply.has_error():
+            try:
+                reply = check(sent[reply.metadata.reply_to_message_id], reply)
+            except RefusedReplyError as exc:
+                refused.append(refusal(server_round, reply, exc))
+                return
+        take(reply)
 
     in_order = _InOrder(ids, deliver)
     errors: list[Message] = []
@@ -407,28 +408,16 @@ async def exchange(
     return Exchange(replies, successes, failure_counts(errors, missing, refused))
 
 
-def accepted(
-    check: Callable[[Message, Message], None],
-    sent: Message,
-    reply: Message,
-    server_round: int,
-    refused: list[str],
-) -> bool:
-    """Whether ``check`` lets ``reply`` (to ``sent``) be aggregated; a refusal is logged
-    at WARNING with its reason and its label added to ``refused``."""
-    try:
-        check(sent, reply)
-    except RefusedReplyError as exc:
-        log.warning(
-            "round %d train: reply from node %d not aggregated (%s): %s",
-            server_round,
-            reply.metadata.src_node_id,
-            exc.label,
-            exc,
-        )
-        refused.append(exc.label)
-        return False
-    return True
+def refusal(server_round: int, reply: Message, exc: RefusedReplyError) -> str:
+    """Log at WARNING that ``reply`` was refused, and why; the label it is counted under."""
+    log.warning(
+        "round %d train: reply from node %d not aggregated (%s): %s",
+        server_round,
+        reply.metadata.src_node_id,
+        exc.label,
+        exc,
+    )
+    return exc.label
 
 
 def failure_counts(
