@@ -4,6 +4,7 @@ ones averaged, whatever the order the replies come in."""
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
@@ -248,3 +249,7 @@ def test_a_simulated_run_with_a_nan_node_keeps_a_finite_model_and_reports_it() -
     assert "final model: [5.0, 5.0, 5.0]" in done.stdout
     assert "2 failures (refused: non-finite ×2)" in done.stdout.splitlines()[-1]
     assert "not aggregated (refused: non-finite): array 'w' holds 3 NaN" in done.stderr
+    [results] = [line for line in done.stderr.splitlines() if line.startswith("results: ")]
+    metrics = Path(results.removeprefix("results: ")) / "metrics.jsonl"
+    rounds = [row for row in map(json.loads, metrics.read_text().splitlines()) if "round" in row]
+    assert [row["failures_by_label"] for row in rounds] == [{"refused: non-finite": 1}] * 2
