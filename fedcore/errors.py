@@ -44,6 +44,8 @@ of its forms, :class:`MessageInitializationError`, a ``TypeError`` (Flower's cla
     │                               a round's replies that cannot be aggregated together
     ├── AggregationError (ValueError)
     │                               an aggregate that does not fit the model it updates
+    ├── RefusedReplyError (ValueError)
+    │                               a training reply a strategy will not aggregate
     ├── MessageInitializationError (TypeError)
     │                               Message(...) arguments that fit none of its forms
     ├── ResourceError               the machine has no room for it (shared memory, disk)
@@ -221,6 +223,16 @@ class AggregationError(FedcoreError, ValueError):
     """A round's aggregate that a server optimizer cannot apply: its arrays differ in
     names or shapes from the model it updates, or from the optimizer's state (Flower's
     ``AggregationError``)."""
+
+
+class RefusedReplyError(FedcoreError, ValueError):
+    """A training reply a strategy refuses to aggregate (:mod:`fedcore.strategy.replies`):
+    arrays unlike those sent, non-finite values, or a weight that is no count. ``label``
+    is how the round's summary counts it: ``"refused: non-finite"`` and so on."""
+
+    def __init__(self, label: str, reason: str) -> None:
+        super().__init__(reason)
+        self.label = f"refused: {label}"
 
 
 class MessageInitializationError(FedcoreError, TypeError):

@@ -57,3 +57,10 @@ def in_range(name: str, value: object, low: float, high: float) -> float:
     if not low <= number < high:
         raise ValueError(f"{name} must be in [{low:g}, {high:g}), got {value!r}")
     return number
+
+
+def flag(name: str, value: object) -> bool:
+    """A bool (a string such as ``"false"`` from a run config is refused, not read as true)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value

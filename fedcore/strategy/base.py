@@ -24,6 +24,7 @@ import anyio.from_thread
 
 from fedcore.apps.grid import Grid, SyncGrid
 from fedcore.domain import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from fedcore.strategy import replies as reply_checks
 from fedcore.strategy.result import EvaluateFn, Phase, Result, StopFn
 from fedcore.strategy.rounds import DEFAULT_TIMEOUT, run_rounds
 from fedcore.strategy.sampling import Nodes
@@ -59,6 +60,26 @@ class Strategy(ABC):
     ``None``: the run's default (``fedcore simulate --round-timeout``), else
     :data:`~fedcore.strategy.rounds.DEFAULT_ROUND_TIMEOUT`. Strategies take it as a
     constructor argument."""
+
+    validate_replies: bool = True
+    """Check every training reply against the message it answers before it is aggregated
+    (:meth:`check_train_reply`); a refused reply is a failure of its round, counted in
+    its summary. ``False`` keeps Flower's permissive behaviour: replies are aggregated
+    as they come, NaN and all. Strategies take it as a keyword argument."""
+
+    def check_train_reply(self, sent: Message, reply: Message) -> Message:
+        """``reply``, a training reply that is not an error, as it may be aggregated —
+        itself, or with arrays of another precision cast to the dtypes ``sent`` had —
+        or :class:`~fedcore.errors.RefusedReplyError` if it must not be. The round
+        driver calls this for every such reply with ``sent``, the message it answers,
+        aggregates what it returns and counts a refused one as a failure; a loop of
+        one's own that calls :meth:`aggregate_train` calls it too. The base checks the
+        arrays (:func:`fedcore.strategy.replies.check_train_reply`), FedAvg the weight
+        as well. Returns ``reply`` unchecked when :attr:`validate_replies` is false."""
+        if not self.validate_replies:
+            return reply
+        content = reply_checks.check_train_reply(sent.content, reply.content)
+        return reply if content is reply.content else reply.with_content(content)
 
     def train_aggregation(self, server_round: int) -> Aggregation | None:
         """A running aggregation of training replies, or ``None`` to get them as a list."""

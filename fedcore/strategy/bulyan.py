@@ -71,6 +71,8 @@ class Bulyan(FedAvg):
         evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
         selection_rule: SelectionRule | None = None,
         round_timeout: float | None = None,
+        *,
+        validate_replies: bool = True,
     ) -> None:
         super().__init__(
             fraction_train=fraction_train,
@@ -84,6 +86,7 @@ class Bulyan(FedAvg):
             train_metrics_aggr_fn=train_metrics_aggr_fn,
             evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn,
             round_timeout=round_timeout,
+            validate_replies=validate_replies,
         )
         self.num_malicious_nodes = arguments.count("num_malicious_nodes", num_malicious_nodes)
         self.selection_rule = selection_rule or iterative_krum

@@ -91,6 +91,10 @@ class _FixedClipping(Strategy):
     def min_nodes(self, phase: Phase) -> int:
         return self.strategy.min_nodes(phase)
 
+    def check_train_reply(self, sent: Message, reply: Message) -> Message:
+        """The wrapped strategy's check: its replies are the ones it aggregates."""
+        return self.strategy.check_train_reply(sent, reply)
+
     def state(self) -> RecordDict:
         """The wrapped strategy's state; the noise of each round follows from the seed."""
         return self.strategy.state()

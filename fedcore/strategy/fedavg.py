@@ -6,6 +6,11 @@ sends them the arrays and config under ``arrayrecord_key`` / ``configrecord_key`
 (with ``server-round`` added to the config), and averages the returned arrays
 weighted by the ``weighted_by_key`` metric of each reply. A reply that is an
 error, or lacks the arrays or the weight, is a failure: logged, never averaged.
+Before that the round driver checks each training reply against the message it
+answers (:meth:`FedAvg.check_train_reply`, :mod:`fedcore.strategy.replies`): arrays
+laid out as sent, finite, a weight from 0 to 2^53; a refused reply is a failure
+counted in the round's summary. ``validate_replies=False`` skips the check, as
+Flower has none.
 Training replies are folded into running means as they arrive
 (:meth:`FedAvg.train_aggregation`), so a round never holds more than one model.
 A custom ``train_metrics_aggr_fn`` receives each reply's metric and config records.
@@ -28,13 +33,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import ClassVar, TypedDict
 
 from fedcore.domain import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-from fedcore.errors import InconsistentRepliesError
+from fedcore.errors import InconsistentRepliesError, RefusedReplyError
 from fedcore.strategy import arguments
 from fedcore.strategy.aggregate import ArrayMean, check_same_layout, metric_mean, reply_weight
 from fedcore.strategy.base import Aggregation, Strategy
+from fedcore.strategy.replies import check_train_reply
 from fedcore.strategy.result import Phase
 from fedcore.strategy.sampling import Nodes, candidates
 
@@ -58,6 +64,7 @@ class FedAvgOptions(TypedDict, total=False):
     train_metrics_aggr_fn: MetricsAggregation | None
     evaluate_metrics_aggr_fn: MetricsAggregation | None
     round_timeout: float | None
+    validate_replies: bool
 
 
 @dataclass(frozen=True)
@@ -91,10 +98,12 @@ class FedAvg(Strategy):
         evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
         *,
         round_timeout: float | None = None,
+        validate_replies: bool = True,
     ) -> None:
         self.round_timeout = (
             None if round_timeout is None else arguments.positive("round_timeout", round_timeout)
         )
+        self.validate_replies = arguments.flag("validate_replies", validate_replies)
         self.fraction_train = arguments.fraction("fraction_train", fraction_train)
         self.fraction_evaluate = arguments.fraction("fraction_evaluate", fraction_evaluate)
         self.min_train_nodes = arguments.count("min_train_nodes", min_train_nodes)
@@ -158,6 +167,28 @@ class FedAvg(Strategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, node_ids: Nodes
     ) -> list[Message]:
         return self._messages("evaluate", server_round, arrays, config, node_ids)
+
+    replies_keep_layout: ClassVar[bool] = True
+    """Whether a training reply returns the arrays it was sent, changed in value only
+    (checked by :meth:`check_train_reply`): true of every strategy that averages
+    models; FedXgb's replies are trees of their own length."""
+
+    def check_train_reply(self, sent: Message, reply: Message) -> Message:
+        """As :meth:`Strategy.check_train_reply`, and the reply must be one FedAvg can
+        weigh — its ``weighted_by_key`` a count from 0 to 2^53 — and read: one
+        ArrayRecord, one MetricRecord (refused as ``malformed``)."""
+        if not self.validate_replies:
+            return reply
+        content = check_train_reply(
+            sent.content,
+            reply.content,
+            weighted_by_key=self.weighted_by_key,
+            same_layout=self.replies_keep_layout,
+        )
+        problem = self._problem(content, "train")
+        if problem is not None:
+            raise RefusedReplyError("malformed", problem)
+        return reply if content is reply.content else reply.with_content(content)
 
     def train_aggregation(self, server_round: int) -> Aggregation | None:
         return _Averaging(self, server_round)

@@ -48,6 +48,8 @@ class FedAvgM(FedAvg):
         server_learning_rate: float = 1.0,
         server_momentum: float = 0.0,
         round_timeout: float | None = None,
+        *,
+        validate_replies: bool = True,
     ) -> None:
         super().__init__(
             fraction_train=fraction_train,
@@ -61,6 +63,7 @@ class FedAvgM(FedAvg):
             train_metrics_aggr_fn=train_metrics_aggr_fn,
             evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn,
             round_timeout=round_timeout,
+            validate_replies=validate_replies,
         )
         self.server_learning_rate = arguments.positive("server_learning_rate", server_learning_rate)
         self.server_momentum = arguments.in_range("server_momentum", server_momentum, 0.0, 1.0)

@@ -51,6 +51,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from fedcore.apps.grid import Grid
 from fedcore.domain import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from fedcore.errors import RefusedReplyError
 from fedcore.strategy import arguments
 from fedcore.strategy.aggregate import ArrayMean, cast_back, check_same_layout
 from fedcore.strategy.base import Aggregation
@@ -65,6 +66,7 @@ from fedcore.strategy.rounds import (
     log_failures,
     metrics_text,
     push_within,
+    refusal,
     replies_within,
     round_limit,
     sampling_seed,
@@ -102,6 +104,7 @@ class FedBuff(FedAvg):
         train_metrics_aggr_fn: MetricsAggregation | None = None,
         evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
         round_timeout: float | None = None,
+        validate_replies: bool = True,
     ) -> None:
         super().__init__(
             fraction_train=1.0,
@@ -115,6 +118,7 @@ class FedBuff(FedAvg):
             train_metrics_aggr_fn=train_metrics_aggr_fn,
             evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn,
             round_timeout=round_timeout,
+            validate_replies=validate_replies,
         )
         self.buffer_size = arguments.count("buffer_size", buffer_size, minimum=1)
         self.concurrency = arguments.count("concurrency", concurrency, minimum=1)
@@ -318,6 +322,8 @@ class _Step:
     started: float
     replies: int = 0
     errors: list[Message] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    """The labels of the replies the strategy refused (:meth:`FedBuff.check_train_reply`)."""
     missing: int = 0
     benched: set[int] = field(default_factory=set)
     """Nodes that failed during this step: not started again until the next one."""
@@ -343,6 +349,7 @@ class _AsyncRun:
         self.seed = sampling_seed(grid.run)
         self.rotation = _Rotation(grid, self.seed)
         self.working: dict[str, tuple[int, int]] = {}  # message id -> (node id, round)
+        self.sent: dict[str, Message] = {}  # message id -> the message, to check its reply
         self.result = Result()
 
     async def drive(
@@ -398,14 +405,22 @@ class _AsyncRun:
         if isinstance(outcome, _Lost):
             for message_id in outcome.message_ids:
                 node_id, _ = self.working.pop(message_id)
+                del self.sent[message_id]
                 step.benched.add(node_id)
             step.missing += len(outcome.message_ids)
             return
         node_id, _ = self.working.pop(outcome.metadata.reply_to_message_id)
+        sent = self.sent.pop(outcome.metadata.reply_to_message_id)
         if outcome.has_error():
             step.errors.append(outcome)
             step.benched.add(node_id)
         else:
+            try:
+                outcome = self.strategy.check_train_reply(sent, outcome)
+            except RefusedReplyError as exc:
+                step.refused.append(refusal(step.buffer.server_round, outcome, exc))
+                step.benched.add(node_id)
+                return
             step.replies += 1
             step.buffer.add(outcome)
 
@@ -435,8 +450,9 @@ class _AsyncRun:
             server_round, self.result.arrays, ConfigRecord(self.train_config), node_ids
         )
         ids = await push_within(self.grid, messages, self.limit)
-        for message_id, node_id in zip(ids, node_ids, strict=True):
+        for message_id, node_id, message in zip(ids, node_ids, messages, strict=True):
             self.working[message_id] = (node_id, server_round)
+            self.sent[message_id] = message
         self._training.start_soon(self._listen, ids, self._send.clone())
 
     async def _listen(self, ids: list[str], send: MemoryObjectSendStream[Message | _Lost]) -> None:
@@ -476,7 +492,7 @@ class _AsyncRun:
             train_replies=step.replies,
             evaluate_replies=0,
             elapsed=self.grid.clock.now() - step.started,
-            train_failures=failure_counts(step.errors, step.missing),
+            train_failures=failure_counts(step.errors, step.missing, step.refused),
             train_metrics=dict(result.train_metrics_clientapp.get(server_round, {})),
             server_metrics=dict(result.evaluate_metrics_serverapp.get(server_round, {})),
             stopped_early=stop,

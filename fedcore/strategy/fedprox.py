@@ -41,6 +41,8 @@ class FedProx(FedAvg):
         evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
         proximal_mu: float = 0.0,
         round_timeout: float | None = None,
+        *,
+        validate_replies: bool = True,
     ) -> None:
         super().__init__(
             fraction_train=fraction_train,
@@ -54,6 +56,7 @@ class FedProx(FedAvg):
             train_metrics_aggr_fn=train_metrics_aggr_fn,
             evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn,
             round_timeout=round_timeout,
+            validate_replies=validate_replies,
         )
         self.proximal_mu = arguments.non_negative("proximal_mu", proximal_mu)
         if self.proximal_mu == 0.0:

@@ -37,6 +37,8 @@ class FedTrimmedAvg(FedAvg):
         evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
         beta: float = 0.2,
         round_timeout: float | None = None,
+        *,
+        validate_replies: bool = True,
     ) -> None:
         super().__init__(
             fraction_train=fraction_train,
@@ -50,6 +52,7 @@ class FedTrimmedAvg(FedAvg):
             train_metrics_aggr_fn=train_metrics_aggr_fn,
             evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn,
             round_timeout=round_timeout,
+            validate_replies=validate_replies,
         )
         self.beta = arguments.in_range("beta", beta, 0.0, 0.5)
 

@@ -23,6 +23,9 @@ from fedcore.strategy.xgboost_trees import bag, model_bytes, model_record
 class FedXgbBagging(FedAvg):
     """Bagging of XGBoost trees across nodes."""
 
+    replies_keep_layout = False
+    """A reply's model bytes have a length of their own: not held to the sent layout."""
+
     current_bst: bytes | None = None
     """The model bytes the latest :meth:`configure_train` sent (``None`` before it)."""
 

@@ -26,6 +26,9 @@ log = logging.getLogger("fedcore.strategy")
 class FedXgbCyclic(FedAvg):
     """One node a round, in turns."""
 
+    replies_keep_layout = False
+    """A reply's model bytes have a length of their own: not held to the sent layout."""
+
     def __init__(
         self,
         fraction_train: float = 1.0,
@@ -38,6 +41,7 @@ class FedXgbCyclic(FedAvg):
         evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
         *,
         round_timeout: float | None = None,
+        validate_replies: bool = True,
     ) -> None:
         for name, fraction in (
             ("fraction_train", fraction_train),
@@ -55,6 +59,7 @@ class FedXgbCyclic(FedAvg):
             train_metrics_aggr_fn=train_metrics_aggr_fn,
             evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn,
             round_timeout=round_timeout,
+            validate_replies=validate_replies,
         )
         self.registered_nodes: dict[int, int] = {}
         """Each node's place in the rota: the order in which nodes were first seen."""

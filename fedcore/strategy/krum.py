@@ -29,6 +29,8 @@ class Krum(MultiKrum):
         train_metrics_aggr_fn: MetricsAggregation | None = None,
         evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
         round_timeout: float | None = None,
+        *,
+        validate_replies: bool = True,
     ) -> None:
         super().__init__(
             fraction_train=fraction_train,
@@ -44,6 +46,7 @@ class Krum(MultiKrum):
             train_metrics_aggr_fn=train_metrics_aggr_fn,
             evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn,
             round_timeout=round_timeout,
+            validate_replies=validate_replies,
         )
 
     def __repr__(self) -> str:

@@ -46,6 +46,8 @@ class MultiKrum(FedAvg):
         train_metrics_aggr_fn: MetricsAggregation | None = None,
         evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
         round_timeout: float | None = None,
+        *,
+        validate_replies: bool = True,
     ) -> None:
         super().__init__(
             fraction_train=fraction_train,
@@ -59,6 +61,7 @@ class MultiKrum(FedAvg):
             train_metrics_aggr_fn=train_metrics_aggr_fn,
             evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn,
             round_timeout=round_timeout,
+            validate_replies=validate_replies,
         )
         self.num_malicious_nodes = arguments.count("num_malicious_nodes", num_malicious_nodes)
         self.num_nodes_to_select = arguments.count(

@@ -54,6 +54,8 @@ class QFedAvg(FedAvg):
         train_metrics_aggr_fn: MetricsAggregation | None = None,
         evaluate_metrics_aggr_fn: MetricsAggregation | None = None,
         round_timeout: float | None = None,
+        *,
+        validate_replies: bool = True,
     ) -> None:
         super().__init__(
             fraction_train=fraction_train,
@@ -67,6 +69,7 @@ class QFedAvg(FedAvg):
             train_metrics_aggr_fn=train_metrics_aggr_fn,
             evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn,
             round_timeout=round_timeout,
+            validate_replies=validate_replies,
         )
         self.client_learning_rate = arguments.positive("client_learning_rate", client_learning_rate)
         self.q = arguments.non_negative("q", q)

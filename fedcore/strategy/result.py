@@ -46,7 +46,8 @@ class RoundReport:
     ``fedcore_round``, so a handler can render progress or write metrics without
     parsing text. Training and evaluation are counted apart; failures are counted
     by label — ``"code 2"`` for an error reply with code 2, :data:`NO_REPLY` for a
-    message its round stopped waiting for.
+    message its round stopped waiting for, ``"refused: non-finite"`` and the like for a
+    training reply the strategy refused to aggregate (:mod:`fedcore.strategy.replies`).
     """
 
     server_round: int

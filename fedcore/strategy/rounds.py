@@ -27,6 +27,12 @@ Each finished round is logged once at INFO on ``fedcore.strategy`` with a
 :class:`~fedcore.strategy.result.RoundReport` attached (``record.fedcore_round``);
 each reply is logged at DEBUG with a :class:`ReplyProgress` (``record.fedcore_reply``)
 for live progress displays. Failures are logged at WARNING, grouped by reason.
+
+Each training reply that is not an error goes through the strategy's
+``check_train_reply`` with the message it answers before the strategy sees it
+(:mod:`fedcore.strategy.replies`): a refused reply is a failure of the round, logged
+with its reason and counted under its label (``"refused: non-finite"``), never
+aggregated, whatever the order the replies came in.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ import numpy as np
 
 from fedcore.apps.grid import Grid
 from fedcore.domain import ArrayRecord, ConfigRecord, Message, MetricRecord, Run
+from fedcore.errors import RefusedReplyError
 from fedcore.strategy.checkpoint import RoundCheckpoints, active_checkpoints
 from fedcore.strategy.result import (
     NO_REPLY,
@@ -170,10 +177,12 @@ async def run_rounds(
         messages = strategy.configure_train(server_round, result.arrays, train_config, node_ids)
         aggregation = strategy.train_aggregation(server_round)
         if aggregation is not None:
-            train = await exchange(messages, *options, "train", fold=aggregation.add)
+            train = await exchange(
+                messages, *options, "train", fold=aggregation.add, check=strategy.check_train_reply
+            )
             arrays, metrics = aggregation.result()
         else:
-            train = await exchange(messages, *options, "train")
+            train = await exchange(messages, *options, "train", check=strategy.check_train_reply)
             arrays, metrics = strategy.aggregate_train(server_round, train.replies)
         if arrays is not None:
             result.arrays = arrays
@@ -350,16 +359,33 @@ async def exchange(
     num_rounds: int,
     phase: Phase,
     fold: Callable[[Message], None] | None = None,
+    check: Callable[[Message, Message], Message] | None = None,
 ) -> Exchange:
     """Push ``messages`` and take their replies: folded in with ``fold`` in send order,
     or (without ``fold``) returned as a list in send order. Messages expire after
-    ``timeout`` seconds (:func:`push_within`); what has no reply by then is a failure."""
+    ``timeout`` seconds (:func:`push_within`); what has no reply by then is a failure.
+    ``check(sent, reply)`` (a strategy's ``check_train_reply``) gives each reply that is
+    not an error as it is to be aggregated, or refuses it: a refused reply is a failure
+    (:func:`refusal`), neither folded nor returned."""
     if not messages:
         return Exchange([], 0, {})
     started = grid.clock.now()
     ids = await push_within(grid, messages, timeout)
     replies: list[Message] = []
-    in_order = _InOrder(ids, fold if fold is not None else replies.append)
+    take = fold if fold is not None else replies.append
+    refused: list[str] = []
+    sent = dict(zip(ids, messages, strict=True))
+
+    def deliver(reply: Message) -> None:
+        if check is not None and not reply.has_error():
+            try:
+                reply = check(sent[reply.metadata.reply_to_message_id], reply)
+            except RefusedReplyError as exc:
+                refused.append(refusal(server_round, reply, exc))
+                return
+        take(reply)
+
+    in_order = _InOrder(ids, deliver)
     errors: list[Message] = []
     received = 0
     async for reply in replies_within(grid, ids, timeout):
@@ -378,12 +404,29 @@ async def exchange(
     missing = len(ids) - received
     if errors or missing:
         log_failures(server_round, phase, errors, missing, timeout)
-    return Exchange(replies, received - len(errors), failure_counts(errors, missing))
+    successes = received - len(errors) - len(refused)
+    return Exchange(replies, successes, failure_counts(errors, missing, refused))
 
 
-def failure_counts(errors: list[Message], missing: int) -> dict[str, int]:
-    """Failures by label, most frequent first."""
+def refusal(server_round: int, reply: Message, exc: RefusedReplyError) -> str:
+    """Log at WARNING that ``reply`` was refused, and why; the label it is counted under."""
+    log.warning(
+        "round %d train: reply from node %d not aggregated (%s): %s",
+        server_round,
+        reply.metadata.src_node_id,
+        exc.label,
+        exc,
+    )
+    return exc.label
+
+
+def failure_counts(
+    errors: list[Message], missing: int, refused: Sequence[str] = ()
+) -> dict[str, int]:
+    """Failures by label, most frequent first: error replies by code, missing replies,
+    and replies the strategy refused by their refusal's label."""
     counts = Counter(failure_label(reply) for reply in errors)
+    counts.update(refused)
     if missing:
         counts[NO_REPLY] += missing
     return dict(counts.most_common())

@@ -258,7 +258,8 @@ def test_summary_shows_each_setting_with_its_value() -> None:
         "├── configrecord_key: 'config'",
         "├── train_metrics_aggr_fn: None",
         "├── evaluate_metrics_aggr_fn: None",
-        "└── round_timeout: None",
+        "├── round_timeout: None",
+        "└── validate_replies: True",
     ]
 
 
@@ -283,7 +284,8 @@ def test_summary_of_a_wrapper_nests_the_wrapped_strategy() -> None:
         "├── strategy: FedMedian",
         "│   ├── fraction_train: 1.0",
     ]
-    assert "│   └── round_timeout: None" in lines
+    assert "│   ├── round_timeout: None" in lines
+    assert "│   └── validate_replies: True" in lines
     assert lines[-4:] == [
         "├── noise_multiplier: 1.5",
         "├── clipping_norm: 2.0",
