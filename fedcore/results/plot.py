@@ -18,7 +18,7 @@ from fedcore.errors import UsageError
 from fedcore.results.directory import SUMMARY_FILE
 from fedcore.results.reading import RunResults, read_run
 
-_DESCRIBING = ("seed", "backend", "nodes")
+_DESCRIBING = ("app", "seed", "backend", "nodes")
 """run.json's keys that tell runs apart, besides the run config."""
 _MAX_PANELS = 6
 
@@ -42,16 +42,25 @@ def chosen_metrics(runs: Sequence[RunResults], wanted: Sequence[str] = ()) -> li
 
 
 def labels(runs: Sequence[RunResults]) -> list[str]:
-    """A label per run: what differs between them, or the app's name for a run alone."""
+    """A label per run: what differs between them — the app first, then what the runs
+    all have but set differently — or the app's name for a run alone. A run-config key
+    of one app alone says nothing of another app's run, so it labels nothing; runs no
+    key tells apart are named by their results directories."""
     described = [_described(run) for run in runs]
-    differing = [
+    shared = [
         key
         for key in dict.fromkeys(k for d in described for k in d)
-        if len({repr(d.get(key)) for d in described}) > 1
+        if all(key in d for d in described)
     ]
+    differing = [key for key in shared if len({repr(d[key]) for d in described}) > 1]
     if not differing:
-        return [f"{run.run.get('app', run.path.name)}" for run in runs]
-    return [", ".join(f"{key}={d.get(key, '-')}" for key in differing) for d in described]
+        names = [f"{run.run.get('app', run.path.name)}" for run in runs]
+        return names if len(set(names)) == len(names) else [run.path.name for run in runs]
+    return [", ".join(_part(key, d[key]) for key in differing) for d in described]
+
+
+def _part(key: str, value: Any) -> str:
+    return str(value) if key == "app" else f"{key}={value}"
 
 
 def save_figure(runs: Sequence[RunResults], metrics: Sequence[str], out: Path) -> Path:
@@ -71,11 +80,13 @@ def save_figure(runs: Sequence[RunResults], metrics: Sequence[str], out: Path) -
         panel.grid(alpha=0.3)
     for panel in list(axes.flat)[len(metrics) :]:
         panel.set_visible(False)
-    if len(runs) > 1:
-        axes.flat[0].legend(fontsize="small")
     figure.tight_layout()
+    if len(runs) > 1:  # below the panels, one run a line: a long label hides no curve
+        handles, texts = axes.flat[0].get_legend_handles_labels()
+        figure.legend(handles, texts, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                      fontsize="small", frameon=False)  # fmt: skip
     try:
-        figure.savefig(out, dpi=110)
+        figure.savefig(out, dpi=110, bbox_inches="tight")  # the legend inside the picture
     except OSError as exc:
         raise UsageError(f"cannot write {str(out)!r}: {exc}") from None
     return out

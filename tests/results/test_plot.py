@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +13,7 @@ import pytest
 
 import fedcore as fc
 from fedcore.errors import UsageError
-from fedcore.results.plot import chosen_metrics, labels
+from fedcore.results.plot import chosen_metrics, labels, save_figure
 from fedcore.results.reading import read_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -89,3 +92,33 @@ def test_what_is_not_a_results_directory_is_one_line(tmp_path: Path) -> None:
         done.stderr.strip()
         == f"error: {str(tmp_path)!r} is not a results directory: it has no run.json"
     )
+
+
+def _another_apps_run(run: Path, parent: Path) -> Path:
+    """``run``'s record as if another app, with a run config of its own, had made it."""
+    other = parent / "other-app-run"
+    shutil.copytree(run, other)
+    document = json.loads((other / "run.json").read_text())
+    document.update(app="other-app", config={"alpha": 0.5, "rounds-per-epoch": 2})
+    (other / "run.json").write_text(json.dumps(document))
+    return other
+
+
+def test_runs_of_two_apps_are_labelled_by_their_apps_in_a_legend_below_the_panels(
+    two_runs: list[Path], tmp_path: Path
+) -> None:
+    other = _another_apps_run(two_runs[0], tmp_path)
+    runs = [read_run(two_runs[0]), read_run(other)]
+
+    assert labels(runs) == ["quickstart-numpy", "other-app"]
+    assert labels([read_run(two_runs[1]), read_run(other)]) == [
+        "quickstart-numpy, seed=1",
+        "other-app, seed=0",
+    ]
+    assert labels([runs[0], read_run(two_runs[0])]) == [two_runs[0].name] * 2
+
+    picture = save_figure(runs, ["server.accuracy"], tmp_path / "two-apps.png")
+    width, height = struct.unpack(">II", picture.read_bytes()[16:24])
+    panel = (4.2 * 110, 3.2 * 110)  # one panel at the figure's size and dpi
+    assert height > panel[1] + 20  # the legend's lines are drawn under the panel, not on it
+    assert width <= panel[0] + 20
