@@ -1,10 +1,12 @@
-"""Running ServerApp processes as another user (``fedcore serve --app-user USER``).
+"""Running app processes as another user (``fedcore serve --app-user USER``).
 
-A ServerApp runs code whoever submitted the run wrote. Under the exec's own user it
-can read everything the exec can: the link's database, other runs' output and
-bundles, the exec's environment in ``/proc``. Under a user of its own it can read
-none of that — every file the link and exec write is private to their user
-(mode 0600, directories 0700) — and it cannot signal or trace the exec.
+A ServerApp or ClientApp runs code whoever submitted the run wrote. Under its
+starter's own user it can read every file its starter can: the link's database,
+other runs' output and bundles, a node's signing key. (Not their memory: every role
+and app process is non-dumpable, :mod:`fedcore.non_dumpable`.) Under a user of its
+own it can read none of that — every file the roles write is private to their user
+(mode 0600, directories 0700) — and it cannot signal or trace its starter. A role
+whose app processes run as itself says so once, at start (:func:`same_user_warning`).
 
 Changing user takes root, so an exec not running as root refuses the flag, as it
 does an unknown user and ``root`` itself (which would isolate nothing). The app's
@@ -33,7 +35,7 @@ APP_COPY_PREFIX = "fedcore-app-"
 
 @dataclass(frozen=True)
 class AppUser:
-    """The user ServerApp processes run as: a name, its ids and its home."""
+    """The user app processes run as: a name, its ids and its home."""
 
     name: str
     uid: int
@@ -84,3 +86,16 @@ def _system_temp() -> str:
     """The machine's temporary space: not ``tempfile``'s default, which a link points at
     its own private spool directory."""
     return os.environ.get("TMPDIR") or "/tmp"
+
+
+def same_user_warning(apps: str, reachable: list[str], remedy: str) -> str:
+    """The one warning a role logs at start when its app processes run as its own user.
+
+    ``apps``: which processes ("ServerApp", "ClientApp"); ``reachable``: what of the
+    role's such a process can then read; ``remedy``: how to keep it out.
+    """
+    return (
+        f"{apps} processes run as this process's user (uid {os.geteuid()}): the code of any "
+        f"run can read {', '.join(reachable)}, and signal (though not read the memory of) "
+        f"this process and other runs' {apps} processes. {remedy}"
+    )
