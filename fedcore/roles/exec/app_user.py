@@ -23,11 +23,18 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from fedcore.errors import UsageError
+
+_BECOME = (
+    "import os, sys; os.setgroups([]); os.setgid(int(sys.argv[2])); "
+    "os.setuid(int(sys.argv[1])); os.execvp(sys.argv[3], sys.argv[3:])"
+)
+"""What :meth:`AppUser.command` runs: take the user's ids, then become the command."""
 
 APP_COPY_PREFIX = "fedcore-app-"
 """The prefix of each launch's private directory in the system's temporary space."""
@@ -61,6 +68,13 @@ class AppUser:
     def environment(self) -> dict[str, str]:
         """Who the process is, in its environment (not the exec's user's HOME)."""
         return {"HOME": self.home, "USER": self.name, "LOGNAME": self.name}
+
+    def command(self, command: list[str]) -> list[str]:
+        """``command``, run as this user: a Python that takes this user's ids (its primary
+        group, no other) and then executes ``command`` in its place, keeping its pid and
+        descriptors. Not ``user=``/``group=`` of the subprocess: uvloop, the roles' event
+        loop, takes neither, and anyio passes no ``preexec_fn``."""
+        return [sys.executable, "-I", "-S", "-c", _BECOME, str(self.uid), str(self.gid), *command]
 
     def private_copy(self, app_dir: Path) -> Path:
         """A copy of ``app_dir`` only this user (and root) can read; remove it with
