@@ -363,8 +363,11 @@ it) and inherited by the app processes it starts."""
 @click.option(
     "--app-user",
     metavar="USER",
-    help="[link, exec] Run the ServerApp processes launched here as USER (needs root; not "
-    "root itself). Each gets a private copy of its app; USER must be able to run this Python.",
+    help="[link, exec] Run the ServerApp processes launched here as USER; [node] its "
+    "ClientApp processes (needs root; not root itself). Each gets a private copy of its app; "
+    "USER must be able to run this Python. Without it app processes run as this role's user "
+    "and can read its files: the link's database and control token, a node's key (a warning "
+    "at start says which).",
 )
 @click.option(
     "--ready-file",
@@ -432,11 +435,14 @@ def serve(
           needs --exec-secret-file.
 
     Every file a role writes is readable by its user only (mode 0600, directories
-    0700), whatever the umask.
+    0700), whatever the umask, and no process of its user but root may read its
+    memory (nor that of the app processes it starts). App processes run as the
+    role's user unless --app-user names another.
     """
     from fedcore.apps.environment import check_passed
     from fedcore.apps.run_config import resolve_run_config
     from fedcore.errors import UsageError
+    from fedcore.non_dumpable import make_non_dumpable
     from fedcore.roles.exec.app_user import AppUser
     from fedcore.roles.exec.launcher import LaunchSettings
     from fedcore.runtime.addresses import parse_address
@@ -449,8 +455,12 @@ def serve(
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    if app_user is not None and role == "node":
-        raise click.UsageError("--app-user is for the ServerApps of a link or an exec")
+    make_non_dumpable()
+    if app_user is not None and exec_socket is not None:
+        raise click.UsageError(
+            "--app-user is for a link, an exec of a link, or a node starting its ClientApps "
+            "itself: a node's exec (--exec-socket) starts them as its own user"
+        )
     try:
         passed = check_passed(app_env)
         user = AppUser.named(app_user) if app_user is not None else None
@@ -521,6 +531,18 @@ def serve(
             ),
         )
         options.check()
+        if options.local_exec and user is None:
+            stored = [] if database == ":memory:" else [f"the link's database {database}"]
+            _warn_same_user(
+                "ServerApp",
+                [
+                    *stored,
+                    f"its work directory {options.work_dir} (the control token, the exec "
+                    "secret, every run's bundle and output)",
+                ],
+                "Give --app-user USER (the link running as root), or --no-local-exec and "
+                "execs of their own user.",
+            )
         _spool_in(options.work_dir / "spool")
         _serve_until_signal(lambda: serve_link(options))
         return
@@ -530,8 +552,12 @@ def serve(
                 "an exec serves a link (--link-exec) or a node (--exec-socket), not both; "
                 "either way it needs --exec-secret-file"
             )
-        if user is not None:
-            raise click.UsageError("--app-user is for the ServerApps of a link or an exec")
+        _warn_same_user(
+            "ClientApp",
+            [f"the exec secret {exec_secret_file}", "every file this user can"],
+            "Run this exec as a user of its own, not the node's (the node's key is then out "
+            "of reach).",
+        )
         _serve_until_signal(
             lambda: serve_node_exec(exec_socket, exec_secret_file, ready_file, app_env=passed)
         )
@@ -571,10 +597,29 @@ def serve(
         auth_key=auth_key,
         app_env=passed,
         max_value_len=max_value_bytes,
+        app_user=user,
     )
     if exec_socket is not None and exec_secret_file is None:
         raise click.UsageError("--exec-socket needs --exec-secret-file (the exec's secret)")
+    if exec_socket is None and user is None:
+        _warn_same_user(
+            "ClientApp",
+            [
+                f"the node's key {node_options.key_file()} (and with it sign as this node: "
+                "register, and fetch every run and bundle the node may see)",
+                f"its work directory {node_options.work_dir} (every run's bundle)",
+            ],
+            "Give --app-user USER (the node running as root), or start them by an exec of "
+            "another user (--exec-socket).",
+        )
     _serve_until_signal(lambda: serve_node(node_options))
+
+
+def _warn_same_user(apps: str, reachable: list[str], remedy: str) -> None:
+    """Say once, at start, what the app processes of a role running as its user can reach."""
+    from fedcore.roles.exec.app_user import same_user_warning
+
+    logging.getLogger("fedcore.serve").warning(same_user_warning(apps, reachable, remedy))
 
 
 def _serve_exec(
@@ -598,6 +643,16 @@ def _serve_exec(
     link = parse_address(link_exec, what="--link-exec")
     if runtime_address is not None:
         parse_address(runtime_address, what="--runtime-address")
+    if launch.app_user is None:
+        _warn_same_user(
+            "ServerApp",
+            [
+                f"the exec secret {secret_file} (and with it the link's exec API: claim runs, "
+                "with their bundles and launch secrets)",
+                f"its work directory {work_dir or Path('.fedcore-exec')} (every run's output)",
+            ],
+            "Give --app-user USER (the exec running as root).",
+        )
     options = ExecOptions(
         link=link,
         secret_file=secret_file,

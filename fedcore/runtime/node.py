@@ -9,7 +9,14 @@ cancelled. With an exec of its own (``exec_socket``: ``fedcore serve --role exec
 --exec-socket``, for process isolation) the pool asks that exec to start each
 ClientApp process (:mod:`fedcore.transport.spawn`) instead of starting it itself.
 Either way a ClientApp process gets the minimal environment of app processes, no
-secret of the node's (:mod:`fedcore.apps.environment`).
+secret of the node's (:mod:`fedcore.apps.environment`), and makes itself
+non-dumpable (:mod:`fedcore.non_dumpable`) before it imports the ClientApp.
+
+With an app user (``--app-user``, :mod:`fedcore.roles.exec.app_user`) the node starts
+each ClientApp process as that user, on a private copy of the run's app (its working
+directory's, and ``TMPDIR``, removed when the run's process pool stops), and makes
+the shared-memory segments it writes for them over to that user: the process can then
+read neither the node's key nor anything else in the node's work directory.
 
 The node and those pools share one space of shared-memory segments: the node
 streams each pulled payload into a segment of it, and the pool names that segment
@@ -30,23 +37,30 @@ from __future__ import annotations
 import logging
 import os
 import ssl as _ssl
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from types import MappingProxyType, TracebackType
 
 import anyio
 import anyio.abc
 
 from fedcore.apps.environment import app_environment
 from fedcore.clock import Clock, SystemClock
-from fedcore.domain import Run
+from fedcore.domain import Context, Message, Run
 from fedcore.errors import UsageError
+from fedcore.roles.exec.app_user import AppUser, remove_copy
 from fedcore.roles.node import ClientAppRunner, Node, RunnerFactory
 from fedcore.runtime.addresses import Address
 from fedcore.runtime.ready import write_ready_file
 from fedcore.runtime.secret_files import read_node_key, read_secret
 from fedcore.runtime.work_dir import hold_work_dir
-from fedcore.simulation.backends.process_pool import ProcessPoolBackend, Spawn, spawn_local
+from fedcore.simulation.backends.process_pool import (
+    ProcessPoolBackend,
+    Spawn,
+    spawn_local,
+)
 from fedcore.simulation.backends.shared_memory import SegmentSpace
 from fedcore.simulation.backends.sizing import PoolPlan, detect_cpus
 from fedcore.simulation.backends.threads import thread_count
@@ -86,6 +100,8 @@ class NodeOptions:
     max_value_len: int = MAX_VALUE_LEN
     """The most bytes one str or bytes value of a record may take in the messages the node
     pulls and in what its ClientApp processes decode and reply (``--max-value-bytes``)."""
+    app_user: AppUser | None = None
+    """The user the node's ClientApp processes run as (``--app-user``); None: the node's."""
 
     def key_file(self) -> Path:
         return self.auth_key if self.auth_key is not None else self.work_dir / NODE_KEY_FILE
@@ -104,16 +120,21 @@ def process_runner(
     *,
     num_cpus: float = 1.0,
     max_value_len: int = MAX_VALUE_LEN,
+    app_user: AppUser | None = None,
+    inherited: Mapping[str, str] = MappingProxyType({}),
 ) -> RunnerFactory:
     """A runner factory giving each run one ClientApp worker process, its segments in ``space``.
 
     ``spawn`` starts the process: this node itself by default, or its exec. Each
     process runs ``ceil(num_cpus)`` compute threads, and decodes and replies within
-    ``max_value_len`` (a reply over it becomes an error reply, code 2).
+    ``max_value_len`` (a reply over it becomes an error reply, code 2). With
+    ``app_user`` the node starts it itself (not with ``spawn``), as that user, on a
+    private copy of the app, with ``inherited`` and the user's own variables as its
+    environment.
     """
     plan = PoolPlan(1, (), thread_count(num_cpus))
 
-    def build(run: Run, app_dir: Path, client_ref: str) -> ClientAppRunner:
+    def pool(client_ref: str, app_dir: Path, spawn: Spawn) -> ClientAppRunner:
         return ProcessPoolBackend(
             client_ref,
             app_dir,
@@ -122,9 +143,72 @@ def process_runner(
             space=space,
             spawn=spawn,
             max_value_len=max_value_len,
+            private_memory=True,
         )
 
+    def build(run: Run, app_dir: Path, client_ref: str) -> ClientAppRunner:
+        if app_user is None:
+            return pool(client_ref, app_dir, spawn)
+        user = app_user
+
+        def on_copy(copy: Path) -> ClientAppRunner:
+            environment = {**inherited, **user.environment(), "TMPDIR": str(copy.parent)}
+            as_user = partial(
+                spawn_local, inherited=environment, user=(user.uid, user.gid), cwd=copy.parent
+            )
+            return pool(client_ref, copy, as_user)
+
+        return _OnPrivateCopy(user, app_dir, on_copy)
+
     return build
+
+
+class _OnPrivateCopy:
+    """A run's ClientApp runner on a private copy of its app, owned by the app user.
+
+    The copy is made as the runner starts and removed once it has stopped (its
+    process gone), so that the app user never reads the node's bundle cache.
+    """
+
+    def __init__(
+        self, user: AppUser, app_dir: Path, build: Callable[[Path], ClientAppRunner]
+    ) -> None:
+        self._user = user
+        self._app_dir = app_dir
+        self._build = build
+        self._copy: Path | None = None
+        self._runner: ClientAppRunner | None = None
+
+    async def __aenter__(self) -> object:
+        self._copy = await anyio.to_thread.run_sync(self._user.private_copy, self._app_dir)
+        self._runner = self._build(self._copy)
+        try:
+            return await self._runner.__aenter__()
+        except BaseException:
+            await self._remove_copy()
+            raise
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._runner is not None
+        try:
+            return await self._runner.__aexit__(exc_type, exc, tb)
+        finally:
+            await self._remove_copy()
+
+    async def run(self, message: Message, context: Context) -> tuple[Message, Context]:
+        assert self._runner is not None
+        return await self._runner.run(message, context)
+
+    async def _remove_copy(self) -> None:
+        if self._copy is not None:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(remove_copy, self._copy)
+            self._copy = None
 
 
 def _spawner(options: NodeOptions) -> Spawn:
@@ -149,6 +233,11 @@ async def serve_node(
     a second node on it fails at once with a ``UsageError``.
     """
     clock = clock or SystemClock()
+    if options.app_user is not None and options.exec_socket is not None:
+        raise UsageError(
+            "--app-user is for a node that starts its ClientApps itself: with --exec-socket, "
+            "its exec decides who they run as"
+        )
     with hold_work_dir(options.work_dir):
         await _serve_held(options, clock, task_status)
 
@@ -158,7 +247,8 @@ async def _serve_held(
 ) -> None:
     """Serve as a node, its work directory held by this process."""
     link = options.link
-    space = SegmentSpace()
+    user = options.app_user
+    space = SegmentSpace(owner=(user.uid, user.gid) if user is not None else None)
     key = read_node_key(options.key_file())
     log.info("node key %s (%s)", key.public.fingerprint, options.key_file())
     try:
@@ -178,6 +268,8 @@ async def _serve_held(
                     _spawner(options),
                     num_cpus=options.cpu_share(),
                     max_value_len=options.max_value_len,
+                    app_user=user,
+                    inherited=app_environment(os.environ, options.app_env),
                 ),
                 clock=clock,
                 heartbeat_interval=options.heartbeat_interval,

@@ -89,18 +89,29 @@ def _write_new(path: Path, data: bytes, mode: int) -> bool:
 
 
 def read_node_key(path: Path) -> NodeKey:
-    """The node key in ``path``; a new Ed25519 key written there (mode 0600) if there is none."""
+    """The node key in ``path``; a new Ed25519 key written there (mode 0600, its directory
+    made 0700) if there is none.
+
+    A key file that its group or others may read or write is refused (``UsageError``),
+    as ssh refuses such a private key: whoever can read it can register and sign as
+    this node, and fetch every run and bundle the node may see.
+    """
     from fedcore.wire.keys import NodeKey
 
-    if not path.exists() and _write_new(path, NodeKey.generate().pem(), 0o600):
-        log.info("a new node key was written to %s", path)
+    if not path.exists():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if _write_new(path, NodeKey.generate().pem(), 0o600):
+            log.info("a new node key was written to %s", path)
     try:
         data = path.read_bytes()
-        mode = path.stat().st_mode
+        mode = stat.S_IMODE(path.stat().st_mode)
     except OSError as exc:
         raise UsageError(f"cannot read the node key file {path}: {exc}") from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        log.warning("the node key file %s is readable by others: chmod 600 it", path)
+        raise UsageError(
+            f"the node key file {path} is open to others (mode {mode:04o}): whoever reads it "
+            f"can sign as this node; chmod 600 {path}"
+        )
     try:
         return NodeKey.from_pem(data)
     except UsageError as exc:

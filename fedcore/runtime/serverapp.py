@@ -4,8 +4,10 @@ An exec starts it with the run id, the link's runtime API address and the unpack
 app directory in its environment, and the launch secret in a pipe whose descriptor
 the environment names (:data:`~fedcore.roles.exec.launcher.SECRET_FD_ENV`): never in
 the environment, which ``/proc/PID/environ`` shows other processes of the same user
-for as long as the process lives, nor on the command line. The secret is read and
-the pipe closed before the app's code is imported. It loads the app, runs ``main``
+for as long as the process lives, nor on the command line. Before it reads the secret
+the process makes itself non-dumpable (:mod:`fedcore.non_dumpable`), so that another
+run's ServerApp of the same user cannot read the secret out of its memory; the secret
+is read and the pipe closed before the app's code is imported. It loads the app, runs ``main``
 against a :class:`~fedcore.transport.runtime_grid.RuntimeGrid`, and ends the run
 itself: ``finished:completed`` when ``main`` returns, ``finished:failed`` with the
 exception when it raises. Meanwhile it heartbeats, so the link fails the run if this
@@ -67,6 +69,7 @@ from fedcore.clock import Clock, SystemClock
 from fedcore.domain import SERVER_NODE_ID, Context, RecordDict, Run, RunStatus
 from fedcore.domain.run import CHECKPOINT_ARTIFACT, MODEL_ARTIFACT
 from fedcore.errors import FedcoreError, NotFoundError, RunFinishedError, first_error
+from fedcore.non_dumpable import make_non_dumpable
 from fedcore.results.directory import final_model
 from fedcore.results.metrics import round_row, run_header
 from fedcore.roles.exec.launcher import (
@@ -340,6 +343,7 @@ def _read_secret(descriptor: int) -> str:
 
 def main() -> None:
     """The process's entry point: read the environment, run, exit with the status."""
+    make_non_dumpable()
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

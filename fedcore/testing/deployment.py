@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -32,6 +33,8 @@ from fedcore.runtime.control_token import TOKEN_ENV, link_token_file
 from fedcore.runtime.ready import read_ready_file
 
 FEDCORE = Path(sys.executable).parent / "fedcore"
+_CLI = "import sys; from fedcore.cli import main; sys.argv[0] = 'fedcore'; main()"
+"""The ``fedcore`` command, on an interpreter other than the venv's (``python -c``)."""
 READY_DEADLINE = 30.0
 
 
@@ -55,14 +58,27 @@ class Server:
 
 
 class Deployment:
-    """A link and its nodes under ``root``; use it as a context manager."""
+    """A link and its nodes under ``root``; use it as a context manager.
+
+    ``python``: the interpreter the ``fedcore serve`` processes run on (and so the app
+    processes they start), with ``environment`` added to theirs; by default this
+    venv's ``fedcore`` script. (A test of ``--app-user`` gives one the app user can run.)
+    """
 
     def __init__(
-        self, root: Path, *, heartbeat_interval: float = 1.0, heartbeat_patience: float = 2.0
+        self,
+        root: Path,
+        *,
+        heartbeat_interval: float = 1.0,
+        heartbeat_patience: float = 2.0,
+        python: Path | None = None,
+        environment: Mapping[str, str] | None = None,
     ) -> None:
         self.root = root
         self.heartbeat_interval = heartbeat_interval
         self.heartbeat_patience = heartbeat_patience
+        self.python = python
+        self.environment = dict(environment or {})
         self.servers: list[Server] = []
         self.link: Server | None = None
         self.link_work_dir = root / "link"
@@ -194,8 +210,9 @@ class Deployment:
             ],
         )  # fmt: skip
 
-    def start_node(self, node_config: str, *extra: str) -> Server:
-        """Start a node connected to the link, with ``node_config``."""
+    def start_node(self, node_config: str, *extra: str, user: int | None = None) -> Server:
+        """Start a node connected to the link, with ``node_config`` (as the user whose uid
+        is ``user``, its primary group, if given: this process must be root)."""
         assert self.link is not None
         index = sum(server.name.startswith("node") for server in self.servers)
         return self._start(
@@ -208,18 +225,24 @@ class Deployment:
                 "--work-dir", str(self.root / f"node{index}"),
                 *extra,
             ],
+            user=user,
         )  # fmt: skip
 
-    def _start(self, name: str, args: list[str]) -> Server:
+    def _start(self, name: str, args: list[str], user: int | None = None) -> Server:
         ready = self.root / f"{name}-{len(self.servers)}.ready"
         output = self.root / f"{name}-{len(self.servers)}.out"
+        command = [str(FEDCORE)] if self.python is None else [str(self.python), "-c", _CLI]
         with output.open("wb") as sink:
             process = subprocess.Popen(
-                [str(FEDCORE), "serve", *args, "--ready-file", str(ready)],
+                [*command, "serve", *args, "--ready-file", str(ready)],
                 stdin=subprocess.DEVNULL,
                 stdout=sink,
                 stderr=subprocess.STDOUT,
                 cwd=self.root,
+                env={**os.environ, **self.environment},
+                user=user,
+                group=None if user is None else pwd.getpwuid(user).pw_gid,
+                extra_groups=None if user is None else (),
             )
         server = Server(name, process, output)
         self.servers.append(server)

@@ -339,8 +339,9 @@ class ServerAppLauncher:
         environment[SECRET_FD_ENV] = str(secret_fd)
         try:
             with output_path.open("wb") as output:
+                command = list(settings.command)
                 process = await anyio.open_process(
-                    list(settings.command),
+                    user.command(command) if user is not None else command,
                     env=environment,
                     stdin=subprocess.DEVNULL,
                     stdout=output,
@@ -348,9 +349,6 @@ class ServerAppLauncher:
                     pass_fds=(secret_fd,),
                     start_new_session=True,  # a Ctrl-C at the link's terminal is the link's
                     cwd=app_dir.parent if user is not None else None,
-                    user=user.uid if user is not None else None,
-                    group=user.gid if user is not None else None,
-                    extra_groups=() if user is not None else None,
                 )
         finally:
             os.close(secret_fd)

@@ -151,18 +151,27 @@ def spawn_local(
     defaults: dict[str, str],
     *,
     inherited: Mapping[str, str] | None = None,
+    user: tuple[int, int] | None = None,
+    cwd: Path | None = None,
 ) -> WorkerProcess:
     """Start a worker as a child of this process.
 
     It inherits ``inherited``: by default this process's environment but for
     fedcore's secrets (a simulation's rule, :func:`without_secrets`); a node passes
-    the minimal one of a deployment's app processes.
+    the minimal one of a deployment's app processes. ``user`` (uid, gid) runs it as
+    another user, with that primary group and no other (a node's ``--app-user``;
+    this process must be root), in ``cwd``.
     """
     base = without_secrets(os.environ) if inherited is None else inherited
+    uid, gid = user if user is not None else (None, None)
     return subprocess.Popen(
         worker_command(channel.fileno()),
         pass_fds=(channel.fileno(),),
         env=child_environment(base, environment, defaults),
+        cwd=cwd,
+        user=uid,
+        group=gid,
+        extra_groups=() if user is not None else None,
     )
 
 
@@ -278,7 +287,12 @@ class _Job:
 
 
 class ProcessPoolBackend(WorkerBackend):
-    """Runs a ClientApp, imported by ``client_ref``, in a pool of worker processes."""
+    """Runs a ClientApp, imported by ``client_ref``, in a pool of worker processes.
+
+    ``private_memory``: each worker makes itself non-dumpable before it imports the
+    ClientApp (:mod:`fedcore.non_dumpable`), as a deployed node's do; a simulation's
+    workers, the user's own code, stay open to the user's debuggers.
+    """
 
     start_timeout = START_TIMEOUT
 
@@ -293,8 +307,10 @@ class ProcessPoolBackend(WorkerBackend):
         space: SegmentSpace | None = None,
         spawn: Spawn = spawn_local,
         max_value_len: int = MAX_VALUE_LEN,
+        private_memory: bool = False,
     ) -> None:
         self._client_ref = client_ref
+        self._private_memory = private_memory
         self._search_path = search_path
         self._plan = plan
         self._clock = clock
@@ -369,6 +385,7 @@ class ProcessPoolBackend(WorkerBackend):
             segment_prefix=f"{self._space.prefix}w{self._started}-",
             inline_limit=self._inline_limit,
             max_value_len=self._limits.max_value_len,
+            private_memory=self._private_memory,
         )
         spawner = self._spawner
         assert spawner is not None

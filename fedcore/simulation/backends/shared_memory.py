@@ -66,11 +66,19 @@ _Contents = dict[int, tuple[weakref.ref[RecordDict], str]]
 
 
 class SegmentSpace:
-    """The segments of one pool: names, creation, the contents they hold, cleanup."""
+    """The segments of one pool: names, creation, the contents they hold, cleanup.
 
-    def __init__(self, root: Path = ROOT, prefix: str | None = None) -> None:
+    ``owner`` (uid, gid): the user the segments are made over to as they are created,
+    for workers that run as another user (a node's ``--app-user``) and must map them;
+    None keeps them this process's user's. Either way a segment is mode 0600.
+    """
+
+    def __init__(
+        self, root: Path = ROOT, prefix: str | None = None, owner: tuple[int, int] | None = None
+    ) -> None:
         self.root = root
         self.prefix = prefix or f"{process_prefix(os.getpid())}{secrets.token_hex(4)}-"
+        self.owner = owner
         self._numbers = itertools.count()
         self._contents: _Contents = {}
 
@@ -79,14 +87,14 @@ class SegmentSpace:
 
     def subspace(self) -> SegmentSpace:
         """A space under this one: a prefix of its own, the contents of this one."""
-        child = SegmentSpace(self.root, f"{self.new_name()}-")
+        child = SegmentSpace(self.root, f"{self.new_name()}-", self.owner)
         child._contents = self._contents
         return child
 
     def write(self, parts: Parts) -> str:
         """Write a payload into a new segment and return its name."""
         name = self.new_name()
-        write_segment(self.root / name, parts)
+        write_segment(self.root / name, parts, owner=self.owner)
         return name
 
     def content_segment(self, content: RecordDict) -> str | None:
@@ -197,6 +205,8 @@ class SegmentSink:
         self._size = size
         self._descriptor = os.open(self._path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         try:
+            if space.owner is not None:
+                os.fchown(self._descriptor, *space.owner)
             with self._no_room_is_resource_error():
                 os.ftruncate(self._descriptor, size)
         except BaseException:
@@ -258,17 +268,22 @@ _IOV_MAX = 1024
 _NO_ROOM = {errno.ENOSPC, errno.ENOMEM, errno.EFBIG, errno.EDQUOT}
 
 
-def write_segment(path: Path, parts: Parts, *, reuse: bool = False) -> None:
+def write_segment(
+    path: Path, parts: Parts, *, reuse: bool = False, owner: tuple[int, int] | None = None
+) -> None:
     """Write the concatenation of ``parts`` into ``path``, copying each part once.
 
     A new segment unless ``reuse``, which overwrites an existing one in place — its
     pages are already allocated, which makes writing several times faster than
     into fresh ones. ``writev`` rather than a writable mapping: the kernel copies
-    straight into the file's pages instead of taking a page fault for each.
+    straight into the file's pages instead of taking a page fault for each. ``owner``:
+    the (uid, gid) to make a new segment over to (:class:`SegmentSpace`).
     """
     flags = os.O_CREAT | os.O_WRONLY | (0 if reuse else os.O_EXCL)
     descriptor = os.open(path, flags, 0o600)
     try:
+        if owner is not None and not reuse:
+            os.fchown(descriptor, *owner)
         pending = [memoryview(part).cast("B") for part in parts]
         size = sum(part.nbytes for part in pending)
         position = 0

@@ -46,6 +46,7 @@ from fedcore.clock import Clock, SystemClock
 from fedcore.domain import Context, Error, ErrorCode, Message, RecordDict
 from fedcore.domain.message import mark_delivered
 from fedcore.errors import AppLoadError
+from fedcore.non_dumpable import make_non_dumpable
 from fedcore.signals import ENDING_SIGNALS
 from fedcore.simulation.backends.shared_memory import SegmentSpace, map_segment, write_segment
 from fedcore.wire import DecodeLimits, Parts, parts_size, unpack_recorddict
@@ -81,6 +82,8 @@ class WorkerSpec:
     max_value_len: int
     sys_path: list[str] = field(default_factory=list)
     main_file: str = ""
+    private_memory: bool = False
+    """Make the worker non-dumpable before the ClientApp is imported (a deployed node's)."""
 
     @classmethod
     def here(
@@ -93,6 +96,7 @@ class WorkerSpec:
         segment_prefix: str,
         inline_limit: int,
         max_value_len: int,
+        private_memory: bool = False,
     ) -> WorkerSpec:
         """A spec carrying this process's ``sys.path`` and main script."""
         main = sys.modules.get("__main__")
@@ -106,10 +110,11 @@ class WorkerSpec:
             max_value_len=max_value_len,
             sys_path=[os.path.abspath(p) if p else os.getcwd() for p in sys.path],
             main_file=str(getattr(main, "__file__", "") or ""),
+            private_memory=private_memory,
         )
 
     def as_dict(self) -> dict[str, str | int | list[str]]:
-        return asdict(self)
+        return {**asdict(self), "private_memory": int(self.private_memory)}  # a spec has no bools
 
 
 def serve(connection: Connection) -> None:
@@ -118,6 +123,8 @@ def serve(connection: Connection) -> None:
     for signum in ENDING_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
     spec = WorkerSpec(**unpack_spec(connection.recv_bytes()))
+    if spec.private_memory:
+        make_non_dumpable()
     logging.basicConfig(
         level=logging.WARNING, format=f"%(asctime)s worker {spec.index} %(levelname)s %(message)s"
     )
