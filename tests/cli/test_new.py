@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -128,6 +129,30 @@ def test_a_new_app_simulates_with_no_flags_and_learns(
     assert SUMMARY.search(done.stdout), done.stdout
     [accuracy] = ACCURACY.findall(done.stderr)
     assert float(accuracy) >= 0.8
+
+
+@pytest.mark.parametrize("template", templates.TEMPLATES)
+def test_a_new_app_on_more_nodes_than_it_has_samples_trains_without_a_warning(
+    tmp_path: Path, template: str
+) -> None:
+    # 6,000 partitions: more than the made-up data's 5,000 samples and the digits'
+    # 1,797. A warning (a mean of an empty slice) is an error in the ClientApps here.
+    if template == "pytorch":
+        pytest.importorskip("torch")
+    new_app(tmp_path, "many-app", template)
+    config = "fraction-train=0.001 fraction-evaluate=0.001 num-server-rounds=1"
+    done = subprocess.run(
+        [str(BIN / "fedcore"), "simulate", "many-app", "--nodes", "6000", "--backend", "inline",
+         "--no-save", "--run-config", config],
+        capture_output=True, text=True, cwd=tmp_path, timeout=110, check=False,
+        env={**os.environ, "PYTHONWARNINGS": "error"},
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr
+    assert "1 rounds · 12 replies (6 train, 6 evaluate) · 0 failures" in done.stdout
+    [round_line] = [line for line in done.stderr.splitlines() if "round 1/1:" in line]
+    assert "loss=" in round_line
+    assert "nan" not in round_line, round_line  # every node had samples to learn from
 
 
 def test_the_pytorch_app_simulates_where_torch_is_installed(tmp_path: Path) -> None:
