@@ -188,8 +188,6 @@ async def serve_link(
         else:
             authorized = AuthorizedNodesFile(options.authorized_nodes, gate)
             gate.authorize(read_authorized_nodes(options.authorized_nodes))
-            hangups = await stack.enter_async_context(anyio.create_task_group())
-            hangups.start_soon(reload_on_hangup, options.authorized_nodes, gate)
         link_fleet = LinkFleet(
             state,
             clock,
@@ -254,6 +252,8 @@ async def serve_link(
             )
             bound["exec"] = Address(options.exec_address.host, exec_port)
         tasks = await stack.enter_async_context(anyio.create_task_group())
+        if options.authorized_nodes is not None:
+            tasks.start_soon(reload_on_hangup, options.authorized_nodes, gate)
         if options.retire_nodes_after is not None:
             tasks.start_soon(
                 retire_nodes, state, clock, options.retire_nodes_after, (gate, link_fleet)

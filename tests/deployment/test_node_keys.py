@@ -168,6 +168,12 @@ def test_with_an_authorized_list_only_its_nodes_join_and_sighup_rereads_it(
         listed = json.loads(federation.fedcore("ls", "--nodes", "--json").stdout)
         assert len(listed) == 2
 
+        # A link with the list ends on SIGTERM as one without does (it spun at 100 % CPU).
+        for node in [server for server in federation.servers if server.name.startswith("node")]:
+            federation.stop(node)
+        link.process.send_signal(signal.SIGTERM)
+        assert link.process.wait(timeout=15) == 0, link.tail()
+
 
 def test_a_bad_authorized_nodes_file_stops_the_link_naming_the_line(tmp_path: Path) -> None:
     authorized = tmp_path / "authorized_nodes"
