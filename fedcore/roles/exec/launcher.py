@@ -196,8 +196,16 @@ class ServerAppLauncher:
                 tasks.cancel_scope.cancel()
         except* ClaimLostError:
             log.warning("run %d: the claim was lost; another exec has it or it ended", run_id)
-        except* FedcoreError as failed:
-            await self._fail(claim, f"could not launch the ServerApp: {first_error(failed)}")
+        except* (FedcoreError, OSError) as failed:
+            # OSError: the process could not be started (no such program, no memory,
+            # no descriptors left); it fails this run, not the launcher and its link.
+            error = first_error(failed)
+            said = (
+                str(error)
+                if isinstance(error, FedcoreError)
+                else f"{type(error).__name__}: {error}"
+            )
+            await self._fail(claim, f"could not launch the ServerApp: {said}")
         finally:
             self._running -= 1
             if self._slot_freed is not None:

@@ -359,6 +359,26 @@ async def test_a_bundle_that_cannot_be_unpacked_fails_the_run(
     assert not (tmp_path / "work" / "runs").exists()
 
 
+async def test_a_process_that_cannot_be_started_fails_its_run_and_the_launcher_goes_on(
+    state: InMemoryLinkState, fake_clock: FakeClock, tmp_path: Path
+) -> None:
+    first = await _submit(state, tmp_path)
+    launcher = ServerAppLauncher(
+        LinkExec(state, fake_clock, runtime_address="127.0.0.1:1"),
+        fake_clock,
+        work_dir=tmp_path / "work",
+        settings=LaunchSettings(command=(str(tmp_path / "no-such-python"),), max_restarts=0),
+    )
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(launcher.serve)
+        failed = await _until(state, first.run_id, {RunStatus.FAILED})
+        second = await _submit(state, tmp_path)  # the launcher still launches
+        failed_too = await _until(state, second.run_id, {RunStatus.FAILED})
+        tasks.cancel_scope.cancel()
+    for run in (failed, failed_too):
+        assert run.reason.startswith("could not launch the ServerApp: FileNotFoundError"), run
+
+
 async def test_calls_are_retried_while_the_link_is_away(
     state: InMemoryLinkState, fake_clock: FakeClock, tmp_path: Path
 ) -> None:
