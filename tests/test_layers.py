@@ -16,13 +16,14 @@ import fedcore
 
 ROOT = Path(fedcore.__file__).parent
 
-BASE = {"errors", "clock", "backoff", "signals", "lazy"}
+BASE = {"errors", "clock", "backoff", "signals", "lazy", "non_dumpable"}
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "clock": set(),
     "backoff": {"clock"},
     "signals": set(),
     "lazy": set(),
+    "non_dumpable": set(),
     # clock: Message(...) stamps its creation time from the context's clock, as Flower's.
     "domain": {"errors", "lazy", "clock"},
     "wire": {"errors", "domain"},
