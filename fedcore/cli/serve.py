@@ -300,8 +300,9 @@ it) and inherited by the app processes it starts."""
     type=click.IntRange(min=1),
     default=FLEET_MAX_CONNECTIONS,
     show_default=True,
-    help="[link] Fleet connections at once, kept 64 under the open-file limit too. At the cap "
-    "a new connection closes the one idle the longest (or is refused if none is idle).",
+    help="[link] Fleet connections at once (and the connections of all the link's APIs "
+    "together, 64 under the open-file limit). At a cap a new connection closes the one idle "
+    "the longest (or is refused if none is idle).",
 )
 @click.option(
     "--fleet-requests-per-second",
@@ -379,9 +380,9 @@ it) and inherited by the app processes it starts."""
     type=click.IntRange(min=1),
     default=HTTP_MAX_CONNECTIONS,
     show_default=True,
-    help="[link] Connections to each of those APIs at once, kept 64 under the open-file limit "
-    "too. At the cap a new connection closes the one idle the longest (or is refused if none "
-    "is idle).",
+    help="[link] Connections to each of those APIs at once (and to all the link's APIs "
+    "together, 64 under the open-file limit). At a cap a new connection closes the one idle "
+    "the longest (or is refused if none is idle).",
 )
 @click.option(
     "--max-value-bytes",

@@ -9,10 +9,11 @@ grpclib protocol and the HTTP APIs' aiohttp protocol each report to one):
 
 - it counts connections per peer address and refuses (closes at once) one over the
   listener's per-peer cap;
-- it keeps the total under the listener's cap and under what the process's
-  file-descriptor limit leaves to spare (:data:`FD_RESERVE`): at the cap, a new
-  connection evicts the one idle the longest, so that strangers holding sockets open
-  cannot lock a real peer out; with none idle, the new one is refused;
+- it keeps the listener's total under its cap, and the connections of all the
+  process's listeners together under what its file-descriptor limit leaves to spare
+  (:data:`FD_RESERVE`): at a cap, a new connection evicts the one idle the longest
+  (of the listener, or of the process), so that strangers holding sockets open cannot
+  lock a real peer out; with none idle, the new one is refused;
 - it closes a connection at the deadline the connection itself names
   (:meth:`Watched.deadline`: idle too long, a request's headers or body too slow),
   and turns on TCP keepalive, so that a peer that vanished mid-call is found by the
@@ -29,22 +30,23 @@ import logging
 import resource
 import socket
 import time
+import weakref
 from collections.abc import Callable
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 log = logging.getLogger(__name__)
 
 FD_RESERVE = 64
-"""File descriptors kept free of any one listener's connections: the other listeners,
-the database and its journal, app pipes and logs need them."""
+"""File descriptors kept free of the listeners' connections: the database and its
+journal, app pipes and logs need them."""
 
 
-def connection_cap(max_connections: int) -> int:
-    """``max_connections``, lowered to leave :data:`FD_RESERVE` descriptors free."""
+def process_cap() -> int | None:
+    """The most connections all listeners may hold: :data:`FD_RESERVE` under the fd limit."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
-        return max_connections
-    return max(1, min(max_connections, soft - FD_RESERVE))
+        return None
+    return max(1, soft - FD_RESERVE)
 
 
 class FloodLog:
@@ -97,19 +99,24 @@ class ConnectionGuard:
 
     ``name`` says which API in the log lines. The protocol calls :meth:`admit` when a
     connection is made (and aborts it if refused), :meth:`rearm` when its deadline
-    may have come closer, and :meth:`forget` when it is lost.
+    may have come closer, and :meth:`forget` when it is lost. Every guard of the
+    process is known to the others (:attr:`_every`): the descriptors they share
+    are one limit.
     """
+
+    _every: ClassVar[weakref.WeakSet[ConnectionGuard]] = weakref.WeakSet()
 
     def __init__(
         self, name: str, *, max_connections: int, connections_per_peer: int, flood: FloodLog
     ) -> None:
         self.name = name
-        self.cap = connection_cap(max_connections)
+        self.cap = max_connections
         self._per_peer = connections_per_peer
         self._flood = flood
         self._by_peer: dict[str, int] = {}
         self._peers: dict[Watched, str] = {}
         self._timers: dict[Watched, asyncio.TimerHandle] = {}
+        ConnectionGuard._every.add(self)
 
     @property
     def connections(self) -> int:
@@ -129,13 +136,25 @@ class ConnectionGuard:
                 self._per_peer,
             )
             return False
-        if len(self._peers) >= self.cap and not self._evict_idlest():
+        if len(self._peers) >= self.cap and not self._evict_idlest([self]):
             self._flood.warn(
                 f"{self.name}-connections",
                 "refused a %s connection from %s: %d are open, none idle",
                 self.name,
                 peer,
                 len(self._peers),
+            )
+            return False
+        every = list(ConnectionGuard._every)
+        in_process, cap = sum(guard.connections for guard in every), process_cap()
+        if cap is not None and in_process >= cap and not self._evict_idlest(every):
+            self._flood.warn(
+                f"{self.name}-descriptors",
+                "refused a %s connection from %s: the listeners hold %d, the most the "
+                "open-file limit leaves room for, none idle",
+                self.name,
+                peer,
+                in_process,
             )
             return False
         sock = transport.get_extra_info("socket")
@@ -191,20 +210,25 @@ class ConnectionGuard:
         self.forget(connection)
         connection.abort()
 
-    def _evict_idlest(self) -> bool:
-        """Close the connection idle the longest to make room; False if none is idle."""
-        idle = [connection for connection in self._peers if not connection.busy()]
+    def _evict_idlest(self, guards: list[ConnectionGuard]) -> bool:
+        """Close the connection of ``guards`` idle the longest; False if none is idle."""
+        idle = [
+            (connection.idle_since(), guard, connection)
+            for guard in guards
+            for connection in guard._peers
+            if not connection.busy()
+        ]
         if not idle:
             return False
-        idlest = min(idle, key=lambda connection: connection.idle_since())
+        _, guard, idlest = min(idle, key=lambda entry: entry[0])
         self._flood.warn(
             f"{self.name}-evicted",
-            "the %s API is at its %d connections: closed the idlest, from %s",
+            "the %s API is at a connection cap: closed the idlest, a %s connection from %s",
             self.name,
-            self.cap,
-            self._peers[idlest],
+            guard.name,
+            guard._peers[idlest],
         )
-        self.forget(idlest)
+        guard.forget(idlest)
         idlest.abort()
         return True
 

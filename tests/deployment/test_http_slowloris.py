@@ -101,10 +101,12 @@ def test_requests_sent_half_way_are_closed_within_their_timeouts(tmp_path: Path)
         assert health.returncode == 0, health.stderr
 
 
-@pytest.mark.parametrize("listener", ["control", "runtime"])
+@pytest.mark.parametrize("listeners", [["control"], ["runtime"], ["fleet", "control"]])
 def test_a_thousand_half_sent_requests_block_neither_registration_nor_ls(
-    tmp_path: Path, low_fd_limit: None, listener: str
+    tmp_path: Path, low_fd_limit: None, listeners: list[str]
 ) -> None:
+    """Half-sent requests (idle HTTP/2 connections on the fleet port), taken in turns by
+    ``listeners``: together they must stay under the one open-file limit as well."""
     with Deployment(tmp_path) as deployment:
         # Headers may take ten minutes: the connection caps alone must keep the link whole.
         deployment.start_link("--http-header-timeout", "600", database=":memory:")
@@ -112,11 +114,13 @@ def test_a_thousand_half_sent_requests_block_neither_registration_nor_ls(
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
         half_sent = []
         try:
-            for _ in range(1000):
+            for index in range(1000):
+                listener = listeners[index % len(listeners)]
                 sock = _connect(deployment, listener)
                 half_sent.append(sock)
-                with contextlib.suppress(OSError):  # closed by the link to make room
-                    sock.sendall(b"GET /v1/health HTTP/1.1\r\nHost: link\r\n")
+                if listener != "fleet":
+                    with contextlib.suppress(OSError):  # closed by the link to make room
+                        sock.sendall(b"GET /v1/health HTTP/1.1\r\nHost: link\r\n")
             deployment.start_node("partition-id=0")
             listed = deployment.fedcore("ls", "--nodes", "--json", timeout=30)
             assert listed.returncode == 0, listed.stderr

@@ -43,8 +43,8 @@ class FleetLimits:
     """Seconds one request frame may take to arrive once its call has begun."""
     connections_per_peer: int = 2048
     max_connections: int = 8192
-    """All connections at once; also kept
-    :data:`~fedcore.transport.connections.FD_RESERVE` under the fd limit."""
+    """All connections at once (and all listeners' together are kept
+    :data:`~fedcore.transport.connections.FD_RESERVE` under the fd limit)."""
     requests_per_second: float = 2000.0
     """Calls per second one peer address may start, on average."""
     request_burst: int = 4000

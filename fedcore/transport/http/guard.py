@@ -51,8 +51,8 @@ class HttpLimits:
     connections_per_peer: int = 1024
     """Connections one peer address may hold open; more are refused on arrival."""
     max_connections: int = 4096
-    """All connections of one API at once; also kept
-    :data:`~fedcore.transport.connections.FD_RESERVE` under the fd limit."""
+    """All connections of one API at once (and all listeners' together are kept
+    :data:`~fedcore.transport.connections.FD_RESERVE` under the fd limit)."""
 
     def __post_init__(self) -> None:
         for name in ("header_timeout", "body_timeout", "idle_timeout"):
