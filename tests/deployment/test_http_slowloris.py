@@ -30,7 +30,9 @@ def _connect(deployment: Deployment, listener: str) -> socket.socket:
     return socket.create_connection((address.host, address.port), timeout=10)
 
 
-def _closed_after(sockets: dict[str, tuple[socket.socket, bytes]], give_up: float) -> dict:
+def _closed_after(
+    sockets: dict[str, tuple[socket.socket, bytes]], give_up: float
+) -> dict[str, float | None]:
     """Seconds until the link closed each socket (None: still open after ``give_up`` s),
     each sent its ``bytes`` every :data:`TRICKLE_SECONDS` meanwhile (none for b"")."""
     started = time.monotonic()
@@ -101,7 +103,9 @@ def test_requests_sent_half_way_are_closed_within_their_timeouts(tmp_path: Path)
         assert health.returncode == 0, health.stderr
 
 
-@pytest.mark.parametrize("listeners", [["control"], ["runtime"], ["fleet", "control"]])
+@pytest.mark.parametrize(
+    "listeners", [["control"], ["runtime"], ["fleet", "control"]], ids="+".join
+)
 def test_a_thousand_half_sent_requests_block_neither_registration_nor_ls(
     tmp_path: Path, low_fd_limit: None, listeners: list[str]
 ) -> None:
