@@ -45,6 +45,12 @@ MAX_HEARTBEAT_INTERVAL = 300.0
 """``fedcore.roles.link.fleet.MAX_HEARTBEAT_INTERVAL``."""
 RETIRE_NODES_AFTER = 86_400.0
 """``fedcore.roles.link.retirement.RETIRE_NODES_AFTER``."""
+HTTP_HEADER_TIMEOUT = 20.0
+"""``fedcore.transport.http.guard.HttpLimits.header_timeout``, and so on below."""
+HTTP_BODY_TIMEOUT = 120.0
+HTTP_IDLE_TIMEOUT = 75.0
+HTTP_CONNECTIONS_PER_PEER = 1024
+HTTP_MAX_CONNECTIONS = 4096
 MAX_VALUE_LEN = 512 * 1024 * 1024
 """``fedcore.wire.MAX_VALUE_LEN``: Flower's cap on a message."""
 HEARTBEAT_INTERVAL = 5.0
@@ -294,8 +300,9 @@ it) and inherited by the app processes it starts."""
     type=click.IntRange(min=1),
     default=FLEET_MAX_CONNECTIONS,
     show_default=True,
-    help="[link] Fleet connections at once, kept 64 under the open-file limit too. At the cap "
-    "a new connection closes the one idle the longest (or is refused if none is idle).",
+    help="[link] Fleet connections at once (and the connections of all the link's APIs "
+    "together, 64 under the open-file limit). At a cap a new connection closes the one idle "
+    "the longest (or is refused if none is idle).",
 )
 @click.option(
     "--fleet-requests-per-second",
@@ -336,6 +343,46 @@ it) and inherited by the app processes it starts."""
     default=FLEET_REGISTRATIONS_PER_SECOND_TOTAL,
     show_default=True,
     help="[link] Node registrations per second from all addresses together, on average.",
+)
+@click.option(
+    "--http-header-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=HTTP_HEADER_TIMEOUT,
+    show_default=True,
+    help="[link] Seconds a request to the control, runtime or exec API may take to send its "
+    "headers, from its first byte; a slower one (slowloris) has its connection closed.",
+)
+@click.option(
+    "--http-body-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=HTTP_BODY_TIMEOUT,
+    show_default=True,
+    help="[link] Seconds a request to those APIs may take to send its body (a run's bundle, a "
+    "ServerApp's model), from the end of its headers; then its connection is closed.",
+)
+@click.option(
+    "--http-idle-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=HTTP_IDLE_TIMEOUT,
+    show_default=True,
+    help="[link] Seconds a connection to those APIs may stay silent between requests.",
+)
+@click.option(
+    "--http-connections-per-peer",
+    type=click.IntRange(min=1),
+    default=HTTP_CONNECTIONS_PER_PEER,
+    show_default=True,
+    help="[link] Connections one IP address may hold open to each of those APIs; more are "
+    "closed on arrival.",
+)
+@click.option(
+    "--http-max-connections",
+    type=click.IntRange(min=1),
+    default=HTTP_MAX_CONNECTIONS,
+    show_default=True,
+    help="[link] Connections to each of those APIs at once (and to all the link's APIs "
+    "together, 64 under the open-file limit). At a cap a new connection closes the one idle "
+    "the longest (or is refused if none is idle).",
 )
 @click.option(
     "--max-value-bytes",
@@ -416,6 +463,11 @@ def serve(
     fleet_registrations_per_second: float,
     fleet_registration_burst: int,
     fleet_registrations_per_second_total: float,
+    http_header_timeout: float,
+    http_body_timeout: float,
+    http_idle_timeout: float,
+    http_connections_per_peer: int,
+    http_max_connections: int,
     max_value_bytes: int,
     app_env: tuple[str, ...],
     app_user: str | None,
@@ -451,6 +503,7 @@ def serve(
     from fedcore.runtime.node import NodeOptions, serve_node
     from fedcore.runtime.tls import server_context
     from fedcore.transport.grpc.guard import FleetLimits
+    from fedcore.transport.http.guard import HttpLimits
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -528,6 +581,13 @@ def serve(
                 registration_burst=fleet_registration_burst,
                 registrations_per_second_total=fleet_registrations_per_second_total,
                 registration_burst_total=2 * fleet_registration_burst,
+            ),
+            http_limits=HttpLimits(
+                header_timeout=http_header_timeout,
+                body_timeout=http_body_timeout,
+                idle_timeout=http_idle_timeout,
+                connections_per_peer=http_connections_per_peer,
+                max_connections=http_max_connections,
             ),
         )
         options.check()

@@ -49,6 +49,7 @@ from fedcore.transport.grpc.guard import DEFAULT_FLEET_LIMITS, FleetLimits
 from fedcore.transport.grpc.server import serve_fleet
 from fedcore.transport.http.control import control_app
 from fedcore.transport.http.exec import exec_app
+from fedcore.transport.http.guard import DEFAULT_HTTP_LIMITS, HttpLimits
 from fedcore.transport.http.runtime import runtime_app
 from fedcore.transport.http.server import serve_http
 from fedcore.wire import MAX_VALUE_LEN
@@ -97,6 +98,8 @@ class LinkOptions:
     exec_ssl: _ssl.SSLContext | None = None
     local_exec: bool = True
     fleet_limits: FleetLimits = DEFAULT_FLEET_LIMITS
+    http_limits: HttpLimits = DEFAULT_HTTP_LIMITS
+    """The bounds of each HTTP API (control, runtime, exec) on connections and requests."""
     max_value_len: int = MAX_VALUE_LEN
     max_heartbeat_interval: float = MAX_HEARTBEAT_INTERVAL
     retire_nodes_after: float | None = RETIRE_NODES_AFTER
@@ -220,6 +223,7 @@ async def serve_link(
                 control.port,
                 name="control",
                 ssl=options.control_ssl,
+                limits=options.http_limits,
             )
         )
         runtime = options.runtime_address
@@ -229,6 +233,7 @@ async def serve_link(
                 runtime.host,
                 runtime.port,
                 name="runtime",
+                limits=options.http_limits,
             )
         )
         bound = {
@@ -248,6 +253,7 @@ async def serve_link(
                     options.exec_address.port,
                     name="exec",
                     ssl=options.exec_ssl,
+                    limits=options.http_limits,
                 )
             )
             bound["exec"] = Address(options.exec_address.host, exec_port)

@@ -15,6 +15,7 @@ from fedcore.simulation.backends import BACKENDS, DEFAULT_BACKEND
 from fedcore.state.base import DEFAULT_HEARTBEAT_PATIENCE
 from fedcore.strategy.rounds import DEFAULT_ROUND_TIMEOUT
 from fedcore.transport.grpc.guard import FleetLimits
+from fedcore.transport.http.guard import HttpLimits
 from fedcore.wire import MAX_VALUE_LEN
 
 
@@ -84,6 +85,16 @@ def test_the_written_out_defaults_are_the_librarys() -> None:
     assert serve_cli.RETIRE_NODES_AFTER == RETIRE_NODES_AFTER == _default("retire_nodes_after")
     assert LinkOptions().max_heartbeat_interval == MAX_HEARTBEAT_INTERVAL
     assert LinkOptions().retire_nodes_after == RETIRE_NODES_AFTER
+    http = HttpLimits()
+    for name in (
+        "header_timeout",
+        "body_timeout",
+        "idle_timeout",
+        "connections_per_peer",
+        "max_connections",
+    ):
+        written = getattr(serve_cli, f"HTTP_{name.upper()}")
+        assert written == getattr(http, name) == _default(f"http_{name}"), name
 
 
 def test_simulate_writes_out_the_simulations_choices() -> None:

@@ -118,17 +118,6 @@ def test_hostile_registrations_and_replies_leave_a_run_and_the_loop_untouched(
         assert [reply["code"] for reply in replies] == [None] * 4, replies
 
 
-@pytest.fixture
-def low_fd_limit() -> Iterator[None]:
-    """Processes started inside get 256 file descriptors; this one may open thousands."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-
-
 def test_a_thousand_idle_sockets_block_neither_registration_nor_ls(
     tmp_path: Path, low_fd_limit: None
 ) -> None:

@@ -59,6 +59,7 @@ from fedcore.errors import (
     ReplyRejectedError,
     RunFinishedError,
 )
+from fedcore.transport.connections import FloodLog
 from fedcore.transport.fleet import Admission, FleetGate, FleetService, Transfer
 from fedcore.transport.grpc.frames import (
     ERROR_TRAILER,
@@ -71,7 +72,6 @@ from fedcore.transport.grpc.frames import (
 from fedcore.transport.grpc.guard import (
     DEFAULT_FLEET_LIMITS,
     FleetLimits,
-    FloodLog,
     GuardedServer,
     Rates,
 )

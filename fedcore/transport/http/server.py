@@ -8,6 +8,9 @@ client goes away, so that a long wait (a followed log, a reply pull) does not ho
 on to the service for nobody, and a request aiohttp's parser refuses (a header line
 too long, too many headers, not HTTP) is answered 400 with one debug line, not the
 traceback aiohttp logs by default: a stranger sending those costs the log nothing.
+Its connections are kept within :class:`~fedcore.transport.http.guard.HttpLimits`
+(:mod:`fedcore.transport.http.guard`): caps, and deadlines for a request's headers
+and body, so that requests sent half-way (slowloris) cannot hold the API.
 
 :func:`guarded` wraps each handler: fedcore's errors become answers by the table in
 :mod:`fedcore.transport.http.errors`; anything unexpected is logged here and answered
@@ -18,6 +21,7 @@ soon as the bytes received pass the cap.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import ssl as _ssl
@@ -30,12 +34,19 @@ from aiohttp import hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from fedcore.errors import DecodeError, FedcoreError
+from fedcore.transport.connections import ConnectionGuard, FloodLog
 from fedcore.transport.http.bodies import WRITE_SLICE, read_at_most, read_payload
 from fedcore.transport.http.errors import (
     error_response,
     expected_error,
     internal_error,
     too_large,
+)
+from fedcore.transport.http.guard import (
+    DEFAULT_HTTP_LIMITS,
+    HttpLimits,
+    guarded_protocols,
+    track_requests,
 )
 from fedcore.wire import Parts, parts_size
 from fedcore.wire.frame import Buffer, slices
@@ -58,13 +69,16 @@ async def serve_http(
     name: str = "HTTP",
     ssl: _ssl.SSLContext | None = None,
     shutdown_seconds: float = SHUTDOWN_SECONDS,
+    limits: HttpLimits = DEFAULT_HTTP_LIMITS,
 ) -> AsyncIterator[int]:
     """Serve ``app`` on ``host:port`` until the block ends; yield the bound port.
 
-    ``name`` says which API this is in the log line that reports the address.
-    Leaving the block stops accepting connections, gives the requests in progress
-    ``shutdown_seconds`` to finish, then cancels them.
+    ``name`` says which API this is in the log lines. ``limits`` bound its
+    connections and how long a request may take to arrive. Leaving the block stops
+    accepting connections, gives the requests in progress ``shutdown_seconds`` to
+    finish, then cancels them.
     """
+    app.middlewares.insert(0, track_requests)
     # No access log: the runtime API answers several requests per round per run, and
     # a line for each would drown what a person needs to read.
     runner = web.AppRunner(
@@ -76,11 +90,25 @@ async def serve_http(
         logger=_PeerFaults(logging.getLogger("aiohttp.server")),
     )
     await runner.setup()
+    server: asyncio.Server | None = None
     try:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.create_server((host, port), family=family)
+        sock = socket.create_server((host, port), family=family, backlog=1024)
+        guard = ConnectionGuard(
+            name,
+            max_connections=limits.max_connections,
+            connections_per_peer=limits.connections_per_peer,
+            flood=FloodLog(),
+        )
+        assert runner.server is not None  # set up above
         try:
-            await web.SockSite(runner, sock, ssl_context=ssl).start()
+            server = await asyncio.get_running_loop().create_server(
+                guarded_protocols(runner.server, guard, limits),
+                sock=sock,
+                ssl=ssl,
+                ssl_handshake_timeout=limits.header_timeout if ssl is not None else None,
+                backlog=1024,
+            )
         except BaseException:
             sock.close()
             raise
@@ -88,6 +116,8 @@ async def serve_http(
         log.info("%s API listening on %s:%d", name, host, bound)
         yield bound
     finally:
+        if server is not None:
+            server.close()  # stop accepting; the runner ends the connections
         await runner.cleanup()
 
 
