@@ -24,11 +24,9 @@ no request holds the event loop while it is parsed.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
-import anyio.to_thread
 import grpclib.const
 import grpclib.server
 from grpclib.encoding.base import CodecBase
@@ -37,11 +35,6 @@ from fedcore.errors import DecodeError
 from fedcore.wire.rpc import FleetMethod
 
 _PREFIX = struct.Struct(">?I")
-
-_T = TypeVar("_T")
-
-OFF_LOOP_BYTES = 64 * 1024
-"""Frames larger than this are decoded in a worker thread, not on the event loop."""
 
 ERROR_TRAILER = "fedcore-error"
 """Trailing metadata naming the error class of a NOT_FOUND or UNAUTHENTICATED status."""
@@ -78,13 +71,6 @@ class RawCodec(CodecBase):
 
     def decode(self, data: bytes, message_type: Any) -> bytes:
         return data
-
-
-async def decoded(decode: Callable[[bytes], _T], frame: bytes) -> _T:
-    """``decode(frame)``: in a worker thread if ``frame`` is over :data:`OFF_LOOP_BYTES`."""
-    if len(frame) <= OFF_LOOP_BYTES:
-        return decode(frame)
-    return await anyio.to_thread.run_sync(decode, frame)
 
 
 async def receive(
