@@ -63,7 +63,7 @@ MAX_VALUE_LEN = 512 * 1024 * 1024
 """Bytes one str or bytes value in a record may take by default: Flower's cap on a
 message (gRPC's, as Flower sets it), so what Flower carries, fedcore carries."""
 """Characters of detail an error on the wire (or about a payload) carries at most."""
-MAX_OBJECTS = 1 << 19
+MAX_OBJECTS = 1 << 18
 """Objects a payload's header may decode to by default (:attr:`DecodeLimits.max_objects`)."""
 
 
@@ -87,8 +87,9 @@ class DecodeLimits:
     str or bytes value (bounded by the header's bytes) takes more than 64 bytes, so a
     header costs at most about 64 × ``max_objects`` bytes plus its strings, and its
     decoding stops as soon as that is passed: the default, :data:`MAX_OBJECTS`, is
-    32 MiB and a few tenths of a second of CPU. A record of 120,000 metrics (4 objects
-    each), or an ArrayRecord of 60,000 arrays (8), fits; a batch of many messages needs more
+    16 MiB, a few tenths of a second of CPU, and a few tens of milliseconds to free
+    what was built when it is refused. A record of 60,000 metrics (4 objects each), or
+    an ArrayRecord of 30,000 arrays (8), fits; a batch of many messages needs more
     (:data:`MAX_RUN_OBJECTS`).
     """
 

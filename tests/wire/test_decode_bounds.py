@@ -67,11 +67,11 @@ def _empty_lists_header(count: int, *, per_list: int = 60_000) -> bytes:
 
 
 def test_a_header_of_empty_lists_is_refused_by_its_objects_not_its_bytes() -> None:
-    hostile = _empty_lists_header(600_000)  # a little over the budget of objects
+    hostile = _empty_lists_header(300_000)  # a little over the budget of objects
     with pytest.raises(DecodeError, match=f"decodes to more than {MAX_OBJECTS} objects"):
         unpack_recorddict(hostile)
     # A header 20 times as long, of a few long strings, is a few objects, and is read.
-    records = RecordDict({"c": ConfigRecord({f"t{i}": "x" * 900_000 for i in range(16)})})
+    records = RecordDict({"c": ConfigRecord({f"t{i}": "x" * 900_000 for i in range(8)})})
     honest = pack_recorddict(records)
     assert len(honest) > 20 * len(hostile)
     assert unpack_recorddict(honest) == records
@@ -101,8 +101,8 @@ def test_each_list_counts_for_itself_and_each_of_its_items() -> None:
 
 
 def test_records_fedcore_writes_stay_within_the_object_budget() -> None:
-    metrics = RecordDict({"m": MetricRecord({f"{i}": i % 100 for i in range(120_000)})})
-    arrays = RecordDict({"a": ArrayRecord({f"w{i}": np.zeros(2) for i in range(60_000)})})
+    metrics = RecordDict({"m": MetricRecord({f"{i}": i % 100 for i in range(30_000)})})
+    arrays = RecordDict({"a": ArrayRecord({f"w{i}": np.zeros(2) for i in range(30_000)})})
     for records in (metrics, arrays):
         assert unpack_recorddict(pack_recorddict(records), DEFAULT_LIMITS) == records
 
