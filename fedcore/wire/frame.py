@@ -29,7 +29,10 @@ strict (zero padding, no trailing bytes), so equal content always has equal byte
 
 from __future__ import annotations
 
+import gc
+import threading
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -123,6 +126,40 @@ payload's own."""
 
 class _OverBudget(Exception):
     """The header decodes to more objects than its limits allow."""
+
+
+class _CollectorPause:
+    """Python's cyclic garbage collector, paused while any header is decoded.
+
+    Building a header's lists counts as allocations, and every so often CPython then
+    walks every object the process holds, holding the GIL throughout: 60-110 ms at a
+    time while 2^18 lists were built, so a decode in a worker thread still held the
+    event loop that long (msgpack's own advice is to pause the collector). A header's
+    lists hold no cycles; reference counting frees them whatever the collector does.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._decoding = 0
+        self._was_enabled = False
+
+    @contextmanager
+    def __call__(self) -> Iterator[None]:
+        with self._lock:
+            if self._decoding == 0:
+                self._was_enabled = gc.isenabled()
+                gc.disable()
+            self._decoding += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._decoding -= 1
+                if self._decoding == 0 and self._was_enabled:
+                    gc.enable()
+
+
+_collector_paused = _CollectorPause()
 
 
 def fail(
@@ -254,19 +291,20 @@ def decode(
         return items
 
     try:
-        header = msgpack.unpackb(
-            view[_PREFIX_LEN:end],
-            list_hook=count_list,
-            raw=False,
-            use_list=True,
-            strict_map_key=True,
-            ext_hook=_refuse_ext,
-            max_str_len=limits.max_str_len,
-            max_bin_len=limits.max_str_len,
-            max_array_len=min(limits.max_items, limits.max_objects),
-            max_map_len=0,
-            max_ext_len=0,
-        )
+        with _collector_paused():
+            header = msgpack.unpackb(
+                view[_PREFIX_LEN:end],
+                list_hook=count_list,
+                raw=False,
+                use_list=True,
+                strict_map_key=True,
+                ext_hook=_refuse_ext,
+                max_str_len=limits.max_str_len,
+                max_bin_len=limits.max_str_len,
+                max_array_len=min(limits.max_items, limits.max_objects),
+                max_map_len=0,
+                max_ext_len=0,
+            )
     except _OverBudget as exc:
         fail(
             f"its header decodes to more than {limits.max_objects} objects, the cap "

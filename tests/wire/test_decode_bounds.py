@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import gc
 import struct
 import threading
 import time
 import tracemalloc
+from typing import Any
 
 import anyio
+import msgpack
 import numpy as np
 import pytest
 
@@ -119,3 +122,28 @@ def test_a_large_payload_is_decoded_in_a_worker_thread_and_a_small_one_on_the_lo
     small, large = anyio.run(decode_both)
     assert small == threading.get_ident()
     assert large != threading.get_ident()
+
+
+def test_the_garbage_collector_is_paused_while_a_header_is_built_and_only_then(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    unpackb = msgpack.unpackb
+    seen: list[bool] = []
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(gc.isenabled())
+        return unpackb(*args, **kwargs)
+
+    monkeypatch.setattr(msgpack, "unpackb", spy)
+    records = RecordDict({"m": MetricRecord({"loss": 0.5})})
+    assert unpack_recorddict(pack_recorddict(records)) == records
+    with pytest.raises(DecodeError, match="objects"):
+        unpack_recorddict(_empty_lists_header(300_000))
+    assert seen == [False, False]
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        unpack_recorddict(pack_recorddict(records))
+        assert not gc.isenabled(), "a collector paused by someone else stays paused"
+    finally:
+        gc.enable()
