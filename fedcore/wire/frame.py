@@ -80,7 +80,7 @@ class DecodeLimits:
     ``max_value_len`` bounds a record's str or bytes value too long for the header,
     which travels after it like an array (:mod:`fedcore.wire.records`): Flower's cap on
     a whole message, 512 MiB, by default. Such a value costs the receiver what the
-    sender sent (5 times as much at most for a str), so it needs no expansion budget.
+    sender sent (5 times as much at most for a str), so it counts for no objects.
 
     ``max_objects`` bounds what the header costs once decoded, counted in objects
     rather than bytes: msgpack spends one byte on an empty list, which costs Python 56
