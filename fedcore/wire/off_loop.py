@@ -16,6 +16,7 @@ budgets of memory, not one each.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TypeVar
 
 import anyio
@@ -37,9 +38,18 @@ _limiter: RunVar[anyio.CapacityLimiter] = RunVar("fedcore.wire.off_loop")
 
 async def decoded(decode: Callable[[_Data], _T], data: _Data) -> _T:
     """``decode(data)``: on the loop when ``data`` is small, else in a worker thread."""
-    if len(data) <= OFF_LOOP_BYTES:
-        return decode(data)
-    return await anyio.to_thread.run_sync(decode, data, limiter=_decoders())
+    return await decoded_from(partial(decode, data), len(data))
+
+
+async def decoded_from(decode: Callable[[], _T], size: int) -> _T:
+    """``decode()``, which decodes ``size`` received bytes it holds (a node's payload
+    sink): on the loop when they are few, else in a worker thread."""
+    if size <= OFF_LOOP_BYTES:
+        return decode()
+    # Handed over in a list emptied here: the finished future outlives this call by a
+    # step of the loop, and would hold what was decoded (and the payload it views).
+    handed = await anyio.to_thread.run_sync(lambda: [decode()], limiter=_decoders())
+    return handed.pop()
 
 
 def _decoders() -> anyio.CapacityLimiter:
