@@ -29,7 +29,10 @@ strict (zero padding, no trailing bytes), so equal content always has equal byte
 
 from __future__ import annotations
 
+import gc
+import threading
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -63,6 +66,8 @@ MAX_VALUE_LEN = 512 * 1024 * 1024
 """Bytes one str or bytes value in a record may take by default: Flower's cap on a
 message (gRPC's, as Flower sets it), so what Flower carries, fedcore carries."""
 """Characters of detail an error on the wire (or about a payload) carries at most."""
+MAX_OBJECTS = 1 << 18
+"""Objects a payload's header may decode to by default (:attr:`DecodeLimits.max_objects`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,25 +80,31 @@ class DecodeLimits:
     ``max_value_len`` bounds a record's str or bytes value too long for the header,
     which travels after it like an array (:mod:`fedcore.wire.records`): Flower's cap on
     a whole message, 512 MiB, by default. Such a value costs the receiver what the
-    sender sent (5 times as much at most for a str), so it needs no expansion budget.
+    sender sent (5 times as much at most for a str), so it counts for no objects.
 
-    ``max_expansion`` bounds the memory the header's lists take once decoded, as a
-    multiple of the header's bytes (plus :data:`EXPANSION_SLACK`), checked as each
-    list is built. msgpack spends one byte on an empty list, which costs Python 56
-    bytes and a pointer: a header of a million empty lists is 60 MB from 1 MB. What
-    fedcore itself writes stays under about 20 (a metric of a one-letter key and a
-    small int is the worst: 4 bytes, one two-item list).
+    ``max_objects`` bounds what the header costs once decoded, counted in objects
+    rather than bytes: msgpack spends one byte on an empty list, which costs Python 56
+    bytes and a pointer, so a header's bytes say little about its cost (a header of
+    empty lists is 64 times its size). Every list counts one for itself and one for
+    each item, as it is built (so a nested list counts twice); no decoded object but a
+    str or bytes value (bounded by the header's bytes) takes more than 64 bytes, so a
+    header costs at most about 64 × ``max_objects`` bytes plus its strings, and its
+    decoding stops as soon as that is passed: the default, :data:`MAX_OBJECTS`, is
+    16 MiB, a few tenths of a second of CPU, and a few tens of milliseconds to free
+    what was built when it is refused. A record of 60,000 metrics (4 objects each), or
+    an ArrayRecord of 30,000 arrays (8), fits; a batch of many messages needs more
+    (:data:`MAX_RUN_OBJECTS`).
     """
 
     max_bytes: int = 2**31 - 1
     max_str_len: int = 1 << 20
     max_items: int = 1_000_000
     max_ndim: int = 32
-    max_expansion: int = 24
+    max_objects: int = MAX_OBJECTS
     max_value_len: int = MAX_VALUE_LEN
 
     def __post_init__(self) -> None:
-        names = ("max_bytes", "max_str_len", "max_items", "max_ndim", "max_expansion")
+        names = ("max_bytes", "max_str_len", "max_items", "max_ndim", "max_objects")
         for name in (*names, "max_value_len"):
             value = getattr(self, name)
             if type(value) is not int or value < 0:
@@ -101,15 +112,54 @@ class DecodeLimits:
 
 
 DEFAULT_LIMITS = DecodeLimits()
-STORED_LIMITS = DecodeLimits(max_value_len=DEFAULT_LIMITS.max_bytes)
+MAX_RUN_OBJECTS = 1 << 22
+"""Objects a header may decode to between a run's own processes and their link (the
+runtime API: a batch holds a header for each of up to thousands of messages, a context
+what the ServerApp saved) and in what a process stored itself: about 256 MiB at most,
+from a party that is no stranger."""
+STORED_LIMITS = DecodeLimits(max_value_len=DEFAULT_LIMITS.max_bytes, max_objects=MAX_RUN_OBJECTS)
 """For what a process reads back of what it stored itself (a LinkState's blobs): every
 value in it passed the cap of whoever received it, which an operator may have raised
 past the default (``fedcore serve --max-value-bytes``), so no cap on one value but the
 payload's own."""
-EXPANSION_SLACK = 64 * 1024
-"""Bytes of decoded lists any header may take, whatever its size (small headers vary most)."""
-_LIST_COST = 56
-_POINTER = 8
+
+
+class _OverBudget(Exception):
+    """The header decodes to more objects than its limits allow."""
+
+
+class _CollectorPause:
+    """Python's cyclic garbage collector, paused while any header is decoded.
+
+    Building a header's lists counts as allocations, and every so often CPython then
+    walks every object the process holds, holding the GIL throughout: 60-110 ms at a
+    time while 2^18 lists were built, so a decode in a worker thread still held the
+    event loop that long (msgpack's own advice is to pause the collector). A header's
+    lists hold no cycles; reference counting frees them whatever the collector does.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._decoding = 0
+        self._was_enabled = False
+
+    @contextmanager
+    def __call__(self) -> Iterator[None]:
+        with self._lock:
+            if self._decoding == 0:
+                self._was_enabled = gc.isenabled()
+                gc.disable()
+            self._decoding += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._decoding -= 1
+                if self._decoding == 0 and self._was_enabled:
+                    gc.enable()
+
+
+_collector_paused = _CollectorPause()
 
 
 def fail(
@@ -231,30 +281,35 @@ def decode(
     end = _PREFIX_LEN + int.from_bytes(view[4:8], "big")
     if end > size:
         fail(f"header runs to byte {end}, but the payload has {size}")
-    budget = limits.max_expansion * (end - _PREFIX_LEN) + EXPANSION_SLACK
+    budget = limits.max_objects
 
     def count_list(items: list[Any]) -> list[Any]:
         nonlocal budget
-        budget -= _LIST_COST + _POINTER * len(items)
+        budget -= 1 + len(items)
         if budget < 0:
-            raise ValueError(
-                f"its lists take more than {limits.max_expansion} times the header's bytes"
-            )
+            raise _OverBudget
         return items
 
     try:
-        header = msgpack.unpackb(
-            view[_PREFIX_LEN:end],
-            list_hook=count_list,
-            raw=False,
-            use_list=True,
-            strict_map_key=True,
-            ext_hook=_refuse_ext,
-            max_str_len=limits.max_str_len,
-            max_bin_len=limits.max_str_len,
-            max_array_len=limits.max_items,
-            max_map_len=0,
-            max_ext_len=0,
+        with _collector_paused():
+            header = msgpack.unpackb(
+                view[_PREFIX_LEN:end],
+                list_hook=count_list,
+                raw=False,
+                use_list=True,
+                strict_map_key=True,
+                ext_hook=_refuse_ext,
+                max_str_len=limits.max_str_len,
+                max_bin_len=limits.max_str_len,
+                max_array_len=min(limits.max_items, limits.max_objects),
+                max_map_len=0,
+                max_ext_len=0,
+            )
+    except _OverBudget as exc:
+        fail(
+            f"its header decodes to more than {limits.max_objects} objects, the cap "
+            "on one payload (lists count twice)",
+            exc,
         )
     except (ValueError, TypeError, OverflowError, RecursionError, msgpack.UnpackException) as exc:
         fail(f"bad msgpack header: {str(exc) or type(exc).__name__}", exc)

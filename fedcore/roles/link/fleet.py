@@ -11,7 +11,10 @@ are the state's (leases, replies, timers); this module adds what the network nee
   the heartbeat, so a long ClientApp keeps its message.
 - Large contents go as payloads (:mod:`.payloads`), encoded once per content.
 - A pushed reply's payload is decoded within ``max_value_len`` (``--max-value-bytes``):
-  a str or bytes value longer than that is refused (``DecodeError``).
+  a str or bytes value longer than that is refused (``DecodeError``), and so is a
+  header that decodes to more objects than the wire's budget; it is decoded in a
+  worker thread (:func:`fedcore.wire.off_loop.decoded`), never on the loop the other
+  nodes' calls share.
 - A node sees only runs it has messages of, and bundles of those runs.
 - The heartbeat interval a node declares is at most ``max_heartbeat_interval``
   (``--max-heartbeat-interval``): a larger one is refused, at registration and at
@@ -27,6 +30,7 @@ import logging
 import math
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 
 from fedcore.clock import Clock
 from fedcore.domain import Message, Run
@@ -39,6 +43,7 @@ from fedcore.transport.fleet import Buffer, FleetService, Transfer, sliced
 from fedcore.wire import DEFAULT_LIMITS, MAX_VALUE_LEN, DecodeLimits, unpack_recorddict
 from fedcore.wire.chunks import CHUNK_SIZE, Digest
 from fedcore.wire.fleet import MAX_INLINE_CONTENT, ConfigValue, PayloadRef, PushedReply
+from fedcore.wire.off_loop import decoded
 from fedcore.wire.rpc import LeasedMessage, PulledMessages
 
 log = logging.getLogger(__name__)
@@ -170,7 +175,7 @@ class LinkFleet(FleetService):
             data = self._incoming.take(
                 node_id, reply.metadata.reply_to_message_id, payload.payload_id, payload.digest
             )
-            content = unpack_recorddict(data, self._limits)
+            content = await decoded(partial(unpack_recorddict, limits=self._limits), data)
             reply = assemble_message(reply.metadata, content=content)
         sent_id = reply.metadata.message_id
         reply_id = await self._state.push_reply(node_id, reply)

@@ -16,11 +16,13 @@ the ClientApp process maps, and the runner names them instead of copying the
 content across.
 
 A content is decoded within the node's :class:`~fedcore.wire.DecodeLimits` (its
-``--max-value-bytes`` among them), which :func:`with_payload` hands the sink.
+``--max-value-bytes`` among them), which :func:`with_payload` hands the sink, and
+off the node's event loop past a few KiB (:mod:`fedcore.wire.off_loop`).
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Protocol
 
 from fedcore.domain import Message, RecordDict
@@ -28,6 +30,7 @@ from fedcore.errors import DecodeError
 from fedcore.transport.fleet import Buffer, FleetService, Transfer
 from fedcore.wire import DEFAULT_LIMITS, DecodeLimits, unpack_recorddict
 from fedcore.wire.fleet import PayloadRef
+from fedcore.wire.off_loop import decoded_from
 
 
 class PayloadSink(Protocol):
@@ -103,7 +106,7 @@ async def with_payload(
         sink = store.payload_sink(size)
         try:
             await _fill(sink, transfer, ref)
-            content = sink.decode(limits)
+            content = await decoded_from(partial(sink.decode, limits), size)
         except BaseException:
             sink.discard()
             raise

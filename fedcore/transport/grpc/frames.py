@@ -16,19 +16,17 @@ the tests that send oversized frames guard it.
 
 A frame must also arrive in time: :func:`receive` gives up on one that has not
 come whole within its ``timeout`` (a peer that starts a call and stalls would
-otherwise hold the call, and its buffers, for ever). And :func:`decoded` runs
-the decoding of a frame over :data:`OFF_LOOP_BYTES` in a worker thread, so that
-no request holds the event loop while it is parsed.
+otherwise hold the call, and its buffers, for ever). The server decodes each frame
+with :func:`fedcore.wire.off_loop.decoded`, so that no request holds the event loop
+while it is parsed.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
-import anyio.to_thread
 import grpclib.const
 import grpclib.server
 from grpclib.encoding.base import CodecBase
@@ -37,11 +35,6 @@ from fedcore.errors import DecodeError
 from fedcore.wire.rpc import FleetMethod
 
 _PREFIX = struct.Struct(">?I")
-
-_T = TypeVar("_T")
-
-OFF_LOOP_BYTES = 64 * 1024
-"""Frames larger than this are decoded in a worker thread, not on the event loop."""
 
 ERROR_TRAILER = "fedcore-error"
 """Trailing metadata naming the error class of a NOT_FOUND or UNAUTHENTICATED status."""
@@ -78,13 +71,6 @@ class RawCodec(CodecBase):
 
     def decode(self, data: bytes, message_type: Any) -> bytes:
         return data
-
-
-async def decoded(decode: Callable[[bytes], _T], frame: bytes) -> _T:
-    """``decode(frame)``: in a worker thread if ``frame`` is over :data:`OFF_LOOP_BYTES`."""
-    if len(frame) <= OFF_LOOP_BYTES:
-        return decode(frame)
-    return await anyio.to_thread.run_sync(decode, frame)
 
 
 async def receive(

@@ -33,6 +33,9 @@ ways: the client splits a push that would be larger into several requests, and t
 server answers a pull with as many of the replies as fit; the others stay stored
 (until acknowledged) and come with the next pull. Waits (``wait_seconds``) happen
 in the service; the client's timeout for such a call is the wait plus its own.
+Payloads are decoded off the event loop past a few KiB (:mod:`fedcore.wire.off_loop`),
+within the run's budget of objects (:data:`~fedcore.wire.frame.MAX_RUN_OBJECTS`): a
+batch holds a header for each of its messages.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from __future__ import annotations
 import math
 import ssl as _ssl
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 from urllib.parse import quote
 
@@ -68,6 +72,8 @@ from fedcore.transport.http.session import TIMEOUT, Body, Session, SessionClient
 from fedcore.transport.runtime import RuntimeService
 from fedcore.wire import MAX_VALUE_LEN, DecodeLimits, pack_recorddict_parts, unpack_recorddict
 from fedcore.wire.batch import batch_prefix, pack_batch_parts, unpack_batch
+from fedcore.wire.frame import MAX_RUN_OBJECTS
+from fedcore.wire.off_loop import decoded
 
 __all__ = ["MAX_BODY_BYTES", "HttpRuntimeClient", "runtime_app"]
 
@@ -115,7 +121,7 @@ class _RuntimeHandlers:
     def __init__(self, service: RuntimeService, max_body: int, max_value_len: int) -> None:
         self._service = service
         self._max_body = max_body
-        self._limits = DecodeLimits(max_bytes=max_body, max_value_len=max_value_len)
+        self._limits = _limits(max_body, max_value_len)
 
     def route(self, handler: _RunHandler) -> Handler:
         async def authenticated(request: web.Request) -> web.StreamResponse:
@@ -158,7 +164,7 @@ class _RuntimeHandlers:
     async def push_messages(self, request: web.Request, run: Run) -> web.StreamResponse:
         body = await request_payload(request, self._max_body, DecodeError)
         message_ids = await self._service.push_messages(
-            run.run_id, unpack_batch(body, self._limits)
+            run.run_id, await decoded(partial(unpack_batch, limits=self._limits), body)
         )
         return _json({"message_ids": message_ids})
 
@@ -181,7 +187,8 @@ class _RuntimeHandlers:
 
     async def save_context(self, request: web.Request, run: Run) -> web.StreamResponse:
         body = await request_payload(request, self._max_body, DecodeError)
-        await self._service.save_context(run.run_id, unpack_recorddict(body, self._limits))
+        state = await decoded(partial(unpack_recorddict, limits=self._limits), body)
+        await self._service.save_context(run.run_id, state)
         return web.Response(status=204)
 
     async def append_logs(self, request: web.Request, run: Run) -> web.StreamResponse:
@@ -204,7 +211,7 @@ class _RuntimeHandlers:
     async def put_artifact(self, request: web.Request, run: Run) -> web.StreamResponse:
         name = request.match_info["name"]
         body = await request_payload(request, self._max_body, DecodeError)
-        content = unpack_recorddict(body, self._limits)
+        content = await decoded(partial(unpack_recorddict, limits=self._limits), body)
         await self._service.put_artifact(run.run_id, name, content)
         return web.Response(status=204)
 
@@ -265,7 +272,7 @@ class HttpRuntimeClient(SessionClient, RuntimeService):
         self._session = Session(host, port, ssl=ssl, timeout=timeout, api="runtime API")
         self._secret = secret
         self._max_body = max_body_bytes
-        self._limits = DecodeLimits(max_bytes=max_body_bytes, max_value_len=max_value_len)
+        self._limits = _limits(max_body_bytes, max_value_len)
 
     async def authenticate(self, run_id: int, secret: str) -> Run:
         body = await self._call("GET", "/v1/runtime/run", run_id, secret=secret)
@@ -318,7 +325,7 @@ class HttpRuntimeClient(SessionClient, RuntimeService):
             timeout=self._session.timeouts(wait_seconds),
             cap=self._max_body,
         )
-        return unpack_batch(body, self._limits)
+        return await decoded(partial(unpack_batch, limits=self._limits), body)
 
     async def ack_replies(self, run_id: int, message_ids: Sequence[str]) -> None:
         await self._call("POST", "/v1/runtime/replies/ack", run_id, {"message_ids": [*message_ids]})
@@ -335,7 +342,7 @@ class HttpRuntimeClient(SessionClient, RuntimeService):
         body = await self._session.fetch_payload(
             "GET", "/v1/runtime/context", headers=self._headers(run_id), cap=self._max_body
         )
-        return unpack_recorddict(body, self._limits)
+        return await decoded(partial(unpack_recorddict, limits=self._limits), body)
 
     async def append_logs(self, run_id: int, lines: Sequence[str], *, batch: str = "") -> None:
         document = {"lines": list(lines), "batch": batch}
@@ -362,7 +369,7 @@ class HttpRuntimeClient(SessionClient, RuntimeService):
             headers=self._headers(run_id),
             cap=self._max_body,
         )
-        return unpack_recorddict(body, self._limits)
+        return await decoded(partial(unpack_recorddict, limits=self._limits), body)
 
     async def finish(self, run_id: int, status: RunStatus, reason: str = "") -> Run:
         request = {"status": RunStatus(status).value, "reason": reason}
@@ -390,3 +397,10 @@ class HttpRuntimeClient(SessionClient, RuntimeService):
             headers["Content-Type"] = JSON
         data = None if request is None else dumps(request)
         return await self._session.call(method, path, headers=headers, data=data)
+
+
+def _limits(max_body: int, max_value_len: int) -> DecodeLimits:
+    """What either end of the runtime API decodes within."""
+    return DecodeLimits(
+        max_bytes=max_body, max_value_len=max_value_len, max_objects=MAX_RUN_OBJECTS
+    )
