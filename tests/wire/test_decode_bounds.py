@@ -16,10 +16,10 @@ import pytest
 
 from fedcore.domain import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from fedcore.errors import DecodeError
+from fedcore.transport.off_loop import OFF_LOOP_BYTES, decoded
 from fedcore.wire import DEFAULT_LIMITS, DecodeLimits, frame, pack_recorddict, unpack_recorddict
 from fedcore.wire import rpc as wire
 from fedcore.wire.frame import MAX_OBJECTS
-from fedcore.wire.off_loop import OFF_LOOP_BYTES, decoded
 from fedcore.wire.rpc import MAX_CONFIG_ENTRIES, MAX_HEARTBEAT_IDS
 
 

@@ -13,7 +13,7 @@ are the state's (leases, replies, timers); this module adds what the network nee
 - A pushed reply's payload is decoded within ``max_value_len`` (``--max-value-bytes``):
   a str or bytes value longer than that is refused (``DecodeError``), and so is a
   header that decodes to more objects than the wire's budget; it is decoded in a
-  worker thread (:func:`fedcore.wire.off_loop.decoded`), never on the loop the other
+  worker thread (:func:`fedcore.transport.off_loop.decoded`), never on the loop the other
   nodes' calls share.
 - A node sees only runs it has messages of, and bundles of those runs.
 - The heartbeat interval a node declares is at most ``max_heartbeat_interval``
@@ -40,10 +40,10 @@ from fedcore.roles.link.payloads import Incoming, Outgoing
 from fedcore.roles.link.waiting import look_until
 from fedcore.state.base import LinkState
 from fedcore.transport.fleet import Buffer, FleetService, Transfer, sliced
+from fedcore.transport.off_loop import decoded
 from fedcore.wire import DEFAULT_LIMITS, MAX_VALUE_LEN, DecodeLimits, unpack_recorddict
 from fedcore.wire.chunks import CHUNK_SIZE, Digest
 from fedcore.wire.fleet import MAX_INLINE_CONTENT, ConfigValue, PayloadRef, PushedReply
-from fedcore.wire.off_loop import decoded
 from fedcore.wire.rpc import LeasedMessage, PulledMessages
 
 log = logging.getLogger(__name__)

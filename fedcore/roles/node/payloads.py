@@ -17,7 +17,7 @@ content across.
 
 A content is decoded within the node's :class:`~fedcore.wire.DecodeLimits` (its
 ``--max-value-bytes`` among them), which :func:`with_payload` hands the sink, and
-off the node's event loop past a few KiB (:mod:`fedcore.wire.off_loop`).
+off the node's event loop past a few KiB (:mod:`fedcore.transport.off_loop`).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from typing import Protocol
 from fedcore.domain import Message, RecordDict
 from fedcore.errors import DecodeError
 from fedcore.transport.fleet import Buffer, FleetService, Transfer
+from fedcore.transport.off_loop import decoded_from
 from fedcore.wire import DEFAULT_LIMITS, DecodeLimits, unpack_recorddict
 from fedcore.wire.fleet import PayloadRef
-from fedcore.wire.off_loop import decoded_from
 
 
 class PayloadSink(Protocol):

@@ -17,7 +17,7 @@ the tests that send oversized frames guard it.
 A frame must also arrive in time: :func:`receive` gives up on one that has not
 come whole within its ``timeout`` (a peer that starts a call and stalls would
 otherwise hold the call, and its buffers, for ever). The server decodes each frame
-with :func:`fedcore.wire.off_loop.decoded`, so that no request holds the event loop
+with :func:`fedcore.transport.off_loop.decoded`, so that no request holds the event loop
 while it is parsed.
 """
 

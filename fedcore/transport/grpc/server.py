@@ -24,7 +24,7 @@ call's connection (grpclib's private ``Stream._stream``, as in ``frames``).
 What a stranger may cost is bounded (docs/security.md, "Bounded cost"): each
 method's request frames are capped by :data:`~fedcore.wire.rpc.REQUEST_CAPS`
 before they are read, and must arrive within the body timeout; large ones are
-decoded off the event loop (:func:`~fedcore.wire.off_loop.decoded`);
+decoded off the event loop (:func:`~fedcore.transport.off_loop.decoded`);
 connections and call rates per peer, call rates per node key and registration
 rates per peer and in all are kept within :class:`FleetLimits`
 (:mod:`fedcore.transport.grpc.guard`), and refusals are logged once a minute.
@@ -74,11 +74,11 @@ from fedcore.transport.grpc.guard import (
     GuardedServer,
     Rates,
 )
+from fedcore.transport.off_loop import decoded
 from fedcore.wire import DEFAULT_LIMITS
 from fedcore.wire import rpc as wire
 from fedcore.wire.fleet import PushedReply
 from fedcore.wire.frame import MAX_DETAIL
-from fedcore.wire.off_loop import decoded
 from fedcore.wire.protobuf import FRAME_CAP
 from fedcore.wire.rpc import REQUEST_CAPS, ChunkReader, ChunkWriter, FleetMethod
 from fedcore.wire.signatures import credentials

@@ -33,7 +33,7 @@ ways: the client splits a push that would be larger into several requests, and t
 server answers a pull with as many of the replies as fit; the others stay stored
 (until acknowledged) and come with the next pull. Waits (``wait_seconds``) happen
 in the service; the client's timeout for such a call is the wait plus its own.
-Payloads are decoded off the event loop past a few KiB (:mod:`fedcore.wire.off_loop`),
+Payloads are decoded off the event loop past a few KiB (:mod:`fedcore.transport.off_loop`),
 within the run's budget of objects (:data:`~fedcore.wire.frame.MAX_RUN_OBJECTS`): a
 batch holds a header for each of its messages.
 """
@@ -69,11 +69,11 @@ from fedcore.transport.http.server import (
     request_payload,
 )
 from fedcore.transport.http.session import TIMEOUT, Body, Session, SessionClient
+from fedcore.transport.off_loop import decoded
 from fedcore.transport.runtime import RuntimeService
 from fedcore.wire import MAX_VALUE_LEN, DecodeLimits, pack_recorddict_parts, unpack_recorddict
 from fedcore.wire.batch import batch_prefix, pack_batch_parts, unpack_batch
 from fedcore.wire.frame import MAX_RUN_OBJECTS
-from fedcore.wire.off_loop import decoded
 
 __all__ = ["MAX_BODY_BYTES", "HttpRuntimeClient", "runtime_app"]
 

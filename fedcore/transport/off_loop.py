@@ -33,7 +33,7 @@ DECODERS = 4
 
 _T = TypeVar("_T")
 _Data = TypeVar("_Data", bound=Buffer)
-_limiter: RunVar[anyio.CapacityLimiter] = RunVar("fedcore.wire.off_loop")
+_limiter: RunVar[anyio.CapacityLimiter] = RunVar("fedcore.transport.off_loop")
 
 
 async def decoded(decode: Callable[[_Data], _T], data: _Data) -> _T:
