@@ -517,6 +517,29 @@ async def test_calls_after_the_first_are_macd_and_a_lost_session_is_signed_again
         assert restarted.presented[-1] == ("PullMessages", "mac")
 
 
+async def test_a_streamed_call_after_a_link_restart_is_refused_once_then_signed_anew() -> None:
+    fleet = fake_with_run()
+    async with AsyncExitStack() as stack:
+        listener = await stack.enter_async_context(
+            serve_fleet(fleet, "127.0.0.1", 0, gate=NodeGate(fleet, SystemClock()))
+        )
+        client = await stack.enter_async_context(GrpcFleetClient(listener.host, listener.port))
+        node_id = await client.register_node({}, 1.0)
+        fleet.send(RUN_ID, message_for(node_id))
+        await client.pull_messages(node_id)
+        await stack.aclose()
+        restarted = NodeGate(fleet, SystemClock())
+        await stack.enter_async_context(
+            serve_fleet(fleet, "127.0.0.1", listener.port, gate=restarted)
+        )
+        await stack.enter_async_context(client)
+        # Signed for the link's name before the restart: refused as an outage, which a
+        # node retries; the refusal told the new name, so the call goes through again.
+        with pytest.raises(LinkUnavailableError, match="restarted since this node last signed"):
+            await collect(client.get_bundle(node_id, RUN_ID))
+        assert (await collect(client.get_bundle(node_id, RUN_ID)))[1] == b"bundle"
+
+
 class _NoSessions(_Recording):
     """A link's gate that admits signed calls and never opens a session."""
 
