@@ -162,7 +162,8 @@ class NodeGate(FleetGate):
             )
         raise WrongLinkError(
             f"the request is signed for the link {named}, not this one ({self.link}): "
-            "a request from before the link restarted, or meant for another link",
+            "a request from before the link restarted, or meant for another link (a "
+            "node's first call after a restart is refused so too, and signs again)",
             self.link,
         )
 
