@@ -55,7 +55,8 @@ from fedcore.wire.sessions import (
     new_session_id,
     session_key,
 )
-from fedcore.wire.signatures import NO_LINK_YET, SignedRequest, check_link_name, new_link_name
+from fedcore.wire.signatures import SignedRequest, check_link_name
+from fedcore.wire.stamps import NO_LINK_YET, new_link_name
 
 log = logging.getLogger(__name__)
 

@@ -22,15 +22,16 @@ A streamed upload signs its first frame, which names the message and the whole
 upload's digest: the chunks after it cannot differ without failing that digest.
 
 **The link's name** is random, new each time a link process starts
-(:func:`new_link_name`). The nonces a link remembers die with its process; its name
-changes with it, so a request captured before a restart names a link that no longer
-exists, and one captured at another link names that one: either is refused
-(:class:`~fedcore.errors.WrongLinkError`) before its signature is checked. A node
-learns the name from that same refusal, which carries it back in the
-``fedcore-link`` trailer: its first call names :data:`NO_LINK_YET`, is refused, and
-goes again signed for the name it was told; after a restart the same happens once.
-The name is no secret and proves nothing about the link: it binds a signature to the
-link the node is talking to, as that link names itself (docs/security.md).
+(:func:`~fedcore.wire.stamps.new_link_name`). The nonces a link remembers die with
+its process; its name changes with it, so a request captured before a restart names
+a link that no longer exists, and one captured at another link names that one:
+either is refused (:class:`~fedcore.errors.WrongLinkError`) before its signature is
+checked. A node learns the name from that same refusal, which carries it back in the
+``fedcore-link`` trailer: its first call names
+:data:`~fedcore.wire.stamps.NO_LINK_YET`, is refused, and goes again signed for the
+name it was told; after a restart the same happens once. The name is no secret and
+proves nothing about the link: it binds a signature to the link the node is talking
+to, as that link names itself (docs/security.md).
 
 Only the link decides what a valid signature admits (:mod:`fedcore.transport.fleet_gate`):
 this module parses and checks, and raises
@@ -42,7 +43,6 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -50,26 +50,25 @@ from fedcore.errors import AuthenticationError
 from fedcore.wire.frame import Buffer
 from fedcore.wire.keys import MAX_KEY_TEXT, NodeKey, PublicKey
 from fedcore.wire.sessions import MAC, SESSION, SESSION_OFFER, MacRequest, decode_key, mac_request
-from fedcore.wire.stamps import NONCE, TIMESTAMP, covered_text, new_stamp, well_stamped
+from fedcore.wire.stamps import (
+    NONCE,
+    TIMESTAMP,
+    covered_text,
+    is_link_name,
+    new_stamp,
+    well_stamped,
+)
 
 NODE_KEY = "fedcore-node-key"
 SIGNATURE = "fedcore-signature"
 LINK = "fedcore-link"
-NO_LINK_YET = "-"
-"""The link a node names before it has learned its link's name: no link goes by it."""
 _HEADERS = (NODE_KEY, TIMESTAMP, NONCE, LINK, SIGNATURE, SESSION_OFFER, SESSION, MAC)
 _VERSION = "fedcore-fleet-v2"
-_LINK_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-
-
-def new_link_name() -> str:
-    """A name for a link process that has just started: 22 random URL-safe characters."""
-    return secrets.token_urlsafe(16)
 
 
 def check_link_name(text: str) -> str:
     """``text`` if it has the form of a link's name; else ``AuthenticationError``."""
-    if not _LINK_NAME.fullmatch(text):
+    if not is_link_name(text):
         raise AuthenticationError("the request's link header is malformed")
     return text
 

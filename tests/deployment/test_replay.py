@@ -1,11 +1,11 @@
 """Requests captured at a link and replayed after it restarted, or at another link, on processes.
 
 A link forgets the nonces it has seen when its process ends, and every signature names
-the link it is meant for by a name new at each start (:mod:`fedcore.wire.signatures`).
-So a signed PullMessages of a node's, captured before the link was killed (SIGKILL)
-and restarted on the same database, is refused after the restart; a registration
-captured at one link is refused at another; and the nodes, which learn the link's new
-name, carry a run to its end beside both.
+the link it is meant for by a name new at each start (:mod:`fedcore.wire.stamps`).
+So a signed PullMessages of a node's, and an exec's signed claim of runs, captured
+before the link was killed (SIGKILL) and restarted on the same database, are refused
+after the restart; a registration captured at one link is refused at another; and
+the nodes, which learn the link's new name, carry a run to its end beside them.
 """
 
 from __future__ import annotations
@@ -15,16 +15,19 @@ import re
 import time
 from pathlib import Path
 
+import aiohttp
 import pytest
 from grpclib.client import Channel
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 
 from fedcore.runtime.addresses import parse_address
-from fedcore.runtime.secret_files import read_node_key
+from fedcore.runtime.secret_files import read_node_key, read_secret
+from fedcore.testing import FakeClock
 from fedcore.testing.deployment import Deployment, Server
 from fedcore.testing.stranger import link_name
 from fedcore.transport.grpc.frames import RawCodec
+from fedcore.transport.http.signing import LINK, Signer
 from fedcore.wire import rpc as wire
 from fedcore.wire.keys import NodeKey
 from fedcore.wire.rpc import FleetMethod
@@ -32,6 +35,7 @@ from fedcore.wire.signatures import sign
 
 RECORD_APP = Path(__file__).resolve().parent / "record_app"
 PULL, REGISTER = FleetMethod.PULL_MESSAGES, FleetMethod.REGISTER_NODE
+CLAIMS, CLAIM = "/v1/exec/claims", b'{"limit": 1, "lease": 5.0, "wait_seconds": 0}'
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
@@ -59,6 +63,19 @@ async def call(port: int, method: FleetMethod, frame: bytes, metadata: object) -
     return answer
 
 
+async def exec_call(link: Server, headers: dict[str, str]) -> tuple[int, dict[str, str]]:
+    """A claim of runs on the link's exec API with exactly ``headers``: its status, headers."""
+    url = f"http://{link.address('exec')}{CLAIMS}"
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            url, data=CLAIM, headers={**headers, "Content-Type": "application/json"}
+        ) as response,
+    ):
+        await response.read()
+        return response.status, dict(response.headers)
+
+
 async def refusal(port: int, method: FleetMethod, frame: bytes, metadata: object) -> str:
     """Why the link refused the call, which it must."""
     with pytest.raises(GRPCError) as refused:
@@ -71,7 +88,9 @@ async def test_requests_replayed_after_a_link_restart_or_at_another_link_are_ref
     tmp_path: Path,
 ) -> None:
     with Deployment(tmp_path / "other") as elsewhere, Deployment(tmp_path / "here") as here:
-        link = here.start_link()
+        link = here.start_link(
+            "--exec-address", "127.0.0.1:0", "--exec-secret-file", str(here.exec_secret_file)
+        )  # fmt: skip
         node = here.start_node("partition-id=0 num-partitions=2")
         here.start_node("partition-id=1 num-partitions=2")
         port, node_id = fleet_port(link), node_id_of(node)
@@ -82,10 +101,21 @@ async def test_requests_replayed_after_a_link_restart_or_at_another_link_are_ref
         pull = wire.encode_pull_messages_request(node_id, 10, None, 0.0)
         captured = sign(key, PULL.value, pull, time.time() + 20, link=await link_name(port))
         await call(port, PULL, pull, captured)
+        # And an exec's claim of runs, whose answer carries their launch secrets.
+        secret = read_secret(here.exec_secret_file, what="exec secret")
+        now = FakeClock(time.time())
+        told = await exec_call(link, Signer(secret, now).headers("POST", CLAIMS, CLAIM))
+        name = told[1][LINK]  # as an exec learns it: from the refusal of its first request
+        ahead = FakeClock(time.time() + 20)
+        exec_captured = Signer(secret, ahead, link=name).headers("POST", CLAIMS, CLAIM)
+        assert (await exec_call(link, exec_captured))[0] == 200
 
         here.kill(link)
         link = here.restart_link()
         assert "before the link restarted" in await refusal(port, PULL, pull, captured)
+        status, answered = await exec_call(link, exec_captured)
+        assert status == 401
+        assert answered.get(LINK) not in (None, name)  # refused with the new link's name
 
         # A registration captured at another link registers no phantom node here.
         other = fleet_port(elsewhere.start_link())

@@ -18,7 +18,8 @@ from fedcore.wire.keys import NodeKey
 from fedcore.wire.rpc import FleetMethod
 from fedcore.wire.sessions import SESSION_SECONDS, ClientSession, FrameSeal, Offer
 from fedcore.wire.signatures import LINK as LINK_HEADER
-from fedcore.wire.signatures import NO_LINK_YET, credentials, sign
+from fedcore.wire.signatures import credentials, sign
+from fedcore.wire.stamps import NO_LINK_YET
 
 pytestmark = pytest.mark.anyio
 

@@ -58,7 +58,8 @@ from fedcore.wire.fleet import ConfigValue, PayloadRef, PushedReply
 from fedcore.wire.keys import NodeKey
 from fedcore.wire.rpc import ChunkReader, ChunkWriter, FleetMethod, PulledMessages
 from fedcore.wire.sessions import ClientSession, Offer
-from fedcore.wire.signatures import LINK, NO_LINK_YET, check_link_name, sign
+from fedcore.wire.signatures import LINK, check_link_name, sign
+from fedcore.wire.stamps import NO_LINK_YET
 
 _Stream = grpclib.client.Stream[bytes, bytes]
 _LINK_ERRORS = (GRPCError, StreamTerminatedError, OSError)
