@@ -229,6 +229,8 @@ class _FleetHandlers:
             except WrongLinkError as exc:
                 if not exc.learning:
                     self.flood.warn("wrong-link", "refused a %s call: %s", method.name, exc)
+                if method is FleetMethod.REGISTER_NODE:
+                    self._give_back_registration(stream)
                 await _end(
                     stream,
                     grpclib.const.Status.UNAUTHENTICATED,
@@ -271,6 +273,14 @@ class _FleetHandlers:
         if wait := self._all_registrations.admit(None):
             self._registrations.give_back(address)
             raise LinkBusyError("the link is over its registration rate", retry_after=wait)
+
+    def _give_back_registration(self, stream: _Stream) -> None:
+        """Return the registration tokens of a call refused for naming another link: it
+        registered nothing and cost no signature check, and a node's first registration
+        is refused so once, to learn the link's name."""
+        peer = stream.peer.addr()
+        self._registrations.give_back(str(peer[0]) if peer else "?")
+        self._all_registrations.give_back(None)
 
     def _admit_key(self, admission: Admission) -> None:
         """Raise LinkBusyError unless the node key that signed the call is within its rate."""
