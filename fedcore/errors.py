@@ -152,6 +152,22 @@ class UnknownSessionError(AuthenticationError):
     """
 
 
+class WrongLinkError(AuthenticationError):
+    """A signed fleet call that names another link, or this link before it restarted.
+
+    A captured request replayed at another link, or after a restart, is refused so;
+    so is a node's call signed before it learned the link's current name
+    (:mod:`fedcore.wire.signatures`). ``link`` is the name the link goes by now,
+    sent back with the refusal: the node signs again for it. ``learning``: the call
+    named no link yet (a node's first), which is no sign of a replay.
+    """
+
+    def __init__(self, message: str, link: str, *, learning: bool = False) -> None:
+        super().__init__(message)
+        self.link = link
+        self.learning = learning
+
+
 class DecodeError(FedcoreError, ValueError):
     """Bytes that do not decode to a valid payload under the configured limits."""
 

@@ -248,7 +248,7 @@ async def serve_link(
             )
             exec_port = await stack.enter_async_context(
                 serve_http(
-                    exec_app(link_exec, secret, clock=clock),
+                    exec_app(link_exec, secret, clock=clock, link=gate.link),
                     options.exec_address.host,
                     options.exec_address.port,
                     name="exec",

@@ -6,7 +6,8 @@ has never seen, or not signed at all. :func:`raw_fleet_call` sends exactly the b
 it is given and reports the status the link ended the call with.
 :func:`register_stranger` registers a key that nothing ever uses again (a fake node),
 from the loopback address it is told (another peer on the same machine:
-``127.0.0.2``, say).
+``127.0.0.2``, say). :func:`link_name` learns the name a link's signatures must name,
+as anyone may.
 """
 
 from __future__ import annotations
@@ -23,7 +24,27 @@ from h2.exceptions import StreamClosedError
 from fedcore.transport.grpc.frames import RawCodec, cardinality
 from fedcore.wire.keys import NodeKey
 from fedcore.wire.rpc import FleetMethod, encode_register_node_request
-from fedcore.wire.signatures import sign
+from fedcore.wire.signatures import LINK, sign
+from fedcore.wire.stamps import NO_LINK_YET
+
+
+async def link_name(port: int, host: str = "127.0.0.1", *, source: str | None = None) -> str:
+    """The name the link at ``host:port`` goes by now: what its refusal of a call signed
+    for no link yet says (a node learns it so), asked from ``source``, if given."""
+    method = FleetMethod.HEARTBEAT
+    metadata = sign(NodeKey.generate(), method.value, b"", time.time(), link=NO_LINK_YET)
+    async with _channel(host, port, source) as channel:
+        stream = channel.request(method.value, cardinality(method), bytes, bytes, metadata=metadata)
+        try:
+            async with stream:
+                await stream.send_message(b"", end=True)
+                await stream.recv_message()
+        except GRPCError as exc:
+            trailers = stream.trailing_metadata
+            if exc.status is Status.UNAUTHENTICATED and trailers is not None and LINK in trailers:
+                return str(trailers[LINK])
+            raise
+    raise AssertionError("the link admitted a call signed for no link")
 
 
 async def raw_fleet_call(
@@ -34,6 +55,7 @@ async def raw_fleet_call(
     end: bool = True,
     signed: bool = True,
     host: str = "127.0.0.1",
+    link: str | None = None,
 ) -> GRPCError | None:
     """Send ``data`` (framed already) on a call of ``method``; the error it ended with.
 
@@ -41,9 +63,13 @@ async def raw_fleet_call(
     ``signed``: by a stranger with a key of its own (any key may register, by
     default), over the bytes after the 5-byte prefix, so that the link gets past the
     signature to the frame; unsigned, the link refuses the call from its headers. A
-    call the link ended while the frame was being sent comes back CANCELLED.
+    call the link ended while the frame was being sent comes back CANCELLED. ``link``:
+    the name the signature names (default: the link's own, :func:`link_name`).
     """
-    metadata = sign(NodeKey.generate(), method.value, data[5:], time.time()) if signed else ()
+    metadata: tuple[tuple[str, str], ...] = ()
+    if signed:
+        named = link if link is not None else await link_name(port, host)
+        metadata = sign(NodeKey.generate(), method.value, data[5:], time.time(), link=named)
     async with Channel(host, port, codec=RawCodec()) as channel:
         stream = channel.request(method.value, cardinality(method), bytes, bytes, metadata=metadata)
         try:
@@ -61,13 +87,20 @@ async def raw_fleet_call(
 
 
 async def register_stranger(
-    port: int, heartbeat_interval: float, *, host: str = "127.0.0.1", source: str | None = None
+    port: int,
+    heartbeat_interval: float,
+    *,
+    host: str = "127.0.0.1",
+    source: str | None = None,
+    link: str | None = None,
 ) -> GRPCError | None:
     """Register a key of its own, declaring ``heartbeat_interval``, and never call again:
-    a fake node. The error the link refused it with, or None if it registered."""
+    a fake node. The error the link refused it with, or None if it registered.
+    ``link``: the name the signature names (default: the link's own, :func:`link_name`)."""
     request = encode_register_node_request({}, heartbeat_interval)
     method = FleetMethod.REGISTER_NODE
-    metadata = sign(NodeKey.generate(), method.value, request, time.time())
+    named = link if link is not None else await link_name(port, host, source=source)
+    metadata = sign(NodeKey.generate(), method.value, request, time.time(), link=named)
     async with _channel(host, port, source) as channel:
         stream = channel.request(method.value, cardinality(method), bytes, bytes, metadata=metadata)
         try:

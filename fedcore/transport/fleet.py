@@ -111,7 +111,9 @@ class FleetGate(ABC):
 
         Called before the frame is decoded. Raises
         :class:`~fedcore.errors.AuthenticationError` for a bad signature or MAC, a
-        stale timestamp, a replayed nonce or a key the link does not admit, and
+        stale timestamp, a replayed nonce or a key the link does not admit,
+        :class:`~fedcore.errors.WrongLinkError` for a signature meant for another link
+        (or this one before a restart), and
         :class:`~fedcore.errors.UnknownSessionError` for a session it does not hold.
         """
 

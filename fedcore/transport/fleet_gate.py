@@ -4,12 +4,15 @@ Every fleet request is signed with its node's key (:mod:`fedcore.wire.signatures
 :class:`NodeGate` is the link's :class:`~fedcore.transport.fleet.FleetGate`:
 
 - **admit**, before anything of the request is decoded: the timestamp is within the
-  window, the key is one the link admits (any key, unless an authorized list is set:
-  trust on first use otherwise), the signature signs this method and this body, and
-  the nonce is new. A request that fails any of these costs the link one signature
-  check at most, and nothing of it is kept. A signed request may open a session
-  (:mod:`fedcore.wire.sessions`); a request MAC'd in one is admitted the same way,
-  with the session's key for the signer's, at the cost of an HMAC. The gate holds
+  window, the request names this link (:attr:`NodeGate.link`, new at each start: so
+  a request captured before a restart, or at another link, is refused although the
+  nonces seen before are forgotten), the key is one the link admits (any key, unless
+  an authorized list is set: trust on first use otherwise), the signature signs this
+  method, this body and this link's name, and the nonce is new. A request that fails
+  any of these costs the link one signature check at most, and nothing of it is kept.
+  A signed request may open a session (:mod:`fedcore.wire.sessions`); a request MAC'd
+  in one is admitted the same way, with the session's key for the signer's, at the
+  cost of an HMAC. The gate holds
   up to :data:`SESSIONS_PER_KEY` sessions per node key (a node calls on two
   connections, each with its own) and :data:`MAX_SESSIONS` in all — the oldest go
   first: their node signs again — each for
@@ -36,7 +39,7 @@ from typing import Protocol
 import anyio.to_thread
 
 from fedcore.clock import Clock
-from fedcore.errors import AuthenticationError, UnknownSessionError
+from fedcore.errors import AuthenticationError, UnknownSessionError, WrongLinkError
 from fedcore.transport.fleet import Admission, FleetGate
 from fedcore.transport.replay import MAX_SKEW, ReplayGuard
 from fedcore.wire.frame import Buffer
@@ -52,7 +55,8 @@ from fedcore.wire.sessions import (
     new_session_id,
     session_key,
 )
-from fedcore.wire.signatures import SignedRequest
+from fedcore.wire.signatures import SignedRequest, check_link_name
+from fedcore.wire.stamps import NO_LINK_YET, new_link_name
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +88,8 @@ class KeyBindings(Protocol):
 class NodeGate(FleetGate):
     """Admits signed fleet requests on ``clock``'s time; the keys' nodes from ``state``.
 
-    ``authorized``: the only keys that may register (``None``: any key).
+    ``authorized``: the only keys that may register (``None``: any key). ``link``: the
+    name signatures must name (default: a new one, as a link process that starts takes).
     """
 
     def __init__(
@@ -94,7 +99,10 @@ class NodeGate(FleetGate):
         *,
         authorized: Iterable[PublicKey] | None = None,
         max_skew: float = MAX_SKEW,
+        link: str | None = None,
     ) -> None:
+        self.link = new_link_name() if link is None else check_link_name(link)
+        """The name of this link, for as long as the gate lives."""
         self._state = state
         self._clock = clock
         self._guard = ReplayGuard(clock, max_skew=max_skew)
@@ -122,8 +130,9 @@ class NodeGate(FleetGate):
             self._guard.use_once(presented.nonce, presented.timestamp)
             seal = presented.seal(session.key)
             return Admission(session.public_key, session_id=presented.session_id, seal=seal)
+        self._check_link(presented.link)
         self._check_authorized(presented.public_key)
-        await _off_loop_if_large(frame, presented.verify, method, frame)
+        await _off_loop_if_large(frame, presented.verify, method, frame, self.link)
         self._guard.use_once(presented.nonce, presented.timestamp)
         if presented.offer is None:
             return Admission(presented.public_key)
@@ -142,6 +151,22 @@ class NodeGate(FleetGate):
         if session is None or session.ends <= self._clock.now():
             raise UnknownSessionError("the link holds no such session: sign the call")
         return session
+
+    def _check_link(self, named: str) -> None:
+        if named == self.link:
+            return
+        if named == NO_LINK_YET:
+            raise WrongLinkError(
+                "the request names no link yet: told the node this link's name",
+                self.link,
+                learning=True,
+            )
+        raise WrongLinkError(
+            f"the request is signed for the link {named}, not this one ({self.link}): "
+            "a request from before the link restarted, or meant for another link (a "
+            "node's first call after a restart is refused so too, and signs again)",
+            self.link,
+        )
 
     def _check_authorized(self, key: PublicKey) -> None:
         if self._authorized is not None and key not in self._authorized:

@@ -8,6 +8,10 @@ clock, and each nonce once. It remembers a nonce until its timestamp is too old 
 pass anyway, so memory is bounded by the requests of one window, and it is asked to
 remember only nonces of requests whose signature it has checked, so nobody without a
 key can fill it.
+
+The nonces die with the receiver's process. What keeps a request captured before a
+restart from passing after it is the link's name, new at each start, which both APIs'
+signatures cover (:mod:`fedcore.wire.stamps`): not this window.
 """
 
 from __future__ import annotations

@@ -8,6 +8,13 @@ twice), and a text of ``\\n``-joined lines — a version line naming the kind of
 credential, the method's path, the timestamp, the nonce, who claims the call (a
 public key's base64, or a session id), the SHA-256 of the first frame in hex, and
 any lines the kind adds.
+
+Both signed APIs of a link — the fleet API's node signatures and the exec API's HMAC
+(:mod:`fedcore.transport.http.signing`) — also name the link a request is meant for:
+a name each link process takes when it starts (:func:`new_link_name`), so that a
+request captured before a restart, or at another link, is refused although the
+nonces a link has seen die with its process. A caller learns the name from the
+link's refusal of a call that named another (or :data:`NO_LINK_YET`).
 """
 
 from __future__ import annotations
@@ -20,8 +27,21 @@ from fedcore.wire.frame import Buffer
 
 TIMESTAMP = "fedcore-timestamp"
 NONCE = "fedcore-nonce"
+NO_LINK_YET = "-"
+"""The link a caller names before it has learned its link's name: no link goes by it."""
 _TIMESTAMP = re.compile(r"[0-9]{1,12}")
 _NONCE = re.compile(r"[0-9a-f]{32}")
+_LINK_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def new_link_name() -> str:
+    """A name for a link process that has just started: 22 random URL-safe characters."""
+    return secrets.token_urlsafe(16)
+
+
+def is_link_name(text: str) -> bool:
+    """Whether ``text`` has the form of a link's name (or of :data:`NO_LINK_YET`)."""
+    return bool(_LINK_NAME.fullmatch(text))
 
 
 def new_stamp(now: float) -> tuple[str, str]:

@@ -25,6 +25,7 @@ from fedcore.errors import AuthenticationError, NodeNotFoundError
 from fedcore.runtime.addresses import parse_address
 from fedcore.runtime.secret_files import read_node_key
 from fedcore.testing.deployment import Deployment, Server
+from fedcore.testing.stranger import link_name
 from fedcore.transport.grpc import GrpcFleetClient
 from fedcore.transport.grpc.frames import RawCodec
 from fedcore.wire import rpc as wire
@@ -117,13 +118,14 @@ async def test_nobody_but_node_b_speaks_for_node_b(tmp_path: Path) -> None:
             assert await again.register_node({}, 1.0) == b
 
         # A request of B's, captured and sent again, or late, is refused.
-        frame = wire.encode_heartbeat_request(b, 1.0, (), None)
-        captured = sign(b_key, FleetMethod.HEARTBEAT.value, frame, time.time())
+        frame, name = wire.encode_heartbeat_request(b, 1.0, (), None), await link_name(port)
+        beat, unregister = FleetMethod.HEARTBEAT.value, FleetMethod.UNREGISTER_NODE.value
+        captured = sign(b_key, beat, frame, time.time(), link=name)
         await raw_call(port, FleetMethod.HEARTBEAT, frame, captured)
         for metadata, why in (
             (captured, "replayed"),
-            (sign(b_key, FleetMethod.HEARTBEAT.value, frame, time.time() - 60), "clock"),
-            (sign(b_key, FleetMethod.UNREGISTER_NODE.value, frame, time.time()), "does not match"),
+            (sign(b_key, beat, frame, time.time() - 60, link=name), "clock"),
+            (sign(b_key, unregister, frame, time.time(), link=name), "does not match"),
         ):
             with pytest.raises(GRPCError) as refused:
                 await raw_call(port, FleetMethod.HEARTBEAT, frame, metadata)

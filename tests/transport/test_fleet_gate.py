@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from fedcore.errors import AuthenticationError, NodeNotFoundError, UnknownSessionError
+from fedcore.errors import (
+    AuthenticationError,
+    NodeNotFoundError,
+    UnknownSessionError,
+    WrongLinkError,
+)
 from fedcore.state.memory import InMemoryLinkState
 from fedcore.testing import FakeClock
 from fedcore.transport import fleet_gate
@@ -12,12 +17,15 @@ from fedcore.transport.fleet_gate import SESSIONS_PER_KEY, NodeGate
 from fedcore.wire.keys import NodeKey
 from fedcore.wire.rpc import FleetMethod
 from fedcore.wire.sessions import SESSION_SECONDS, ClientSession, FrameSeal, Offer
+from fedcore.wire.signatures import LINK as LINK_HEADER
 from fedcore.wire.signatures import credentials, sign
+from fedcore.wire.stamps import NO_LINK_YET
 
 pytestmark = pytest.mark.anyio
 
 HEARTBEAT = FleetMethod.HEARTBEAT.value
 FRAME = b"\x08\x01 a heartbeat"
+LINK = "the-link"
 
 
 @pytest.fixture
@@ -27,13 +35,17 @@ async def state(fake_clock: FakeClock) -> InMemoryLinkState:
 
 
 def signed(key: NodeKey, clock: FakeClock, method: str = HEARTBEAT, frame: bytes = FRAME):
-    return credentials(sign(key, method, frame, clock.now()))
+    return credentials(sign(key, method, frame, clock.now(), link=LINK))
+
+
+def signed_for(key: NodeKey, clock: FakeClock, link: str):
+    return credentials(sign(key, HEARTBEAT, FRAME, clock.now(), link=link))
 
 
 async def test_a_signed_request_is_admitted_once(
     state: InMemoryLinkState, fake_clock: FakeClock
 ) -> None:
-    gate, key = NodeGate(state, fake_clock), NodeKey.generate()
+    gate, key = NodeGate(state, fake_clock, link=LINK), NodeKey.generate()
     request = signed(key, fake_clock)
     await gate.admit(HEARTBEAT, FRAME, request)
     with pytest.raises(AuthenticationError, match="replayed"):
@@ -41,13 +53,53 @@ async def test_a_signed_request_is_admitted_once(
     await gate.admit(HEARTBEAT, FRAME, signed(key, fake_clock))  # a fresh nonce is fine
 
 
+async def test_a_request_signed_for_another_link_or_before_a_restart_is_refused(
+    state: InMemoryLinkState, fake_clock: FakeClock
+) -> None:
+    key = NodeKey.generate()
+    before = NodeGate(state, fake_clock)
+    captured = credentials(sign(key, HEARTBEAT, FRAME, fake_clock.now(), link=before.link))
+    await before.admit(HEARTBEAT, FRAME, captured)
+    after = NodeGate(state, fake_clock)  # the link restarted on the same state: a new name
+    assert after.link != before.link
+    with pytest.raises(WrongLinkError, match="before the link restarted") as refused:
+        await after.admit(HEARTBEAT, FRAME, captured)
+    assert refused.value.link == after.link
+    assert not refused.value.learning
+    # A node that knows no name yet is told it, and signs for it.
+    with pytest.raises(WrongLinkError, match="no link yet") as told:
+        await after.admit(HEARTBEAT, FRAME, signed_for(key, fake_clock, NO_LINK_YET))
+    assert told.value.link == after.link
+    assert told.value.learning
+    await after.admit(HEARTBEAT, FRAME, signed_for(key, fake_clock, told.value.link))
+
+
+async def test_a_signature_is_checked_over_the_gates_own_name(
+    state: InMemoryLinkState, fake_clock: FakeClock
+) -> None:
+    gate, key = NodeGate(state, fake_clock, link=LINK), NodeKey.generate()
+    headers = dict(sign(key, HEARTBEAT, FRAME, fake_clock.now(), link="another-link"))
+    headers[LINK_HEADER] = LINK  # the name swapped in: the signature covers the other
+    with pytest.raises(AuthenticationError, match="does not match"):
+        await gate.admit(HEARTBEAT, FRAME, credentials(headers.items()))
+
+
+def test_a_signature_that_names_no_link_is_refused_saying_so() -> None:
+    headers = sign(NodeKey.generate(), HEARTBEAT, FRAME, 1_700_000_000.0, link=LINK)
+    older = tuple((name, value) for name, value in headers if name != LINK_HEADER)
+    with pytest.raises(AuthenticationError, match=r"names no link.*upgrade the node"):
+        credentials(older)
+    with pytest.raises(AuthenticationError, match="link header is malformed"):
+        credentials((*older, (LINK_HEADER, "not a name!")))
+
+
 async def test_a_stale_or_future_timestamp_is_refused(
     state: InMemoryLinkState, fake_clock: FakeClock
 ) -> None:
-    gate, key = NodeGate(state, fake_clock), NodeKey.generate()
-    stale = credentials(sign(key, HEARTBEAT, FRAME, fake_clock.now() - 31))
-    future = credentials(sign(key, HEARTBEAT, FRAME, fake_clock.now() + 31))
-    edge = credentials(sign(key, HEARTBEAT, FRAME, fake_clock.now() - 29))
+    gate, key = NodeGate(state, fake_clock, link=LINK), NodeKey.generate()
+    stale = credentials(sign(key, HEARTBEAT, FRAME, fake_clock.now() - 31, link=LINK))
+    future = credentials(sign(key, HEARTBEAT, FRAME, fake_clock.now() + 31, link=LINK))
+    edge = credentials(sign(key, HEARTBEAT, FRAME, fake_clock.now() - 29, link=LINK))
     for request in (stale, future):
         with pytest.raises(AuthenticationError, match="off the receiver's clock"):
             await gate.admit(HEARTBEAT, FRAME, request)
@@ -59,7 +111,7 @@ async def test_a_stale_or_future_timestamp_is_refused(
 async def test_a_signature_holds_for_its_own_method_and_body_only(
     state: InMemoryLinkState, fake_clock: FakeClock
 ) -> None:
-    gate, key = NodeGate(state, fake_clock), NodeKey.generate()
+    gate, key = NodeGate(state, fake_clock, link=LINK), NodeKey.generate()
     with pytest.raises(AuthenticationError, match="does not match"):
         await gate.admit(HEARTBEAT, FRAME + b"!", signed(key, fake_clock))
     with pytest.raises(AuthenticationError, match="does not match"):
@@ -73,7 +125,7 @@ async def test_a_signature_holds_for_its_own_method_and_body_only(
 async def test_a_key_speaks_for_its_own_node_only(
     state: InMemoryLinkState, fake_clock: FakeClock
 ) -> None:
-    gate = NodeGate(state, fake_clock)
+    gate = NodeGate(state, fake_clock, link=LINK)
     a, b, stranger = NodeKey.generate(), NodeKey.generate("p256"), NodeKey.generate("p384")
     node_a = await state.register_node(a.public.der, heartbeat_interval=1.0)
     node_b = await state.register_node(b.public.der, heartbeat_interval=1.0)
@@ -89,7 +141,7 @@ async def test_with_an_authorized_list_only_its_keys_are_admitted(
     state: InMemoryLinkState, fake_clock: FakeClock
 ) -> None:
     listed, other = NodeKey.generate(), NodeKey.generate()
-    gate = NodeGate(state, fake_clock, authorized=[listed.public])
+    gate = NodeGate(state, fake_clock, link=LINK, authorized=[listed.public])
     await gate.admit(HEARTBEAT, FRAME, signed(listed, fake_clock))
     with pytest.raises(AuthenticationError, match=other.public.fingerprint.replace("+", r"\+")):
         await gate.admit(HEARTBEAT, FRAME, signed(other, fake_clock))
@@ -117,7 +169,7 @@ def test_missing_or_malformed_signatures_are_refused(metadata: tuple[tuple[str, 
 
 
 def test_a_repeated_signature_header_is_refused() -> None:
-    headers = sign(NodeKey.generate(), HEARTBEAT, FRAME, 1_700_000_000.0)
+    headers = sign(NodeKey.generate(), HEARTBEAT, FRAME, 1_700_000_000.0, link=LINK)
     with pytest.raises(AuthenticationError, match="not signed"):
         credentials((*headers, headers[0]))
 
@@ -125,7 +177,7 @@ def test_a_repeated_signature_header_is_refused() -> None:
 async def _open(gate: NodeGate, key: NodeKey, clock: FakeClock) -> ClientSession:
     """A session opened by a signed heartbeat's offer, as the node holds it."""
     offer = Offer()
-    presented = credentials(sign(key, HEARTBEAT, FRAME, clock.now(), offer=offer.header))
+    presented = credentials(sign(key, HEARTBEAT, FRAME, clock.now(), link=LINK, offer=offer.header))
     admission = await gate.admit(HEARTBEAT, FRAME, presented)
     assert admission.public_key == key.public
     session = offer.accept(dict(admission.headers), key.public.der, clock.now())
@@ -140,7 +192,7 @@ def macd(session: ClientSession, clock: FakeClock, method: str = HEARTBEAT, fram
 async def test_a_session_admits_macd_calls_as_its_key_once_each(
     state: InMemoryLinkState, fake_clock: FakeClock
 ) -> None:
-    gate, key = NodeGate(state, fake_clock), NodeKey.generate()
+    gate, key = NodeGate(state, fake_clock, link=LINK), NodeKey.generate()
     session = await _open(gate, key, fake_clock)
     request = macd(session, fake_clock)
     admission = await gate.admit(HEARTBEAT, FRAME, request)
@@ -159,7 +211,7 @@ async def test_a_session_admits_macd_calls_as_its_key_once_each(
 async def test_a_session_someone_else_derived_is_refused(
     state: InMemoryLinkState, fake_clock: FakeClock
 ) -> None:
-    gate, key = NodeGate(state, fake_clock), NodeKey.generate()
+    gate, key = NodeGate(state, fake_clock, link=LINK), NodeKey.generate()
     session = await _open(gate, key, fake_clock)
     # One who saw the offer and the answer knows the id and both public keys, not the key.
     forged = ClientSession(session.session_id, bytes(32), session.renew_at)
@@ -173,7 +225,7 @@ async def test_a_session_someone_else_derived_is_refused(
 async def test_a_key_holds_a_few_sessions_and_a_new_one_ends_the_oldest(
     state: InMemoryLinkState, fake_clock: FakeClock
 ) -> None:
-    gate, key = NodeGate(state, fake_clock), NodeKey.generate()
+    gate, key = NodeGate(state, fake_clock, link=LINK), NodeKey.generate()
     # A node's calls and its heartbeats go on two connections, each with a session.
     sessions = [await _open(gate, key, fake_clock) for _ in range(SESSIONS_PER_KEY)]
     for session in sessions:
@@ -188,7 +240,7 @@ async def test_a_key_holds_a_few_sessions_and_a_new_one_ends_the_oldest(
 async def test_a_session_ends_after_its_time(
     state: InMemoryLinkState, fake_clock: FakeClock
 ) -> None:
-    gate, key = NodeGate(state, fake_clock), NodeKey.generate()
+    gate, key = NodeGate(state, fake_clock, link=LINK), NodeKey.generate()
     session = await _open(gate, key, fake_clock)
     admission = await gate.admit(HEARTBEAT, FRAME, macd(session, fake_clock))
     assert session.renew_at == fake_clock.now() + SESSION_SECONDS / 2
@@ -203,7 +255,7 @@ async def test_the_gate_holds_at_most_max_sessions_and_ends_the_oldest_first(
     state: InMemoryLinkState, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(fleet_gate, "MAX_SESSIONS", 3)
-    gate = NodeGate(state, fake_clock)
+    gate = NodeGate(state, fake_clock, link=LINK)
     keys = [NodeKey.generate() for _ in range(4)]
     sessions = [await _open(gate, key, fake_clock) for key in keys]
     with pytest.raises(UnknownSessionError):
@@ -218,12 +270,12 @@ async def test_a_long_call_is_checked_against_its_session_frame_by_frame(
     state: InMemoryLinkState, fake_clock: FakeClock
 ) -> None:
     key = NodeKey.generate()
-    gate = NodeGate(state, fake_clock, authorized=[key.public])
+    gate = NodeGate(state, fake_clock, link=LINK, authorized=[key.public])
     session = await _open(gate, key, fake_clock)
     admission = await gate.admit(HEARTBEAT, FRAME, macd(session, fake_clock))
     gate.check_session(admission)
     signed = await gate.admit(
-        HEARTBEAT, FRAME, credentials(sign(key, HEARTBEAT, FRAME, fake_clock.now()))
+        HEARTBEAT, FRAME, credentials(sign(key, HEARTBEAT, FRAME, fake_clock.now(), link=LINK))
     )
     assert signed.seal is None
     with pytest.raises(UnknownSessionError, match="not made in a session"):
@@ -248,7 +300,7 @@ async def test_a_session_of_a_key_taken_off_the_authorized_list_is_refused(
     state: InMemoryLinkState, fake_clock: FakeClock
 ) -> None:
     key = NodeKey.generate()
-    gate = NodeGate(state, fake_clock, authorized=[key.public])
+    gate = NodeGate(state, fake_clock, link=LINK, authorized=[key.public])
     session = await _open(gate, key, fake_clock)
     await gate.admit(HEARTBEAT, FRAME, macd(session, fake_clock))
     gate.authorize([])
@@ -259,8 +311,8 @@ async def test_a_session_of_a_key_taken_off_the_authorized_list_is_refused(
 async def test_an_offer_is_covered_by_the_signature(
     state: InMemoryLinkState, fake_clock: FakeClock
 ) -> None:
-    gate, key = NodeGate(state, fake_clock), NodeKey.generate()
-    headers = dict(sign(key, HEARTBEAT, FRAME, fake_clock.now(), offer=Offer().header))
+    gate, key = NodeGate(state, fake_clock, link=LINK), NodeKey.generate()
+    headers = dict(sign(key, HEARTBEAT, FRAME, fake_clock.now(), link=LINK, offer=Offer().header))
     headers["fedcore-session-offer"] = Offer().header  # someone else's key in its place
     with pytest.raises(AuthenticationError, match="does not match"):
         await gate.admit(HEARTBEAT, FRAME, credentials(headers.items()))

@@ -466,7 +466,8 @@ async def test_a_link_that_goes_away_mid_call_is_link_unavailable() -> None:
 
 
 class _Recording(NodeGate):
-    """The link's gate, noting each call it admitted: its method and how it was authenticated."""
+    """The link's gate, noting each call it was asked to admit: its method and how it was
+    authenticated (``!link``: signed for a name other than the gate's, so refused)."""
 
     def __init__(self, fleet: FakeFleet) -> None:
         super().__init__(fleet, SystemClock())
@@ -475,6 +476,7 @@ class _Recording(NodeGate):
     async def admit(self, method: str, frame: Buffer, presented: Any) -> Admission:
         kind = "mac" if isinstance(presented, MacRequest) else "signed"
         kind += "+offer" if getattr(presented, "offer", None) else ""
+        kind += "!link" if getattr(presented, "link", self.link) != self.link else ""
         self.presented.append((method.rsplit("/", 1)[-1], kind))
         return await super().admit(method, frame, presented)
 
@@ -490,6 +492,7 @@ async def test_calls_after_the_first_are_macd_and_a_lost_session_is_signed_again
         await client.pull_messages(node_id)
         await client.get_run(node_id, RUN_ID)
         assert gate.presented == [
+            ("RegisterNode", "signed+offer!link"),  # the link's name comes with the refusal
             ("RegisterNode", "signed+offer"),
             ("PullMessages", "mac"),
             ("GetRun", "mac"),
@@ -505,9 +508,36 @@ async def test_calls_after_the_first_are_macd_and_a_lost_session_is_signed_again
         )
         await stack.enter_async_context(client)
         await client.pull_messages(node_id)
-        assert restarted.presented == [("PullMessages", "mac"), ("PullMessages", "signed+offer")]
+        assert restarted.presented == [
+            ("PullMessages", "mac"),  # a session the link no longer holds
+            ("PullMessages", "signed+offer!link"),  # signed for the link before its restart
+            ("PullMessages", "signed+offer"),
+        ]
         await client.pull_messages(node_id)
         assert restarted.presented[-1] == ("PullMessages", "mac")
+
+
+async def test_a_streamed_call_after_a_link_restart_is_refused_once_then_signed_anew() -> None:
+    fleet = fake_with_run()
+    async with AsyncExitStack() as stack:
+        listener = await stack.enter_async_context(
+            serve_fleet(fleet, "127.0.0.1", 0, gate=NodeGate(fleet, SystemClock()))
+        )
+        client = await stack.enter_async_context(GrpcFleetClient(listener.host, listener.port))
+        node_id = await client.register_node({}, 1.0)
+        fleet.send(RUN_ID, message_for(node_id))
+        await client.pull_messages(node_id)
+        await stack.aclose()
+        restarted = NodeGate(fleet, SystemClock())
+        await stack.enter_async_context(
+            serve_fleet(fleet, "127.0.0.1", listener.port, gate=restarted)
+        )
+        await stack.enter_async_context(client)
+        # Signed for the link's name before the restart: refused as an outage, which a
+        # node retries; the refusal told the new name, so the call goes through again.
+        with pytest.raises(LinkUnavailableError, match="restarted since this node last signed"):
+            await collect(client.get_bundle(node_id, RUN_ID))
+        assert (await collect(client.get_bundle(node_id, RUN_ID)))[1] == b"bundle"
 
 
 class _NoSessions(_Recording):
@@ -528,7 +558,12 @@ async def test_against_a_link_that_opens_no_session_the_client_signs_and_stops_o
         node_id = await client.register_node({}, 1.0)
         await client.heartbeat(node_id, 1.0)
         await client.heartbeat(node_id, 1.0)
-    assert [kind for _, kind in gate.presented] == ["signed+offer", "signed", "signed"]
+    assert [kind for _, kind in gate.presented] == [
+        "signed+offer!link",
+        "signed+offer",
+        "signed",
+        "signed",
+    ]
 
 
 async def test_two_connections_of_one_node_keep_a_session_each() -> None:
@@ -543,4 +578,14 @@ async def test_two_connections_of_one_node_keep_a_session_each() -> None:
                 await calls.pull_messages(node_id)
                 await beats.pull_messages(node_id)
     kinds = [kind for _, kind in gate.presented]
-    assert kinds == ["signed+offer", "mac", "signed+offer", "mac", "mac", "mac", "mac"]
+    assert kinds == [
+        "signed+offer!link",
+        "signed+offer",
+        "mac",
+        "signed+offer!link",  # each client learns the link's name for itself
+        "signed+offer",
+        "mac",
+        "mac",
+        "mac",
+        "mac",
+    ]

@@ -39,8 +39,13 @@ from fedcore.wire.stamps import new_stamp
 pytestmark = pytest.mark.anyio
 
 
+LEARNED = ["RegisterNode signed!link", "RegisterNode signed"]
+"""A client's first call, refused with the link's name, and again signed for it."""
+
+
 class _Recording(NodeGate):
-    """The link's gate, noting the method of each call it admitted."""
+    """The link's gate, noting each call it was asked to admit (``!link``: signed for a name
+    other than the gate's, so refused: a client's first call learns the name so)."""
 
     def __init__(self, fleet: FakeFleet, **kwargs: Any) -> None:
         super().__init__(fleet, SystemClock(), **kwargs)
@@ -48,6 +53,7 @@ class _Recording(NodeGate):
 
     async def admit(self, method: str, frame: Buffer, presented: Any) -> Admission:
         kind = "mac" if isinstance(presented, MacRequest) else "signed"
+        kind += "!link" if getattr(presented, "link", self.link) != self.link else ""
         self.calls.append(f"{method.rsplit('/', 1)[-1]} {kind}")
         return await super().admit(method, frame, presented)
 
@@ -99,7 +105,7 @@ async def test_beats_after_the_first_go_on_one_call() -> None:
             assert await client.heartbeat(node_id, interval) == []
             assert fleet.nodes[node_id].heartbeat_interval == interval
     assert fleet.beats == 5
-    assert gate.calls == ["RegisterNode signed", "Heartbeats mac"]
+    assert gate.calls == [*LEARNED, "Heartbeats mac"]
 
 
 async def test_beats_carry_leases_and_their_released_ids_back() -> None:
@@ -125,7 +131,7 @@ async def test_a_beat_cancelled_on_the_call_leaves_the_next_on_a_new_call() -> N
         fleet.hold = None
         await client.heartbeat(node_id, 1.0)
         await client.heartbeat(node_id, 1.0)
-    assert gate.calls == ["RegisterNode signed", "Heartbeats mac", "Heartbeats mac"]
+    assert gate.calls == [*LEARNED, "Heartbeats mac", "Heartbeats mac"]
 
 
 async def test_a_beat_while_another_is_on_the_call_goes_as_a_call_of_its_own() -> None:
@@ -190,7 +196,7 @@ async def test_a_call_idle_past_the_idle_timeout_is_ended_and_the_next_beat_gets
         await client.heartbeat(node_id, 1.0)
     assert fleet.beats == 3
     assert gate.calls == [
-        "RegisterNode signed",
+        *LEARNED,
         "Heartbeats mac",
         "Heartbeat mac",  # the beat the ended call could not carry
         "Heartbeats mac",
@@ -199,11 +205,11 @@ async def test_a_call_idle_past_the_idle_timeout_is_ended_and_the_next_beat_gets
 
 async def test_every_frame_counts_against_the_peers_request_rate() -> None:
     fleet = _CountingFleet()
-    limits = FleetLimits(requests_per_second=0.001, request_burst=4)
+    limits = FleetLimits(requests_per_second=0.001, request_burst=5)
     async with link(fleet, NodeGate(fleet, SystemClock()), limits) as client:
-        node_id = await client.register_node({}, 1.0)  # 1
-        await client.heartbeat(node_id, 1.0)  # 2: the call
-        await client.heartbeat(node_id, 1.0)  # 3, 4: its next frames
+        node_id = await client.register_node({}, 1.0)  # 1, 2: told the link's name, again
+        await client.heartbeat(node_id, 1.0)  # 3: the call
+        await client.heartbeat(node_id, 1.0)  # 4, 5: its next frames
         await client.heartbeat(node_id, 1.0)
         # Refused on the call, and then as a call of its own.
         with pytest.raises(LinkBusyError, match="RESOURCE_EXHAUSTED"):
@@ -229,7 +235,7 @@ async def test_against_a_link_without_the_call_beats_go_as_calls_of_their_own(
         for _ in range(3):
             await client.heartbeat(node_id, 1.0)
     assert fleet.beats == 3
-    assert gate.calls == ["RegisterNode signed"] + ["Heartbeat mac"] * 3  # asked once
+    assert gate.calls == LEARNED + ["Heartbeat mac"] * 3  # asked once
 
 
 # ------------------------------------------------------------------- hostile frames
@@ -271,7 +277,9 @@ async def raw_session() -> AsyncIterator[tuple[Channel, ClientSession, int, int]
     """A channel to a link, a session a real client opened there, its node, another node."""
     fleet = _CountingFleet()
     async with (
-        serve_fleet(fleet, "127.0.0.1", 0, gate=NodeGate(fleet, SystemClock())) as listener,
+        serve_fleet(
+            fleet, "127.0.0.1", 0, gate=NodeGate(fleet, SystemClock(), link=LINK)
+        ) as listener,
         GrpcFleetClient(listener.host, listener.port) as client,
         GrpcFleetClient(listener.host, listener.port) as other,
         Channel(listener.host, listener.port, codec=RawCodec()) as channel,
@@ -281,6 +289,10 @@ async def raw_session() -> AsyncIterator[tuple[Channel, ClientSession, int, int]
         session = client._session
         assert session is not None
         yield channel, session, node_id, other_id
+
+
+LINK = "the-link"
+"""The name of the link :func:`raw_session` serves."""
 
 
 def beat(node_id: int) -> bytes:
@@ -329,7 +341,7 @@ async def test_a_signed_call_or_garbage_on_it_is_refused() -> None:
 
 async def _signed_beats(channel: Channel, request: bytes) -> GRPCError:
     frame = wire.encode_heartbeat_frame(request, bytes(32))
-    metadata = sign(NodeKey.generate(), FleetMethod.HEARTBEATS.value, frame, time.time())
+    metadata = sign(NodeKey.generate(), FleetMethod.HEARTBEATS.value, frame, time.time(), link=LINK)
     stream = channel.request(
         FleetMethod.HEARTBEATS.value, Cardinality.STREAM_STREAM, bytes, bytes, metadata=metadata
     )

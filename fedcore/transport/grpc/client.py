@@ -47,6 +47,7 @@ from fedcore.errors import (
     NotFoundError,
     RunNotFoundError,
     UnknownSessionError,
+    WrongLinkError,
 )
 from fedcore.transport.fleet import Buffer, FleetService, Transfer, each_chunk
 from fedcore.transport.grpc.frames import ERROR_TRAILER, RETRY_TRAILER, RawCodec, cardinality
@@ -57,7 +58,8 @@ from fedcore.wire.fleet import ConfigValue, PayloadRef, PushedReply
 from fedcore.wire.keys import NodeKey
 from fedcore.wire.rpc import ChunkReader, ChunkWriter, FleetMethod, PulledMessages
 from fedcore.wire.sessions import ClientSession, Offer
-from fedcore.wire.signatures import sign
+from fedcore.wire.signatures import LINK, check_link_name, sign
+from fedcore.wire.stamps import NO_LINK_YET
 
 _Stream = grpclib.client.Stream[bytes, bytes]
 _LINK_ERRORS = (GRPCError, StreamTerminatedError, OSError)
@@ -90,7 +92,11 @@ class GrpcFleetClient(FleetService):
     life) and stamped with ``clock``'s time. The first signed call offers a session
     (:mod:`fedcore.wire.sessions`); once the link has answered, unary calls are
     MAC'd in it instead, at a fraction of the cost, and a call the link refuses as
-    of an unknown session (it restarted) is signed and sent again. Heartbeats in a
+    of an unknown session (it restarted) is signed and sent again. Every signature
+    names the link it is meant for (:mod:`fedcore.wire.signatures`): the client learns
+    the link's name from the link's refusal of its first call, and again after the
+    link restarts, and sends that call again at once (a streamed call: raises
+    LinkUnavailableError, which a node retries). Heartbeats in a
     session go on one long call (:mod:`~fedcore.transport.grpc.heartbeats`); a beat
     that fails there, or finds it busy with another, is sent as a call of its own.
     """
@@ -109,6 +115,8 @@ class GrpcFleetClient(FleetService):
         self._clock = clock or SystemClock()
         self._channel: grpclib.client.Channel | None = None
         self._session: ClientSession | None = None
+        self._link = NO_LINK_YET
+        """The name of the link, as the link last said it (none before its first answer)."""
         self._offering = False
         """A call that offers a session is under way: the others sign without one."""
         self._sessions = True
@@ -276,16 +284,25 @@ class GrpcFleetClient(FleetService):
             self._beating = False
 
     async def _unary(self, method: FleetMethod, request: bytes) -> bytes:
-        session = self._current_session()
-        try:
-            return await self._unary_once(method, request, session)
-        except UnknownSessionError:
-            if session is None:
-                raise
-            # Refused before anything of it was read: the same call, signed, is safe.
-            if self._session is session:
-                self._session = None
-            return await self._unary_once(method, request, None)
+        """The answer to ``request``. A call refused before anything of it was read —
+        its session unknown, or signed for the link's name before a restart — is
+        sent again at once, signed (for the name the refusal told): at most twice, as
+        after a restart both happen in turn."""
+        session, tries_left = self._current_session(), 2
+        while True:
+            signed_for = self._link
+            try:
+                return await self._unary_once(method, request, session)
+            except UnknownSessionError:
+                if session is None or not tries_left:
+                    raise
+                if self._session is session:
+                    self._session = None
+                session = None
+            except WrongLinkError:
+                if self._link == signed_for or not tries_left:
+                    raise
+            tries_left -= 1
 
     async def _unary_once(
         self, method: FleetMethod, request: bytes, session: ClientSession | None
@@ -355,11 +372,11 @@ class GrpcFleetClient(FleetService):
             if self._sessions and not self._offering and self._session is None:
                 offer, self._offering = Offer(), True
             header = "" if offer is None else offer.header
-            metadata = sign(self.key, method.value, first_frame, now, offer=header)
+            metadata = sign(self.key, method.value, first_frame, now, link=self._link, offer=header)
         stream = self._channel.request(
             method.value, cardinality(method), bytes, bytes, metadata=metadata
         )
-        call = _Call(stream)
+        call, signed_for = _Call(stream), self._link
         try:
             async with stream:
                 yield call
@@ -369,7 +386,17 @@ class GrpcFleetClient(FleetService):
             if exc is call.caller_error:
                 raise
             _take_back_native_cancel(stream)
-            raise self._translated(exc, stream) from exc
+            error = self._translated(exc, stream)
+            if (
+                isinstance(error, WrongLinkError)
+                and self._link != signed_for
+                and cardinality(method) is not grpclib.const.Cardinality.UNARY_UNARY
+            ):
+                raise LinkUnavailableError(
+                    f"the link at {self._host}:{self._port} restarted since this node "
+                    "last signed for it: the call goes again"
+                ) from exc
+            raise error from exc
         finally:
             if offer is not None:
                 self._offering = False
@@ -401,14 +428,26 @@ class GrpcFleetClient(FleetService):
                 retry_after=_retry_hint(stream),
             )
         if status is grpclib.const.Status.UNAUTHENTICATED:
-            if _trailer(stream, ERROR_TRAILER) == UnknownSessionError.__name__:
+            error = _trailer(stream, ERROR_TRAILER)
+            if error == UnknownSessionError.__name__:
                 return UnknownSessionError(f"{where} refused this node's session: {message}")
+            if error == WrongLinkError.__name__:
+                return self._told_link(_trailer(stream, LINK), f"{where} refused: {message}")
             return AuthenticationError(f"{where} refused this node: {message}")
         if status is grpclib.const.Status.INVALID_ARGUMENT:
             return DecodeError(f"{where} refused the request: {message}")
         if status is grpclib.const.Status.NOT_FOUND:
             return _NOT_FOUND.get(_trailer(stream, ERROR_TRAILER), NotFoundError)(message)
         return FedcoreError(f"{where} failed the call with {status.name}: {message}")
+
+    def _told_link(self, link: str, refusal: str) -> WrongLinkError:
+        """The refusal of a call signed for another link's name; the name the link goes
+        by is learned, if the refusal says one of the right form."""
+        try:
+            self._link = check_link_name(link)
+        except AuthenticationError:
+            return WrongLinkError(f"{refusal} (and gave no name of its own)", self._link)
+        return WrongLinkError(refusal, link)
 
 
 def _take_back_native_cancel(stream: _Stream) -> None:

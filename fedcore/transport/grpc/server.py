@@ -8,7 +8,9 @@ frame with :mod:`fedcore.wire.fleet`, has the gate check that the signer is the 
 the request names, calls the service, and encodes its answer. Errors end the call
 with a status, as ``fleet.proto`` says: AuthenticationError is UNAUTHENTICATED
 (with its reason: nothing in it is secret; its class in the ``fedcore-error``
-trailer, so that a node told of an unknown session signs again); DecodeError is INVALID_ARGUMENT;
+trailer, so that a node told of an unknown session signs again, and for a call
+signed for another link the link's name in the ``fedcore-link`` trailer, so that the
+node signs again for it); DecodeError is INVALID_ARGUMENT;
 a NotFoundError is NOT_FOUND, with the error's class in the ``fedcore-error``
 trailer so that the client raises the same one; LinkBusyError (a rate spent) is
 RESOURCE_EXHAUSTED, with the seconds to wait in the ``fedcore-retry-after`` trailer;
@@ -58,6 +60,7 @@ from fedcore.errors import (
     NotFoundError,
     ReplyRejectedError,
     RunFinishedError,
+    WrongLinkError,
 )
 from fedcore.transport.connections import FloodLog
 from fedcore.transport.fleet import Admission, FleetGate, FleetService, Transfer
@@ -81,7 +84,7 @@ from fedcore.wire.fleet import PushedReply
 from fedcore.wire.frame import MAX_DETAIL
 from fedcore.wire.protobuf import FRAME_CAP
 from fedcore.wire.rpc import REQUEST_CAPS, ChunkReader, ChunkWriter, FleetMethod
-from fedcore.wire.signatures import credentials
+from fedcore.wire.signatures import LINK, credentials
 
 log = logging.getLogger(__name__)
 
@@ -223,6 +226,18 @@ class _FleetHandlers:
                     f"too many requests: {exc}",
                     retry_after=exc.retry_after,
                 )
+            except WrongLinkError as exc:
+                if not exc.learning:
+                    self.flood.warn("wrong-link", "refused a %s call: %s", method.name, exc)
+                if method is FleetMethod.REGISTER_NODE:
+                    self._give_back_registration(stream)
+                await _end(
+                    stream,
+                    grpclib.const.Status.UNAUTHENTICATED,
+                    str(exc),
+                    type(exc).__name__,
+                    link=exc.link,
+                )
             except AuthenticationError as exc:
                 self.flood.warn("unauthenticated", "refused a %s call: %s", method.name, exc)
                 await _end(
@@ -258,6 +273,14 @@ class _FleetHandlers:
         if wait := self._all_registrations.admit(None):
             self._registrations.give_back(address)
             raise LinkBusyError("the link is over its registration rate", retry_after=wait)
+
+    def _give_back_registration(self, stream: _Stream) -> None:
+        """Return the registration tokens of a call refused for naming another link: it
+        registered nothing and cost no signature check, and a node's first registration
+        is refused so once, to learn the link's name."""
+        peer = stream.peer.addr()
+        self._registrations.give_back(str(peer[0]) if peer else "?")
+        self._all_registrations.give_back(None)
 
     def _admit_key(self, admission: Admission) -> None:
         """Raise LinkBusyError unless the node key that signed the call is within its rate."""
@@ -445,10 +468,13 @@ async def _end(
     error: str | None = None,
     *,
     retry_after: float = 0.0,
+    link: str | None = None,
 ) -> None:
     metadata = {ERROR_TRAILER: error} if error else {}
     if retry_after:
         metadata[RETRY_TRAILER] = f"{retry_after:.3f}"
+    if link is not None:
+        metadata[LINK] = link
     try:
         await stream.send_trailing_metadata(
             status=status, status_message=message[:MAX_DETAIL], metadata=metadata or None

@@ -2,11 +2,13 @@
 
 :func:`exec_app` serves any :class:`~fedcore.transport.exec.ExecService`;
 :class:`HttpExecClient` is one, remotely. Every request is signed with the secret
-the exec shares with the link (:mod:`fedcore.transport.http.signing`); a request
-without a valid signature is answered 401 before its handler runs, whatever was
-wrong with it. Bodies are small JSON (:mod:`fedcore.transport.http.bodies`; run ids
-and tokens are decimal strings), except a bundle, which comes as it is stored. The
-routes::
+the exec shares with the link, for the link's name (:mod:`fedcore.transport.http.signing`);
+a request without a valid signature is answered 401 before its handler runs,
+whatever was wrong with it — the refusal of one signed for another link's name (or
+this link's before a restart) carries the link's name in ``X-Fedcore-Link``, and the
+client signs it again for that name. Bodies are small JSON
+(:mod:`fedcore.transport.http.bodies`; run ids and tokens are decimal strings),
+except a bundle, which comes as it is stored. The routes::
 
     GET  /v1/exec/link                  -> {"runtime_address": "127.0.0.1:4242"}
     POST /v1/exec/claims                {"limit": n, "lease": s, "wait_seconds": s}
@@ -39,7 +41,7 @@ from aiohttp import web
 from fedcore.apps.bundle import MAX_BUNDLE_BYTES
 from fedcore.clock import Clock, SystemClock
 from fedcore.domain import Run
-from fedcore.errors import AuthenticationError, DecodeError
+from fedcore.errors import AuthenticationError, DecodeError, WrongLinkError
 from fedcore.state.base import RunClaim
 from fedcore.transport.exec import ExecService
 from fedcore.transport.http import bodies
@@ -47,7 +49,7 @@ from fedcore.transport.http.bodies import JSON, dumps, loads
 from fedcore.transport.http.errors import error_document
 from fedcore.transport.http.server import Handler, guarded, request_body
 from fedcore.transport.http.session import TIMEOUT, Session, SessionClient
-from fedcore.transport.http.signing import MAX_SKEW, Signer, Verifier
+from fedcore.transport.http.signing import LINK, MAX_SKEW, Signer, Verifier
 
 __all__ = ["HttpExecClient", "exec_app"]
 
@@ -66,12 +68,15 @@ def exec_app(
     *,
     clock: Clock | None = None,
     max_skew: float = MAX_SKEW,
+    link: str | None = None,
 ) -> web.Application:
     """An aiohttp application serving ``service`` as the exec API to holders of ``secret``.
 
-    A request's timestamp may differ from ``clock`` by ``max_skew`` seconds at most.
+    A request's timestamp may differ from ``clock`` by ``max_skew`` seconds at most; it
+    must be signed for the link named ``link`` (default: a new name).
     """
-    handlers = _ExecHandlers(service, Verifier(secret, clock or SystemClock(), max_skew=max_skew))
+    verifier = Verifier(secret, clock or SystemClock(), max_skew=max_skew, link=link)
+    handlers = _ExecHandlers(service, verifier)
     app = web.Application(client_max_size=MAX_REQUEST_BYTES)
     routes, route = app.router, handlers.route
     routes.add_get("/v1/exec/link", route(handlers.link), allow_head=False)
@@ -163,10 +168,13 @@ class _ExecHandlers:
 
 
 def _refused(request: web.Request, why: AuthenticationError) -> web.HTTPUnauthorized:
-    """The one answer to a request that is not correctly signed; why goes to the log only."""
-    log.warning("exec API: refused %s %s: %s", request.method, request.path, why)
+    """The one answer to a request that is not correctly signed; why goes to the log only,
+    but for the link's name, which the refusal of one signed for another carries."""
     document = error_document(None, "a valid exec signature is required")
-    return web.HTTPUnauthorized(text=dumps(document).decode(), content_type=JSON)
+    headers = {LINK: why.link} if isinstance(why, WrongLinkError) else None
+    if not (isinstance(why, WrongLinkError) and why.learning):
+        log.warning("exec API: refused %s %s: %s", request.method, request.path, why)
+    return web.HTTPUnauthorized(text=dumps(document).decode(), content_type=JSON, headers=headers)
 
 
 def _document(body: bytes) -> dict[str, Any]:
@@ -287,7 +295,26 @@ class HttpExecClient(SessionClient, ExecService):
         wait: float = 0.0,
         cap: int = bodies.MAX_JSON_BYTES,
     ) -> bytes:
-        """A signed call with a JSON request, if any; the answer's body."""
+        """A signed call with a JSON request, if any; the answer's body. A call refused as
+        signed for another link's name (the exec's first, or its first after the link
+        restarted) was refused before anything of it was read: it goes again at once,
+        signed for the name the refusal told."""
+        try:
+            return await self._call_once(method, path, request, wait=wait, cap=cap)
+        except WrongLinkError as refusal:
+            if not self._signer.learn(refusal):
+                raise
+        return await self._call_once(method, path, request, wait=wait, cap=cap)
+
+    async def _call_once(
+        self,
+        method: str,
+        path: str,
+        request: Mapping[str, Any] | None,
+        *,
+        wait: float,
+        cap: int,
+    ) -> bytes:
         body = b"" if request is None else dumps(request)
         headers = self._signer.headers(method, path, body)
         if request is not None:

@@ -3,7 +3,9 @@
 :class:`Session` makes the requests of each HTTP client (control, runtime, exec), and
 :class:`SessionClient` gives them their one lifecycle: its ``async with`` opens and
 closes the session. An answer that is not 2xx becomes the fedcore error that the
-table of :mod:`fedcore.transport.http.errors` gives; a link that cannot be reached
+table of :mod:`fedcore.transport.http.errors` gives (a 401 that names the link's
+name, ``X-Fedcore-Link``: :class:`~fedcore.errors.WrongLinkError`, so that an exec
+signs again for it, :mod:`fedcore.transport.http.signing`); a link that cannot be reached
 (nothing listens, the connection broke or timed out, the answer was cut short)
 becomes :class:`~fedcore.errors.LinkUnavailableError`; an address that answers, but
 not as fedcore does (the fleet API's gRPC port, some other HTTP server), becomes
@@ -22,9 +24,16 @@ from typing import Any, Self
 import aiohttp
 from aiohttp.abc import AbstractStreamWriter
 
-from fedcore.errors import DecodeError, FedcoreError, LinkUnavailableError, WrongServiceError
+from fedcore.errors import (
+    DecodeError,
+    FedcoreError,
+    LinkUnavailableError,
+    WrongLinkError,
+    WrongServiceError,
+)
 from fedcore.transport.http.bodies import MAX_JSON_BYTES, WRITE_SLICE, read_at_most, read_payload
 from fedcore.transport.http.errors import MAX_ERROR_BYTES, answer_error, is_error_document
+from fedcore.transport.http.signing import LINK
 from fedcore.wire.frame import Buffer, slices
 
 TIMEOUT = 30.0
@@ -152,7 +161,11 @@ class Session:
                             f"answered {method} {path} with HTTP {response.status}, "
                             f"not with a fedcore error)"
                         )
-                    raise answer_error(response.status, body, self.where)
+                    error = answer_error(response.status, body, self.where)
+                    link = response.headers.get(LINK)
+                    if response.status == 401 and link is not None:
+                        raise WrongLinkError(str(error), link)  # sign again, for this link
+                    raise error
                 yield response
         except FedcoreError:
             raise

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -21,6 +21,7 @@ from fedcore.errors import (
     NotFoundError,
     RunNotFoundError,
     UsageError,
+    WrongLinkError,
 )
 from fedcore.roles.link.exec import LinkExec
 from fedcore.state.base import RunClaim
@@ -29,11 +30,13 @@ from fedcore.testing import FakeClock
 from fedcore.testing.network import closed_port
 from fedcore.transport.http import serve_http
 from fedcore.transport.http.exec import HttpExecClient, exec_app
-from fedcore.transport.http.signing import NONCE, SIGNATURE, TIMESTAMP, Signer, Verifier
+from fedcore.transport.http.signing import LINK, NONCE, SIGNATURE, TIMESTAMP, Signer, Verifier
 
 pytestmark = pytest.mark.anyio
 
 SECRET = "s3cret-shared-by-the-link-and-its-execs"
+NAME = "the-link"
+"""The name of the link :func:`served` serves (a client learns it from its first refusal)."""
 RUNTIME = "127.0.0.1:4242"
 REFUSAL = {"error": "", "message": "a valid exec signature is required"}
 
@@ -76,7 +79,7 @@ async def served(
 ) -> AsyncIterator[tuple[int, HttpExecClient]]:
     """The exec API over ``state`` on 127.0.0.1, and a client holding the secret."""
     service = service or LinkExec(state, clock, runtime_address=RUNTIME)
-    app = exec_app(service, SECRET, clock=clock)
+    app = exec_app(service, SECRET, clock=clock, link=NAME)
     async with (
         serve_http(app, "127.0.0.1", 0, name="exec") as port,
         HttpExecClient("127.0.0.1", port, secret=SECRET, clock=clock) as client,
@@ -206,16 +209,24 @@ class Raw:
     def signed(
         self, method: str, path: str, body: bytes = b"", secret: str = SECRET
     ) -> dict[str, str]:
-        return Signer(secret, self.clock).headers(method, path, body)
+        return Signer(secret, self.clock, link=NAME).headers(method, path, body)
 
     async def send(
         self, method: str, path: str, headers: dict[str, str], body: bytes = b""
     ) -> tuple[int, Any]:
+        status, document, _ = await self.answer(method, path, headers, body)
+        return status, document
+
+    async def answer(
+        self, method: str, path: str, headers: dict[str, str], body: bytes = b""
+    ) -> tuple[int, Any, Mapping[str, str]]:
+        """The status, the JSON document and the headers of the answer."""
         async with self.session.request(
             method, self.base + path, headers=headers, data=body or None
         ) as response:
             text = await response.read()
-            return response.status, json.loads(text) if text else None
+            document = json.loads(text) if text else None
+            return response.status, document, dict(response.headers)
 
 
 @pytest.fixture
@@ -281,10 +292,10 @@ async def test_a_stale_or_future_timestamp_is_refused(
     await _run(state)
     for offset in (-31, 32):
         elsewhere = FakeClock(client.clock.now() + offset)
-        headers = Signer(SECRET, elsewhere).headers("POST", "/v1/exec/claims", CLAIM)
+        headers = Signer(SECRET, elsewhere, link=NAME).headers("POST", "/v1/exec/claims", CLAIM)
         await _refused(client, state, headers)
     within = FakeClock(client.clock.now() - 29)
-    headers = Signer(SECRET, within).headers("POST", "/v1/exec/claims", CLAIM)
+    headers = Signer(SECRET, within, link=NAME).headers("POST", "/v1/exec/claims", CLAIM)
     status, _ = await client.send("POST", "/v1/exec/claims", headers, CLAIM)
     assert status == 200
 
@@ -307,12 +318,13 @@ async def test_a_missing_or_malformed_header_is_refused(
 ) -> None:
     client, state = raw
     await _run(state)
-    for name in (TIMESTAMP, NONCE, SIGNATURE):
+    for name in (TIMESTAMP, NONCE, LINK, SIGNATURE):
         headers = client.signed("POST", "/v1/exec/claims", CLAIM)
         del headers[name]
         await _refused(client, state, headers)
     await _refused(client, state, {})
-    for name, value in [(TIMESTAMP, "1e9"), (NONCE, "short"), (SIGNATURE, "Z" * 64)]:
+    malformed = [(TIMESTAMP, "1e9"), (NONCE, "short"), (LINK, "a name?"), (SIGNATURE, "Z" * 64)]
+    for name, value in malformed:
         headers = client.signed("POST", "/v1/exec/claims", CLAIM)
         headers[name] = value
         await _refused(client, state, headers)
@@ -345,13 +357,53 @@ async def test_a_client_with_the_wrong_secret_is_told_it_was_refused(
             await client.runtime_address()
 
 
+async def test_a_request_signed_for_another_link_is_refused_with_this_links_name(
+    raw: tuple[Raw, InMemoryLinkState],
+) -> None:
+    client, state = raw
+    await _run(state)
+    for named in ("another-link", "-"):  # one captured elsewhere, or an exec's first
+        headers = Signer(SECRET, client.clock, link=named).headers("POST", "/v1/exec/claims", CLAIM)
+        status, document, answered = await client.answer("POST", "/v1/exec/claims", headers, CLAIM)
+        assert (status, document, answered[LINK]) == (401, REFUSAL, NAME)
+    assert [run.status for run in await state.list_runs()] == [RunStatus.PENDING]
+
+
+def test_a_request_captured_before_a_restart_is_refused_after_it() -> None:
+    clock, path = FakeClock(), "/v1/exec/claims"
+    before, after = Verifier(SECRET, clock), Verifier(SECRET, clock)  # a name each start
+    assert before.link != after.link
+    captured = Signer(SECRET, clock, link=before.link).headers("POST", path, CLAIM)
+    before.verify(before.parse(captured), "POST", path, CLAIM)
+    with pytest.raises(WrongLinkError, match="before the link restarted") as refused:
+        after.verify(after.parse(captured), "POST", path, CLAIM)
+    assert refused.value.link == after.link
+    older = {name: value for name, value in captured.items() if name != LINK}
+    with pytest.raises(AuthenticationError, match=r"names no link.*upgrade the exec"):
+        after.parse(older)  # an exec from before links had names
+
+
+async def test_a_client_learns_the_links_name_and_again_after_a_restart(
+    state: InMemoryLinkState, fake_clock: FakeClock
+) -> None:
+    service = LinkExec(state, fake_clock, runtime_address=RUNTIME)
+    first, second = (exec_app(service, SECRET, clock=fake_clock) for _ in range(2))
+    async with serve_http(first, "127.0.0.1", 0, name="exec") as port:
+        client = HttpExecClient("127.0.0.1", port, secret=SECRET, clock=fake_clock)
+        async with client:
+            assert await client.runtime_address() == RUNTIME  # refused once, then told
+            assert await client.runtime_address() == RUNTIME
+    async with serve_http(second, "127.0.0.1", port, name="exec"), client:
+        assert await client.runtime_address() == RUNTIME
+
+
 # ------------------------------------------------------------------- the nonce memory
 
 
 def test_nonces_are_remembered_for_their_window_only() -> None:
     clock = FakeClock()
-    verifier = Verifier(SECRET, clock, max_skew=30, max_nonces=3)
-    signer = Signer(SECRET, clock)
+    verifier = Verifier(SECRET, clock, max_skew=30, max_nonces=3, link=NAME)
+    signer = Signer(SECRET, clock, link=NAME)
 
     def accept() -> None:
         headers = signer.headers("GET", "/v1/exec/link", b"")
