@@ -150,12 +150,15 @@ async def serve_run(
                     kept = RecordDict({"arrays": model})
                     await grid.call(lambda: client.put_artifact(run_id, MODEL_ARTIFACT, kept))
             status, reason = _outcome(failure, rounds.last)
-            if status is RunStatus.FAILED:
+            if status is RunStatus.FAILED and not isinstance(failure, _Stopped):
                 # Said and shipped before the run finishes: whoever follows its log
                 # (`fedcore run --stream`) stops at the finish. A run finished otherwise
                 # first (a stop) ends its log on that instead, below.
-                current = await grid.call(lambda: client.heartbeat(run_id, heartbeat))
-                if not current.status.finished:
+                try:
+                    await grid.call(lambda: client.heartbeat(run_id, heartbeat))
+                except RunFinishedError:
+                    pass
+                else:
                     _say_failed(failure, reason)
                     await shipper.drain()
             done = await grid.call(lambda: client.finish(run_id, status, reason))
