@@ -661,17 +661,6 @@ def serve(
     )
     if exec_socket is not None and exec_secret_file is None:
         raise click.UsageError("--exec-socket needs --exec-secret-file (the exec's secret)")
-    if exec_socket is None and user is None:
-        _warn_same_user(
-            "ClientApp",
-            [
-                f"the node's key {node_options.key_file()} (and with it sign as this node: "
-                "register, and fetch every run and bundle the node may see)",
-                f"its work directory {node_options.work_dir} (every run's bundle)",
-            ],
-            "Give --app-user USER (the node running as root), or start them by an exec of "
-            "another user (--exec-socket).",
-        )
     _serve_until_signal(lambda: serve_node(node_options))
 
 

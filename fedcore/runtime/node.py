@@ -50,7 +50,7 @@ from fedcore.apps.environment import app_environment
 from fedcore.clock import Clock, SystemClock
 from fedcore.domain import Context, Message, Run
 from fedcore.errors import UsageError
-from fedcore.roles.exec.app_user import AppUser, remove_copy
+from fedcore.roles.exec.app_user import AppUser, remove_copy, same_user_warning
 from fedcore.roles.node import ClientAppRunner, Node, RunnerFactory
 from fedcore.runtime.addresses import Address
 from fedcore.runtime.ready import write_ready_file
@@ -239,7 +239,24 @@ async def serve_node(
             "its exec decides who they run as"
         )
     with hold_work_dir(options.work_dir):
+        if options.exec_socket is None and options.app_user is None:
+            # Said once the work dir is this node's: a second node on it says only that.
+            log.warning(_same_user_warning(options))
         await _serve_held(options, clock, task_status)
+
+
+def _same_user_warning(options: NodeOptions) -> str:
+    """What a node's ClientApps, run as the node's own user, can reach."""
+    return same_user_warning(
+        "ClientApp",
+        [
+            f"the node's key {options.key_file()} (and with it sign as this node: "
+            "register, and fetch every run and bundle the node may see)",
+            f"its work directory {options.work_dir} (every run's bundle)",
+        ],
+        "Give --app-user USER (the node running as root), or start them by an exec of "
+        "another user (--exec-socket).",
+    )
 
 
 async def _serve_held(
