@@ -527,6 +527,9 @@ def serve(
         app_env=passed,
         app_user=user,
         max_value_len=max_value_bytes,
+        # A link stopped here (Ctrl-C, SIGTERM) is one an operator restarts: its runs in
+        # progress wait for it, as they do after a kill, rather than fail.
+        leave_apps_running=role == "link",
     )
     os.umask(PRIVATE_UMASK)
     if role == "link":

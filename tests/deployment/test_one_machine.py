@@ -6,8 +6,11 @@ without one, every message fails, and the run must say so rather than complete.
 
 from __future__ import annotations
 
+import json
 import re
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,3 +57,55 @@ def test_a_run_whose_nodes_lack_their_partition_fails_saying_why(tmp_path: Path)
         r"3 failures \(code 2 ×3\)",
         done.stderr,
     ), done.stderr
+
+
+def _progress(federation: Deployment, run_id: str) -> tuple[dict[str, Any], int]:
+    """The run as ``fedcore ls`` shows it, and the last round its log names (0 before the
+    first)."""
+    listed = federation.fedcore("ls", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (run,) = [run for run in json.loads(listed.stdout) if run["run_id"] == run_id]
+    logged = federation.fedcore("log", run_id)
+    assert logged.returncode == 0, logged.stderr
+    return run, max((int(k) for k in re.findall(r"round (\d+)/", logged.stdout)), default=0)
+
+
+def _wait_past_round(federation: Deployment, run_id: str, after: int) -> int:
+    """Wait until the run's log names a round past ``after``, the run still running."""
+    give_up = time.monotonic() + 60
+    while True:
+        run, reached = _progress(federation, run_id)
+        assert not run["status"].startswith("finished:"), run
+        if reached > after:
+            return reached
+        assert time.monotonic() < give_up, f"no round past {after} in 60 s"
+        time.sleep(0.2)
+
+
+def test_the_readmes_link_killed_then_interrupted_mid_run_and_restarted_completes_it(
+    tmp_path: Path,
+) -> None:
+    """The README's lines, the link SIGKILLed and restarted mid-run, then Ctrl-C'd (SIGINT)
+    and restarted, each time with its own flags: the run completes, its record whole."""
+    rounds = 30
+    config = {"num-server-rounds": rounds, "fraction-train": 1.0, "fraction-evaluate": 1.0}
+    with Deployment(tmp_path) as federation:
+        federation.start_link()
+        for node_config in readme_nodes():
+            federation.start_node(node_config)
+        run_id = federation.submit(QUICKSTART, **config)
+        reached = _wait_past_round(federation, run_id, 0)
+        for stop in (federation.kill, federation.interrupt):
+            assert federation.link is not None
+            stop(federation.link)
+            federation.restart_link()
+            reached = _wait_past_round(federation, run_id, reached)
+        final, _ = federation.follow(run_id)
+        assert final["status"] == "finished:completed", final
+        pulled = federation.fedcore("pull", run_id, str(tmp_path / "record"))
+    assert pulled.returncode == 0, pulled.stderr
+    record = tmp_path / "record"
+    assert json.loads((record / "run.json").read_text())["status"] == "completed"
+    lines = [json.loads(line) for line in (record / "metrics.jsonl").read_text().splitlines()]
+    assert [line["round"] for line in lines if "round" in line] == list(range(1, rounds + 1))
+    assert (record / "model.npz").exists()
