@@ -70,14 +70,15 @@ def _progress(federation: Deployment, run_id: str) -> tuple[dict[str, Any], int]
     return run, max((int(k) for k in re.findall(r"round (\d+)/", logged.stdout)), default=0)
 
 
-def _wait_past_round(federation: Deployment, run_id: str, after: int) -> int:
-    """Wait until the run's log names a round past ``after``, the run still running."""
+def _wait_past_round(federation: Deployment, run_id: str, after: int) -> None:
+    """Wait until the run's log names a round past ``after``, or the run completed; fail
+    at once if it finished otherwise."""
     give_up = time.monotonic() + 60
     while True:
         run, reached = _progress(federation, run_id)
+        if run["status"] == "finished:completed" or reached > after:
+            return
         assert not run["status"].startswith("finished:"), run
-        if reached > after:
-            return reached
         assert time.monotonic() < give_up, f"no round past {after} in 60 s"
         time.sleep(0.2)
 
@@ -87,7 +88,7 @@ def test_the_readmes_link_interrupted_then_killed_mid_run_and_restarted_complete
 ) -> None:
     """The README's lines, the link Ctrl-C'd (SIGINT) and restarted mid-run, then SIGKILLed
     and restarted, each time with its own flags: the run completes, its record whole."""
-    rounds = 30
+    rounds = 60
     config = {"num-server-rounds": rounds, "fraction-train": 1.0, "fraction-evaluate": 1.0}
     with Deployment(tmp_path) as federation:
         federation.start_link()
@@ -98,6 +99,9 @@ def test_the_readmes_link_interrupted_then_killed_mid_run_and_restarted_complete
         # Interrupted first, while the link's own exec holds the ServerApp process; then
         # killed, the ServerApp held by no one.
         for stop in (federation.interrupt, federation.kill):
+            run, reached = _progress(federation, run_id)
+            assert run["status"] == "running", run  # stopped mid-run, not after its end
+            assert reached < rounds
             assert federation.link is not None
             stop(federation.link)
             federation.restart_link()
