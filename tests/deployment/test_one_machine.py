@@ -96,8 +96,8 @@ def test_the_readmes_link_interrupted_then_killed_mid_run_and_restarted_complete
             federation.start_node(node_config)
         run_id = federation.submit(QUICKSTART, **config)
         _wait_past_round(federation, run_id, 0)
-        # Interrupted first, while the link's own exec holds the ServerApp process; then
-        # killed, the ServerApp held by no one.
+        # Interrupted first, while the link's own exec holds the ServerApp process; then,
+        # as soon as it is back, killed, the ServerApp held by no one.
         for stop in (federation.interrupt, federation.kill):
             run, reached = _progress(federation, run_id)
             assert run["status"] == "running", run  # stopped mid-run, not after its end
@@ -105,8 +105,8 @@ def test_the_readmes_link_interrupted_then_killed_mid_run_and_restarted_complete
             assert federation.link is not None
             stop(federation.link)
             federation.restart_link()
-            # A round logged after the restart, by a ServerApp that reached the new link.
-            _wait_past_round(federation, run_id, _progress(federation, run_id)[1])
+        # A round logged after the restarts, by a ServerApp that reached the new link.
+        _wait_past_round(federation, run_id, _progress(federation, run_id)[1])
         final, _ = federation.follow(run_id)
         assert final["status"] == "finished:completed", final
         pulled = federation.fedcore("pull", run_id, str(tmp_path / "record"))
