@@ -84,7 +84,9 @@ it) and inherited by the app processes it starts."""
 @click.option(
     "--runtime-address",
     help=f"[link] Where ServerApp processes connect (HTTP); loopback, as they run on this "
-    f"machine (default: {RUNTIME_ADDRESS}). [exec] Where the ServerApps it launches "
+    f"machine (default: {RUNTIME_ADDRESS}). Port 0 picks a free port the first time and the "
+    "same one on a restart (kept in the work dir's runtime.port), so the ServerApps of runs "
+    "in progress reach the restarted link. [exec] Where the ServerApps it launches "
     "reach the link's runtime API (default: the address the link gives).",
 )
 @click.option(
@@ -527,6 +529,9 @@ def serve(
         app_env=passed,
         app_user=user,
         max_value_len=max_value_bytes,
+        # A link stopped here (Ctrl-C, SIGTERM) is one an operator restarts: its runs in
+        # progress wait for it, as they do after a kill, rather than fail.
+        leave_apps_running=role == "link",
     )
     os.umask(PRIVATE_UMASK)
     if role == "link":

@@ -16,7 +16,7 @@ import gc
 import logging
 import ssl as _ssl
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
 from importlib.metadata import version
@@ -40,6 +40,7 @@ from fedcore.runtime.authorized_nodes import (
 )
 from fedcore.runtime.control_token import LINK_WORK_DIR, link_token_file
 from fedcore.runtime.ready import write_ready_file
+from fedcore.runtime.runtime_port import preferred_runtime_address, remember_runtime_port
 from fedcore.runtime.secret_files import read_secret
 from fedcore.state.base import DEFAULT_HEARTBEAT_PATIENCE, LinkState
 from fedcore.state.memory import InMemoryLinkState
@@ -227,15 +228,7 @@ async def serve_link(
             )
         )
         runtime = options.runtime_address
-        runtime_port = await stack.enter_async_context(
-            serve_http(
-                runtime_app(LinkRuntime(state, clock), max_value_len=options.max_value_len),
-                runtime.host,
-                runtime.port,
-                name="runtime",
-                limits=options.http_limits,
-            )
-        )
+        runtime_port = await _serve_runtime(stack, options, state, clock)
         bound = {
             "fleet": Address(fleet.host, listener.port),
             "control": Address(control.host, control_port),
@@ -283,6 +276,38 @@ async def serve_link(
         stalls.lag = LoopLag(since=clock.now())
         task_status.started(bound)
         await anyio.sleep_forever()
+
+
+async def _serve_runtime(
+    stack: AsyncExitStack, options: LinkOptions, state: LinkState, clock: Clock
+) -> int:
+    """Serve the runtime API on the port it had before, if it may (see
+    :mod:`fedcore.runtime.runtime_port`); the bound port, remembered for the next start."""
+    wanted = options.runtime_address
+    preferred = preferred_runtime_address(wanted, options.work_dir)
+
+    def serve(address: Address) -> AbstractAsyncContextManager[int]:
+        service = LinkRuntime(state, clock)
+        app = runtime_app(service, max_value_len=options.max_value_len)
+        return serve_http(
+            app, address.host, address.port, name="runtime", limits=options.http_limits
+        )
+
+    try:
+        port = await stack.enter_async_context(serve(preferred))
+    except OSError as exc:
+        if preferred == wanted:
+            raise
+        log.warning(
+            "the runtime API's port %d, which ServerApps still running from the last start "
+            "of this link call, is taken (%s): serving it on a new port, where they cannot "
+            "reach it; give --runtime-address a fixed port to keep it",
+            preferred.port,
+            exc.strerror or exc,
+        )
+        port = await stack.enter_async_context(serve(wanted))
+    remember_runtime_port(options.work_dir, port)
+    return port
 
 
 def _metrics(stalls: StallWatch, clock: Clock) -> dict[str, object]:

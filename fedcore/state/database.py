@@ -94,7 +94,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from fedcore.clock import Clock
-from fedcore.errors import StateError
+from fedcore.errors import LinkUnavailableError, StateError
 from fedcore.state.sql import QUERIES, migrate
 from fedcore.state.stalls import Stall, StallWatch
 from fedcore.wire import Parts
@@ -271,7 +271,7 @@ class Database:
                 await task_group.__aexit__(None, None, None)
         finally:
             for call in self._queue or ():  # left when the writer was cancelled
-                call.fail(RuntimeError(f"the SqliteLinkState on {self.path!r} is closed"))
+                call.fail(self._closed_error())
                 call.done.set()
             if self._queue is not None:
                 self._queue.clear()
@@ -279,6 +279,14 @@ class Database:
             if connection is not None:
                 with anyio.CancelScope(shield=True), self._translated_errors():
                     await anyio.to_thread.run_sync(connection.close)
+
+    def _closed_error(self) -> LinkUnavailableError:
+        """What a call to the closed file raises: the link is shutting down (a request in
+        progress as its state closes), so its caller, a node or a ServerApp, tries again
+        once the link is back rather than take it for an answer."""
+        return LinkUnavailableError(
+            f"the SqliteLinkState on {self.path!r} is closed: the link is shutting down"
+        )
 
     # Calls ---------------------------------------------------------------------------
 
@@ -325,7 +333,7 @@ class Database:
         if self._queue is None:
             raise RuntimeError("open the SqliteLinkState with `async with` before using it")
         if self._closed:
-            raise RuntimeError(f"the SqliteLinkState on {self.path!r} is closed")
+            raise self._closed_error()
         now = self._arrival()
         call = _Call(work, now, durable, self._take_stall(now))
         self._queue.append(call)

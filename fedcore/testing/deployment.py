@@ -151,14 +151,11 @@ class Deployment:
         return self._serve_link("127.0.0.1:0", "127.0.0.1:0")
 
     def restart_link(self) -> Server:
-        """Start the link again as it was started, on the same ports (after a kill)."""
+        """Start the link again as it was started (after a kill or a stop), with the fleet
+        and control ports it had, as an operator's command line names them. The runtime
+        port is left to the link, as the README's lines leave it: it keeps its own."""
         assert self.link is not None
-        return self._serve_link(
-            self.link.address("fleet"),
-            self.link.address("control"),
-            # where the surviving ServerApps reconnect
-            "--runtime-address", self.link.address("runtime"),
-        )  # fmt: skip
+        return self._serve_link(self.link.address("fleet"), self.link.address("control"))
 
     def _serve_link(self, fleet: str, control: str, *extra: str) -> Server:
         self.link = self._start(
@@ -271,10 +268,16 @@ class Deployment:
             os.kill(server.process.pid, signal.SIGKILL)
         server.process.wait(timeout=30)
 
-    def stop(self, server: Server, grace: float = 10.0) -> None:
-        """SIGTERM ``server``, then SIGKILL after ``grace`` seconds."""
+    def interrupt(self, server: Server, grace: float = 10.0) -> None:
+        """Ctrl-C ``server`` (SIGINT), then SIGKILL after ``grace`` seconds."""
+        self.stop(server, grace, signal.SIGINT)
+
+    def stop(
+        self, server: Server, grace: float = 10.0, signum: signal.Signals = signal.SIGTERM
+    ) -> None:
+        """SIGTERM ``server`` (or ``signum``), then SIGKILL after ``grace`` seconds."""
         if server.process.poll() is None:
-            server.process.send_signal(signal.SIGTERM)
+            server.process.send_signal(signum)
             try:
                 server.process.wait(timeout=grace)
             except subprocess.TimeoutExpired:

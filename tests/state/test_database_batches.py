@@ -21,7 +21,7 @@ import anyio.to_thread
 import pytest
 from anyio.abc import TaskGroup
 
-from fedcore.errors import StateError
+from fedcore.errors import LinkUnavailableError, StateError
 from fedcore.state.database import MAX_BATCH, Database
 from fedcore.testing import FakeClock
 
@@ -431,5 +431,5 @@ async def test_closing_runs_the_calls_already_queued(tmp_path: Path, fake_clock:
             await anyio.wait_all_tasks_blocked()
             gate.open()
         assert outcomes == {9: 9}
-        with pytest.raises(RuntimeError, match="closed"):
+        with pytest.raises(LinkUnavailableError, match="closed"):
             await database.transact(partial(exists, database, 9))

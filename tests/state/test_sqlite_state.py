@@ -38,7 +38,7 @@ from fedcore.domain import (
     RecordDict,
     RunStatus,
 )
-from fedcore.errors import NodeNotFoundError, RunNotFoundError, StateError
+from fedcore.errors import LinkUnavailableError, NodeNotFoundError, RunNotFoundError, StateError
 from fedcore.state.base import LinkState
 from fedcore.state.sql import SCHEMA_VERSION, split_statements
 from fedcore.state.sqlite import SqliteLinkState
@@ -531,7 +531,7 @@ async def test_an_unopened_state_refuses_to_work(path: Path, fake_clock: FakeClo
 async def test_a_closed_state_refuses_to_work(path: Path, fake_clock: FakeClock) -> None:
     async with state_on(path, fake_clock) as state:
         pass
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(LinkUnavailableError, match="closed: the link is shutting down"):
         await state.get_node_ids()
 
 

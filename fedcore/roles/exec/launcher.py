@@ -40,9 +40,12 @@ last lines. A run
 stopped by an operator (or failed by the link) gets its process terminated, then
 killed after a grace period, and the run's log a last line saying so; the
 launcher hears of it by a long poll on the run. Leaving the launcher terminates the
-processes it started. A process outlives a launcher that is killed (``kill -9`` of
-the link): it goes on through the runtime API and reconnects to the restarted link
-by itself. While the link cannot be reached, the launcher retries with backoff.
+processes it started, unless :attr:`LaunchSettings.leave_apps_running` (the link's, when
+it is stopped: a Ctrl-C or SIGTERM of the link is a restart, not the end of its runs).
+A process outlives a launcher that is killed (``kill -9`` of the link) or left that way:
+it goes on through the runtime API and reconnects to the restarted link by itself —
+the link keeps its runtime port across restarts (:mod:`fedcore.runtime.runtime_port`).
+While the link cannot be reached, the launcher retries with backoff.
 """
 
 from __future__ import annotations
@@ -124,6 +127,10 @@ class LaunchSettings:
     started again after it crashed or was killed, before the run fails.
     ``max_value_len``: the most bytes one str or bytes value of a record may take in
     what the ServerApps push and decode (``--max-value-bytes``; the link's own cap).
+    ``leave_apps_running``: leaving the launcher (its link stopped) leaves the ServerApp
+    processes of runs in progress running, as a kill would, rather than ending them:
+    they wait for the link (:data:`~fedcore.transport.runtime_grid.LINK_PATIENCE` a
+    call) and go on with it when it is back.
     """
 
     claim_lease: float = 10.0
@@ -136,6 +143,7 @@ class LaunchSettings:
     app_user: AppUser | None = None
     max_restarts: int = 1
     max_value_len: int = MAX_VALUE_LEN
+    leave_apps_running: bool = False
 
 
 class ServerAppLauncher:
@@ -161,6 +169,11 @@ class ServerAppLauncher:
         self._settings = settings or LaunchSettings()
         self._running = 0
         self._slot_freed: anyio.Event | None = None
+        self.left_running: list[anyio.abc.Process] = []
+        """The processes that leaving the launcher left running (``leave_apps_running``).
+
+        Held for as long as the launcher is: an event loop may kill a child whose
+        process object it collects (asyncio's transport does)."""
 
     async def serve(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -192,7 +205,7 @@ class ServerAppLauncher:
         try:
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(self._renew, claim)
-                await self._run_process(claim)
+                await self._run_process(claim, tasks.cancel_scope)
                 tasks.cancel_scope.cancel()
         except* ClaimLostError:
             log.warning("run %d: the claim was lost; another exec has it or it ended", run_id)
@@ -241,7 +254,16 @@ class ServerAppLauncher:
         bundle = await self._patiently(lambda: self._service.get_bundle(run.bundle_hash))
         return await anyio.to_thread.run_sync(unpack_bundle, bundle, run.bundle_hash, cache)
 
-    async def _run_process(self, claim: RunClaim) -> None:
+    def _leaves_running(self, launch: anyio.CancelScope) -> bool:
+        """Whether a launch being cancelled leaves its process running: only when the
+        launcher itself is left (not the launch's own scope, cancelled for a lost claim)
+        and its settings say so."""
+        return self._settings.leave_apps_running and not launch.cancel_called
+
+    async def _run_process(self, claim: RunClaim, launch: anyio.CancelScope) -> None:
+        """Run the claim's ServerApp process, starting it again as the settings allow.
+
+        ``launch``: the scope of this launch alone (see :meth:`_leaves_running`)."""
         run = claim.run
         app_dir = await self._app_dir(run)
         runtime_address = self._runtime_address
@@ -250,14 +272,20 @@ class ServerAppLauncher:
         user = self._settings.app_user
         if user is not None:
             app_dir = await anyio.to_thread.run_sync(user.private_copy, app_dir)
+        left_running = False
         try:
             for restart in range(self._settings.max_restarts + 1):
                 output_path = self._output_path(claim, restart)
-                code = await self._run_once(claim, app_dir, runtime_address, output_path, restart)
+                code = await self._run_once(
+                    claim, app_dir, runtime_address, output_path, restart, launch
+                )
                 if not await self._restart_after(claim, code, output_path, restart):
                     return
+        except anyio.get_cancelled_exc_class():
+            left_running = self._leaves_running(launch)
+            raise
         finally:
-            if user is not None:
+            if user is not None and not left_running:  # a process left running reads it
                 with anyio.CancelScope(shield=True):
                     await anyio.to_thread.run_sync(remove_copy, app_dir)
 
@@ -275,10 +303,14 @@ class ServerAppLauncher:
         runtime_address: str,
         output_path: Path,
         restart: int,
+        launch: anyio.CancelScope,
     ) -> int:
-        """Start the run's ServerApp process and wait for it to exit; its exit status."""
+        """Start the run's ServerApp process and wait for it to exit; its exit status.
+
+        Cancelled, it ends the process, unless :meth:`_leaves_running` says otherwise."""
         run = claim.run
         process = await self._start_process(claim, app_dir, runtime_address, output_path, restart)
+        left_running = False
         try:
             if restart == 0:
                 await self._patiently(
@@ -290,9 +322,21 @@ class ServerAppLauncher:
             started += f", restart {restart})" if restart else ")"
             await self._patiently(lambda: self._service.append_logs(run.run_id, [started]))
             return await self._watch(run.run_id, process)
+        except anyio.get_cancelled_exc_class():
+            left_running = self._leaves_running(launch)
+            raise
         finally:
-            with anyio.CancelScope(shield=True):
-                await self._end(process)
+            if left_running:
+                self.left_running.append(process)
+                log.info(
+                    "run %d: ServerApp process %d left running; it goes on with the link "
+                    "when the link is back",
+                    run.run_id,
+                    process.pid,
+                )
+            else:
+                with anyio.CancelScope(shield=True):
+                    await self._end(process)
 
     async def _restart_after(
         self, claim: RunClaim, code: int, output_path: Path, restart: int

@@ -7,6 +7,7 @@ tests exercise the launcher's decisions without the runtime API.
 from __future__ import annotations
 
 import os
+import select
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -245,6 +246,33 @@ async def test_a_stopped_run_has_its_process_terminated(
                 appended = anyio.Event()
         tasks.cancel_scope.cancel()
     assert (await state.get_run(run.run_id)).reason == "operator"
+
+
+@pytest.mark.parametrize("leave", [False, True])
+async def test_leaving_the_launcher_ends_its_processes_unless_told_to_leave_them_running(
+    state: InMemoryLinkState, fake_clock: FakeClock, tmp_path: Path, leave: bool
+) -> None:
+    """A link stopped by its operator leaves its runs' processes running (``leave``): they
+    go on when it is back, as after a kill; the run is not touched either way."""
+    run = await _submit(state, tmp_path)
+    script = "import time; time.sleep(60)"
+    launcher = _launcher(state, fake_clock, tmp_path, script, leave_apps_running=leave)
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(launcher.serve)
+        await _until(state, run.run_id, {RunStatus.RUNNING})
+        pid = int((tmp_path / "work" / "runs" / f"{run.run_id}-1.pid").read_text())
+        exited = os.pidfd_open(pid)
+        tasks.cancel_scope.cancel()
+    try:
+        # A pidfd is readable once its process has exited.
+        assert bool(select.select([exited], [], [], 0)[0]) is not leave
+    finally:
+        os.close(exited)
+    assert [process.pid for process in launcher.left_running] == ([pid] if leave else [])
+    for process in launcher.left_running:
+        process.kill()
+        await process.wait()
+    assert (await state.get_run(run.run_id)).status is RunStatus.RUNNING
 
 
 async def test_a_claim_left_by_a_dead_exec_expires_and_the_run_launches_once_more(
