@@ -457,9 +457,9 @@ def test_the_quickstart_example_loads_with_its_declared_config() -> None:
         "num-server-rounds": 30,
         "fraction-train": 0.1,
         "fraction-evaluate": 0.1,
-        "local-epochs": 1,
+        "local-epochs": 5,
         "batch-size": 32,
-        "learning-rate": 0.1,
+        "learning-rate": 0.5,
         "dirichlet-alpha": 0.5,
         "seed": 0,
     }
