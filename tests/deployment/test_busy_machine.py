@@ -44,6 +44,7 @@ def busy_federation(tmp_path: Path) -> Iterator[Deployment]:
         yield deployment
 
 
+@pytest.mark.slow  # a soak beside CPU-bound processes: 20 s of CI's 20 minutes
 def test_a_serverapp_that_blocks_its_loop_completes_beside_busy_processes(
     busy_federation: Deployment,
 ) -> None:

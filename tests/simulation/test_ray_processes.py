@@ -238,6 +238,7 @@ def _left_running(directories: list[Path]) -> list[str]:
     return found
 
 
+@pytest.mark.slow  # a two-node Ray cluster in its own namespace: 20 s of CI's 20 minutes
 @pytest.mark.ray
 def test_w3_on_a_two_node_cluster_runs_on_both_and_ends_as_on_the_process_backend(
     tmp_path: Path, short_temp_dirs: list[Path]

@@ -42,6 +42,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -460,6 +461,7 @@ class LinkStates(RuleBasedStateMachine):
         return rows
 
 
+@pytest.mark.slow  # random interleavings of both states: 15 s; the conformance suite stays in CI
 def test_both_linkstates_keep_their_promises_under_random_interleavings(tmp_path: Path) -> None:
     LinkStates.directory = tmp_path
     run_state_machine_as_test(
