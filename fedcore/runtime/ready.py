@@ -24,11 +24,17 @@ from fedcore.runtime.addresses import Address, parse_address
 def write_ready_file(path: Path, listeners: Mapping[str, Address]) -> None:
     """Atomically write ``{"pid": …, "listeners": {name: "host:port"}}`` to ``path``."""
     document = {"pid": os.getpid(), "listeners": {n: str(a) for n, a in listeners.items()}}
+    replace_file(path, json.dumps(document))
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole: to a temporary file beside it, synced, then renamed
+    over it, so that a reader sees the old file or all of the new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as file:
-            json.dump(document, file)
+            file.write(text)
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, path)

@@ -18,11 +18,10 @@ link process, as the control token and the bundle cache beside it do, and a
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from pathlib import Path
 
 from fedcore.runtime.addresses import Address
+from fedcore.runtime.ready import replace_file
 
 log = logging.getLogger(__name__)
 
@@ -55,15 +54,4 @@ def preferred_runtime_address(address: Address, work_dir: Path) -> Address:
 
 def remember_runtime_port(work_dir: Path, port: int) -> None:
     """Write ``port`` as the runtime API's port, atomically (a reader sees all of it)."""
-    work_dir.mkdir(parents=True, exist_ok=True)
-    path = runtime_port_file(work_dir)
-    handle, temporary = tempfile.mkstemp(dir=work_dir, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(handle, "w", encoding="ascii") as file:
-            file.write(f"{port}\n")
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    replace_file(runtime_port_file(work_dir), f"{port}\n")
