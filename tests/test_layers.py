@@ -46,12 +46,15 @@ ALLOWED: dict[str, set[str]] = {
     "runtime": BASE
     | {"domain", "wire", "state", "transport", "apps", "roles", "simulation", "strategy"}
     | {"results"},
+    # Flower's legacy API, translated onto the Message API: its apps, strategies and
+    # start_simulation run on fedcore's own.
+    "legacy": BASE | {"domain", "apps", "strategy", "simulation", "results", "privacy"},
     "cli": BASE
     | {"domain", "wire", "state", "transport", "apps", "roles", "simulation", "runtime"}
-    | {"strategy", "mods", "results", "__init__"},
+    | {"strategy", "mods", "results", "legacy", "__init__"},
     "testing": BASE
     | {"domain", "wire", "state", "transport", "apps", "simulation", "strategy", "mods"}
-    | {"runtime", "results"},
+    | {"runtime", "results", "legacy"},
     "__init__": {"apps", "domain", "simulation", "lazy"},
 }
 
