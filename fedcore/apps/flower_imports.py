@@ -115,6 +115,13 @@ _STRATEGY_UTILS = {
     ),
 }
 
+# Legacy scripts (issue 25): start_simulation and run_simulation on fedcore's engine.
+_LEGACY_SCRIPTS: dict[str, dict[str, str]] = {
+    "flwr.simulation": {
+        name: f"fedcore.legacy.simulation:{name}" for name in ("run_simulation", "start_simulation")
+    },
+}
+
 
 def _top(names: Sequence[str]) -> dict[str, str]:
     return {name: f"fedcore:{name}" for name in names}
@@ -154,6 +161,7 @@ FLOWER_NAMES: dict[str, dict[str, str]] = {
         "make_message": "fedcore.domain.message:assemble_message",
     },
     "flwr.common.typing": {**_ARRAY_TYPES, **_top(("UserConfig", "UserConfigValue"))},
+    **_LEGACY_SCRIPTS,
 }
 """Each ``flwr`` module fedcore serves -> each of its names -> the fedcore ``module:attr``.
 

@@ -1,0 +1,226 @@
+"""Legacy Flower scripts and modules under ``fedcore simulate``, as whole processes.
+
+Each program is written here as Flower's users write them (``import flwr`` throughout,
+``flwr`` not installed: fedcore's shim answers), run as ``fedcore simulate script.py --
+ARGS`` or ``fedcore simulate -m package.main ARGS``, and judged by what it prints and
+its exit status.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fedcore.testing.flower_repo import FlowerRepoUnavailable, extract_flower
+
+FEDCORE = Path(sys.executable).parent / "fedcore"
+
+pytestmark = pytest.mark.timeout(120)
+
+LEGACY_SCRIPT = '''
+"""A start_simulation script: NumPyClients over per-client data, a legacy FedAvg."""
+import argparse
+import json
+
+import flwr as fl
+import numpy as np
+from flwr.client import NumPyClient
+from flwr.common import ndarrays_to_parameters
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--rounds", type=int, default=1)
+args = parser.parse_args()
+
+# Client i holds i (and i + 1 examples): FedAvg's weighted mean moves the model by 2.0
+# a round, where a plain mean would move it by 1.5.
+DATA = [np.full(3, float(i)) for i in range(4)]
+
+
+class Client(NumPyClient):
+    def __init__(self, data):
+        self.data = data
+
+    def fit(self, parameters, config):
+        examples = int(self.data[0]) + 1
+        return [parameters[0] + self.data], examples, {"seen": float(self.data[0])}
+
+    def evaluate(self, parameters, config):
+        return float(np.sum(parameters[0])), 1, {}
+
+
+def generate_client_fn(data):
+    def client_fn(context):
+        return Client(data[int(context.node_config["partition-id"])]).to_client()
+
+    return client_fn
+
+
+strategy = fl.server.strategy.FedAvg(
+    min_fit_clients=4,
+    min_evaluate_clients=4,
+    min_available_clients=4,
+    initial_parameters=ndarrays_to_parameters([np.zeros(3)]),
+)
+history = fl.simulation.start_simulation(
+    client_fn=generate_client_fn(DATA),
+    num_clients=4,
+    config=fl.server.ServerConfig(num_rounds=args.rounds),
+    strategy=strategy,
+    client_resources={"num_cpus": 1, "num_gpus": 0.0},
+    ray_init_args={"include_dashboard": False},
+    actor_kwargs={"on_actor_init_fn": None},
+)
+print(json.dumps({"losses": history.losses_distributed}))
+'''
+
+HYDRA_MAIN = '''
+"""A Hydra app run as `python -m hyapp.main`: Message-API apps, made in main, run by
+flwr.simulation.run_simulation."""
+import json
+
+import hydra
+import numpy as np
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import FedAvg
+from flwr.simulation import run_simulation
+from omegaconf import DictConfig
+
+
+@hydra.main(config_path="conf", config_name="base", version_base=None)
+def main(cfg: DictConfig) -> None:
+    client_app = ClientApp()
+
+    @client_app.train()
+    def train(msg: Message, context: Context) -> Message:
+        arrays = msg.content["arrays"].to_numpy_ndarrays()
+        updated = ArrayRecord([arrays[0] + cfg.step])
+        metrics = MetricRecord({"num-examples": 1})
+        return Message(RecordDict({"arrays": updated, "metrics": metrics}), reply_to=msg)
+
+    server_app = ServerApp()
+
+    @server_app.main()
+    def server_main(grid: Grid, context: Context) -> None:
+        result = FedAvg(fraction_evaluate=0.0).start(
+            grid=grid, initial_arrays=ArrayRecord([np.zeros(2)]), num_rounds=cfg.num_rounds
+        )
+        nodes = len(list(grid.get_node_ids()))
+        final = result.arrays.to_numpy_ndarrays()[0].tolist()
+        print(json.dumps({"nodes": nodes, "final": final}))
+
+    run_simulation(
+        server_app=server_app,
+        client_app=client_app,
+        num_supernodes=cfg.num_clients,
+        backend_config={"client_resources": {"num_cpus": 1}},
+    )
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+HYDRA_CONFIG = """
+num_rounds: 1
+num_clients: 3
+step: 0.5
+"""
+
+
+def fedcore(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(FEDCORE), "simulate", *args],
+        capture_output=True,
+        text=True,
+        timeout=110,
+        cwd=cwd,
+        check=False,
+    )
+
+
+def printed(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """The one JSON line the program prints."""
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    found: dict[str, Any] = json.loads(line)
+    return found
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip())
+    return path
+
+
+@pytest.mark.parametrize("backend", ["process", "inline"])
+def test_a_start_simulation_script_runs_and_gets_its_history(tmp_path: Path, backend: str) -> None:
+    script = write(tmp_path / "sim" / "simulation.py", LEGACY_SCRIPT)
+
+    done = fedcore("--backend", backend, str(script), "--", "--rounds", "3", cwd=tmp_path)
+
+    # Three rounds, each moving every weight by the weighted mean 2.0: the loss (the
+    # sum of 3 weights) after round r is 6r, on every client.
+    assert printed(done) == {"losses": [[1, 6.0], [2, 12.0], [3, 18.0]]}
+    ignored = [line for line in done.stderr.splitlines() if "ignored (Ray's" in line]
+    assert len(ignored) == 1, done.stderr
+    assert "ray_init_args" in ignored[0]
+    assert "actor_kwargs" in ignored[0]
+
+
+def test_a_hydra_module_finds_its_config_and_takes_overrides(tmp_path: Path) -> None:
+    write(tmp_path / "hyapp" / "__init__.py", "")
+    write(tmp_path / "hyapp" / "main.py", HYDRA_MAIN)
+    write(tmp_path / "hyapp" / "conf" / "base.yaml", HYDRA_CONFIG)
+
+    defaults = fedcore("-m", "hyapp.main", cwd=tmp_path)
+    overridden = fedcore("-m", "hyapp.main", "num_rounds=4", "step=0.25", cwd=tmp_path)
+
+    assert printed(defaults) == {"nodes": 3, "final": [0.5, 0.5]}
+    assert printed(overridden) == {"nodes": 3, "final": [1.0, 1.0]}
+
+
+def test_the_scripts_exit_status_is_the_processs(tmp_path: Path) -> None:
+    script = write(tmp_path / "ends.py", "import sys\nimport flwr\nsys.exit(int(sys.argv[1]))\n")
+    raises = write(tmp_path / "raises.py", "raise RuntimeError('the script failed')\n")
+
+    assert fedcore(str(script), "--", "3", cwd=tmp_path).returncode == 3
+    assert fedcore(str(script), "0", cwd=tmp_path).returncode == 0
+    failed = fedcore(str(raises), cwd=tmp_path)
+    assert failed.returncode == 1
+    assert "RuntimeError: the script failed" in failed.stderr
+    assert "raises.py" in failed.stderr
+
+
+def test_missing_scripts_and_modules_are_clear_errors(tmp_path: Path) -> None:
+    no_file = fedcore("missing.py", cwd=tmp_path)
+    no_module = fedcore("-m", "no_such_package.main", cwd=tmp_path)
+    app_option = fedcore("--nodes", "3", str(write(tmp_path / "s.py", "")), cwd=tmp_path)
+
+    assert no_file.returncode == 2
+    assert "error: no such script: 'missing.py'" in no_file.stderr
+    assert no_module.returncode == 2
+    assert "error: no module named 'no_such_package.main'" in no_module.stderr
+    assert app_option.returncode == 2
+    assert "--nodes is for an app directory" in app_option.stderr
+
+
+def test_flowers_e2e_bare_simulation_script_runs_unchanged(tmp_path: Path) -> None:
+    try:
+        extract_flower(["framework/e2e/e2e-bare"], tmp_path)
+    except FlowerRepoUnavailable as exc:
+        pytest.skip(f"{exc} (tests/flower_apps)")
+    app = tmp_path / "framework" / "e2e" / "e2e-bare"
+
+    done = fedcore("simulation.py", cwd=app)
+
+    # Its own asserts check the History (the loss fell, every client's state grew by two
+    # entries a round); its exit status says whether they held.
+    assert done.returncode == 0, done.stderr
