@@ -321,8 +321,8 @@ def test_a_name_not_in_the_table_fails_at_the_import_statement() -> None:
 
 
 def test_a_module_not_in_the_table_fails_at_the_import_statement() -> None:
-    with pytest.raises(FlowerImportError, match=r"^flwr\.simulation is a Flower name"):
-        importlib.import_module("flwr.simulation")
+    with pytest.raises(FlowerImportError, match=r"^flwr\.superlink is a Flower name"):
+        importlib.import_module("flwr.superlink")
     with pytest.raises(FlowerImportError, match=r"^flwr\.supernode is a Flower name"):
         exec("from flwr import supernode", {})
 
