@@ -51,9 +51,15 @@ FLOWER_UNIT_TESTS = (
     f"{FLOWER_SOURCE}clientapp/mod/*_test.py",
     f"{FLOWER_SOURCE}server/server_app_test.py",
     f"{FLOWER_SOURCE}serverapp/strategy/*_test.py",
+    f"{FLOWER_SOURCE}server/strategy/aggregate_test.py",
+    f"{FLOWER_SOURCE}server/strategy/fedavg_test.py",
+    f"{FLOWER_SOURCE}server/client_manager_test.py",
+    f"{FLOWER_SOURCE}server/client_proxy_test.py",
+    f"{FLOWER_SOURCE}server/criterion_test.py",
 )
-"""Flower's unit tests of its public Message API: records, Message, ClientApp and its
-mods, ServerApp, strategies."""
+"""Flower's unit tests of its public Message API — records, Message, ClientApp and its
+mods, ServerApp, strategies — and of the legacy API: its strategies, ClientManager,
+ClientProxy and Criterion."""
 
 FLOWER_UNIT_HELPERS = (f"{FLOWER_SOURCE}common/serde_test.py",)
 """Flower test modules the tests above import helpers from (``serde_test``'s

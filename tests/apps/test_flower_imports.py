@@ -311,10 +311,11 @@ def test_import_flwr_reaches_submodules_as_attributes() -> None:
 
 def test_a_name_not_in_the_table_fails_at_the_import_statement() -> None:
     with pytest.raises(FlowerImportError) as caught:
-        exec("from flwr.common import FitIns", {})
+        exec("from flwr.common import ClientMessage", {})
 
     assert (
-        str(caught.value) == "flwr.common.FitIns is a Flower name that fedcore does not support yet"
+        str(caught.value)
+        == "flwr.common.ClientMessage is a Flower name that fedcore does not support yet"
     )
     assert isinstance(caught.value, ImportError)
     assert isinstance(caught.value, AppLoadError)

@@ -191,7 +191,9 @@ EXPECTED: dict[str, Expected] = {
         "flwr.common.record.conversion_utils.array_from_numpy", "a private helper of Array"
     ),
     # ---- the legacy API (NumPyClient, Parameters, ServerConfig): issue #25
-    RECORDDICT + "test_parameters_to_*": legacy("flwr.common.parameter.ndarrays_to_parameters"),
+    RECORDDICT + "test_parameters_to_arrayrecord_and_back*": legacy(
+        "flwr.common.recorddict_compat.parameters_to_arrayrecord"
+    ),
     SERVERAPP + "test_server_app_exception_when_both_modes": legacy("flwr.server.ServerConfig"),
 }
 """Flower's tests that do not pass on fedcore, by id (``common/message_test.py::test_x``),
