@@ -271,6 +271,59 @@ _LEGACY_CLIENT: dict[str, dict[str, str]] = {
 for _module, _names in _LEGACY_CLIENT.items():
     FLOWER_NAMES.setdefault(_module, {}).update(_names)
 
+# ---- Flower's legacy strategies, ClientManager and ClientProxy (issue 25, strategies)
+_LEGACY_STRATEGY_MODULES = {
+    "fedavg": ("FedAvg",),
+    "strategy": ("Strategy",),
+}
+"""Flower's ``flwr.server.strategy`` submodules and the strategies each defines."""
+_LEGACY_AGGREGATE = (
+    "aggregate",
+    "aggregate_bulyan",
+    "aggregate_inplace",
+    "aggregate_krum",
+    "aggregate_median",
+    "aggregate_qffl",
+    "aggregate_trimmed_avg",
+    "weighted_loss_avg",
+    # Private, but imported by Flower's own tests of them.
+    "_aggregate_n_closest_weights",
+    "_check_weights_equality",
+    "_compute_distances",
+    "_find_reference_weights",
+    "_trim_mean",
+)
+_LEGACY_CLIENT_MANAGER = {
+    name: f"fedcore.legacy.client_manager:{name}"
+    for name in ("ClientManager", "SimpleClientManager")
+}
+LEGACY_STRATEGY_NAMES: dict[str, dict[str, str]] = {
+    "flwr.common": {**_LEGACY_TYPES, **_LEGACY_PARAMETER},
+    "flwr.common.parameter": _LEGACY_PARAMETER,
+    "flwr.common.typing": _LEGACY_TYPES,
+    "flwr.server": _LEGACY_CLIENT_MANAGER,
+    "flwr.server.client_manager": _LEGACY_CLIENT_MANAGER,
+    "flwr.server.client_proxy": {"ClientProxy": "fedcore.legacy.client_proxy:ClientProxy"},
+    "flwr.server.criterion": {"Criterion": "fedcore.legacy.client_manager:Criterion"},
+    "flwr.server.strategy": {
+        name: f"fedcore.legacy.strategy:{name}"
+        for names in _LEGACY_STRATEGY_MODULES.values()
+        for name in names
+    },
+    "flwr.server.strategy.aggregate": {
+        name: f"fedcore.legacy.strategy.aggregate:{name}" for name in _LEGACY_AGGREGATE
+    },
+    **{
+        f"flwr.server.strategy.{module}": {
+            name: f"fedcore.legacy.strategy:{name}" for name in names
+        }
+        for module, names in _LEGACY_STRATEGY_MODULES.items()
+    },
+}
+"""The legacy strategies' part of :data:`FLOWER_NAMES`, merged into it below."""
+for _module, _names in LEGACY_STRATEGY_NAMES.items():
+    FLOWER_NAMES.setdefault(_module, {}).update(_names)
+
 _flower_log = logging.getLogger("flwr")
 
 
@@ -337,7 +390,7 @@ class _FlowerLoader(importlib.abc.Loader):
         setattr(module, _MARK, True)
 
         def __getattr__(attr: str) -> object:
-            if attr.startswith("_"):  # dunder probes (inspect, pickle) expect AttributeError
+            if attr.startswith("_") and attr not in names:  # probes expect AttributeError
                 raise AttributeError(f"module {name!r} has no attribute {attr!r}")
             if attr in children:
                 return importlib.import_module(f"{prefix}{attr}")

@@ -57,10 +57,15 @@ FLOWER_UNIT_TESTS = (
     f"{FLOWER_SOURCE}client/client_test.py",
     f"{FLOWER_SOURCE}client/numpy_client_test.py",
     f"{FLOWER_SOURCE}client/message_handler/message_handler_test.py",
+    f"{FLOWER_SOURCE}server/strategy/aggregate_test.py",
+    f"{FLOWER_SOURCE}server/strategy/fedavg_test.py",
+    f"{FLOWER_SOURCE}server/client_manager_test.py",
+    f"{FLOWER_SOURCE}server/client_proxy_test.py",
+    f"{FLOWER_SOURCE}server/criterion_test.py",
 )
-"""Flower's unit tests of its public Message API: records, Message, ClientApp and its
-mods, ServerApp, strategies; and of the legacy client side: Parameters, the
-RecordDict compat functions, Client, NumPyClient."""
+"""Flower's unit tests of its public Message API — records, Message, ClientApp and its
+mods, ServerApp, strategies — and of the legacy API: Parameters, the RecordDict compat
+functions, Client, NumPyClient, its strategies, ClientManager, ClientProxy and Criterion."""
 
 FLOWER_UNIT_HELPERS = (f"{FLOWER_SOURCE}common/serde_test.py",)
 """Flower test modules the tests above import helpers from (``serde_test``'s
