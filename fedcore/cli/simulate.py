@@ -246,6 +246,9 @@ def simulate(
         _run_program(target, args, module, defaults, verbose=verbose, quiet=quiet)
         return
     if args:
+        unknown = next((arg for arg in args if arg.startswith("-") and arg != "-"), None)
+        if unknown is not None:  # a mistyped option (only a program's arguments may be any)
+            raise click.NoSuchOption(unknown.partition("=")[0])
         raise click.UsageError(
             f"unexpected arguments {' '.join(args)!r}: only a script (.py) or -m MODULE "
             "takes arguments"

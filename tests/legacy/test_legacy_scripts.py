@@ -212,6 +212,21 @@ def test_missing_scripts_and_modules_are_clear_errors(tmp_path: Path) -> None:
     assert "--nodes is for an app directory" in app_option.stderr
 
 
+def test_an_app_directory_takes_no_arguments_and_a_mistyped_option_is_named(
+    tmp_path: Path,
+) -> None:
+    app = tmp_path / "app"
+    app.mkdir()
+
+    mistyped = fedcore(str(app), "--nodez", "3", cwd=tmp_path)
+    extra = fedcore(str(app), "more", cwd=tmp_path)
+
+    assert mistyped.returncode == 2
+    assert "error: No such option '--nodez'" in mistyped.stderr
+    assert extra.returncode == 2
+    assert "only a script (.py) or -m MODULE takes arguments" in extra.stderr
+
+
 def test_flowers_e2e_bare_simulation_script_runs_unchanged(tmp_path: Path) -> None:
     try:
         extract_flower(["framework/e2e/e2e-bare"], tmp_path)
