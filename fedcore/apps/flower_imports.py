@@ -118,7 +118,8 @@ _STRATEGY_UTILS = {
 # Legacy scripts (issue 25): start_simulation and run_simulation on fedcore's engine.
 _LEGACY_SCRIPTS: dict[str, dict[str, str]] = {
     "flwr.simulation": {
-        name: f"fedcore.legacy.simulation:{name}" for name in ("run_simulation", "start_simulation")
+        name: f"fedcore.legacy.simulation:{name}"
+        for name in ("run_simulation", "start_simulation")
     },
 }
 
@@ -168,6 +169,91 @@ FLOWER_NAMES: dict[str, dict[str, str]] = {
 A module's submodules are the table's other keys under it (``flwr.serverapp.strategy``
 is ``flwr.serverapp``'s ``strategy``).
 """
+
+# ---- Flower's legacy strategies, ClientManager and ClientProxy (issue 25, strategies)
+_LEGACY_TYPES = {
+    name: f"fedcore.legacy.types:{name}"
+    for name in (
+        "Code",
+        "Config",
+        "DisconnectRes",
+        "EvaluateIns",
+        "EvaluateRes",
+        "FitIns",
+        "FitRes",
+        "GetParametersIns",
+        "GetParametersRes",
+        "GetPropertiesIns",
+        "GetPropertiesRes",
+        "Metrics",
+        "MetricsAggregationFn",
+        "Parameters",
+        "Properties",
+        "ReconnectIns",
+        "Scalar",
+        "Status",
+    )
+}
+_LEGACY_PARAMETER = {
+    name: f"fedcore.legacy.types:{name}"
+    for name in (
+        "bytes_to_ndarray",
+        "ndarray_to_bytes",
+        "ndarrays_to_parameters",
+        "parameters_to_ndarrays",
+    )
+}
+_LEGACY_STRATEGY_MODULES = {
+    "fedavg": ("FedAvg",),
+    "strategy": ("Strategy",),
+}
+"""Flower's ``flwr.server.strategy`` submodules and the strategies each defines."""
+_LEGACY_AGGREGATE = (
+    "aggregate",
+    "aggregate_bulyan",
+    "aggregate_inplace",
+    "aggregate_krum",
+    "aggregate_median",
+    "aggregate_qffl",
+    "aggregate_trimmed_avg",
+    "weighted_loss_avg",
+    # Private, but imported by Flower's own tests of them.
+    "_aggregate_n_closest_weights",
+    "_check_weights_equality",
+    "_compute_distances",
+    "_find_reference_weights",
+    "_trim_mean",
+)
+_LEGACY_CLIENT_MANAGER = {
+    name: f"fedcore.legacy.client_manager:{name}"
+    for name in ("ClientManager", "SimpleClientManager")
+}
+LEGACY_STRATEGY_NAMES: dict[str, dict[str, str]] = {
+    "flwr.common": {**_LEGACY_TYPES, **_LEGACY_PARAMETER},
+    "flwr.common.parameter": _LEGACY_PARAMETER,
+    "flwr.common.typing": _LEGACY_TYPES,
+    "flwr.server": _LEGACY_CLIENT_MANAGER,
+    "flwr.server.client_manager": _LEGACY_CLIENT_MANAGER,
+    "flwr.server.client_proxy": {"ClientProxy": "fedcore.legacy.client_proxy:ClientProxy"},
+    "flwr.server.criterion": {"Criterion": "fedcore.legacy.client_manager:Criterion"},
+    "flwr.server.strategy": {
+        name: f"fedcore.legacy.strategy:{name}"
+        for names in _LEGACY_STRATEGY_MODULES.values()
+        for name in names
+    },
+    "flwr.server.strategy.aggregate": {
+        name: f"fedcore.legacy.strategy.aggregate:{name}" for name in _LEGACY_AGGREGATE
+    },
+    **{
+        f"flwr.server.strategy.{module}": {
+            name: f"fedcore.legacy.strategy:{name}" for name in names
+        }
+        for module, names in _LEGACY_STRATEGY_MODULES.items()
+    },
+}
+"""The legacy strategies' part of :data:`FLOWER_NAMES`, merged into it below."""
+for _module, _names in LEGACY_STRATEGY_NAMES.items():
+    FLOWER_NAMES.setdefault(_module, {}).update(_names)
 
 # ---- the legacy client side (issue 25): NumPyClient, Client, client_fn, the Ins/Res types
 
@@ -271,58 +357,81 @@ _LEGACY_CLIENT: dict[str, dict[str, str]] = {
 for _module, _names in _LEGACY_CLIENT.items():
     FLOWER_NAMES.setdefault(_module, {}).update(_names)
 
-# ---- Flower's legacy strategies, ClientManager and ClientProxy (issue 25, strategies)
-_LEGACY_STRATEGY_MODULES = {
-    "fedavg": ("FedAvg",),
-    "strategy": ("Strategy",),
+# ---- Flower's legacy server: Server, History, ServerApp(server_fn=...), workflows (issue 25)
+_SERVER = "fedcore.legacy.server"
+_SERVER_APP = "fedcore.legacy.server_app"
+_SERVER_CONFIG = {
+    "ServerAppComponents": "fedcore.legacy.server_config:ServerAppComponents",
+    "ServerConfig": "fedcore.legacy.server_config:ServerConfig",
 }
-"""Flower's ``flwr.server.strategy`` submodules and the strategies each defines."""
-_LEGACY_AGGREGATE = (
-    "aggregate",
-    "aggregate_bulyan",
-    "aggregate_inplace",
-    "aggregate_krum",
-    "aggregate_median",
-    "aggregate_qffl",
-    "aggregate_trimmed_avg",
-    "weighted_loss_avg",
-    # Private, but imported by Flower's own tests of them.
-    "_aggregate_n_closest_weights",
-    "_check_weights_equality",
-    "_compute_distances",
-    "_find_reference_weights",
-    "_trim_mean",
-)
-_LEGACY_CLIENT_MANAGER = {
-    name: f"fedcore.legacy.client_manager:{name}"
-    for name in ("ClientManager", "SimpleClientManager")
+_HISTORY = {"History": "fedcore.legacy.history:History"}
+_LEGACY_CONTEXT = {"LegacyContext": "fedcore.legacy.workflow:LegacyContext"}
+_LEGACY_SERVER_APP = {"ServerApp": f"{_SERVER_APP}:ServerApp"}
+_WORKFLOWS = {
+    name: f"fedcore.legacy.workflow:{name}"
+    for name in (
+        "DefaultWorkflow",
+        "default_centralized_evaluation_workflow",
+        "default_evaluate_workflow",
+        "default_fit_workflow",
+        "default_init_params_workflow",
+    )
 }
-LEGACY_STRATEGY_NAMES: dict[str, dict[str, str]] = {
-    "flwr.common": {**_LEGACY_TYPES, **_LEGACY_PARAMETER},
-    "flwr.common.parameter": _LEGACY_PARAMETER,
-    "flwr.common.typing": _LEGACY_TYPES,
-    "flwr.server": _LEGACY_CLIENT_MANAGER,
-    "flwr.server.client_manager": _LEGACY_CLIENT_MANAGER,
-    "flwr.server.client_proxy": {"ClientProxy": "fedcore.legacy.client_proxy:ClientProxy"},
-    "flwr.server.criterion": {"Criterion": "fedcore.legacy.client_manager:Criterion"},
-    "flwr.server.strategy": {
-        name: f"fedcore.legacy.strategy:{name}"
-        for names in _LEGACY_STRATEGY_MODULES.values()
-        for name in names
+LEGACY_SERVER_NAMES: dict[str, dict[str, str]] = {
+    "flwr.server": {
+        **_SERVER_CONFIG,
+        **_HISTORY,
+        **_LEGACY_CONTEXT,
+        **_LEGACY_SERVER_APP,
+        "Server": f"{_SERVER}:Server",
+        "Driver": "fedcore:Grid",  # Flower's deprecated name of Grid
     },
-    "flwr.server.strategy.aggregate": {
-        name: f"fedcore.legacy.strategy.aggregate:{name}" for name in _LEGACY_AGGREGATE
+    "flwr.serverapp": _LEGACY_SERVER_APP,
+    "flwr.server.server_app": _LEGACY_SERVER_APP,
+    "flwr.server.server": {
+        name: f"{_SERVER}:{name}"
+        for name in (
+            "Server",
+            "evaluate_clients",
+            "fit_clients",
+            "init_defaults",
+            "reconnect_clients",
+            "run_fl",
+        )
     },
-    **{
-        f"flwr.server.strategy.{module}": {
-            name: f"fedcore.legacy.strategy:{name}" for name in names
-        }
-        for module, names in _LEGACY_STRATEGY_MODULES.items()
+    "flwr.server.history": _HISTORY,
+    "flwr.server.server_config": {"ServerConfig": _SERVER_CONFIG["ServerConfig"]},
+    "flwr.server.serverapp_components": {
+        "ServerAppComponents": _SERVER_CONFIG["ServerAppComponents"]
     },
+    "flwr.server.compat": {**_LEGACY_CONTEXT, "start_grid": f"{_SERVER_APP}:start_grid"},
+    "flwr.server.compat.app": {"start_grid": f"{_SERVER_APP}:start_grid"},
+    "flwr.server.compat.app_utils": {
+        "start_update_client_manager_thread": (
+            "fedcore.legacy.grid_client_proxy:start_update_client_manager_thread"
+        )
+    },
+    "flwr.server.compat.grid_client_proxy": {
+        "GridClientProxy": "fedcore.legacy.grid_client_proxy:GridClientProxy"
+    },
+    "flwr.server.compat.legacy_context": _LEGACY_CONTEXT,
+    "flwr.server.workflow": {"DefaultWorkflow": _WORKFLOWS["DefaultWorkflow"]},
+    "flwr.server.workflow.default_workflows": _WORKFLOWS,
 }
-"""The legacy strategies' part of :data:`FLOWER_NAMES`, merged into it below."""
-for _module, _names in LEGACY_STRATEGY_NAMES.items():
+"""The legacy server's part of :data:`FLOWER_NAMES`, merged into it below."""
+for _module, _names in LEGACY_SERVER_NAMES.items():
     FLOWER_NAMES.setdefault(_module, {}).update(_names)
+
+_WIRE = (
+    "talks Flower's own wire protocol, which fedcore does not speak: run the app with "
+    "`fedcore run` on a fedcore link, or `fedcore simulate`"
+)
+OUT_OF_SCOPE: dict[str, str] = {
+    "flwr.server.start_server": _WIRE,
+    "flwr.client.start_client": _WIRE,
+    "flwr.client.start_numpy_client": _WIRE,
+}
+"""Flower names fedcore will not serve, and why: importing one fails with that line."""
 
 _flower_log = logging.getLogger("flwr")
 
@@ -353,7 +462,10 @@ def install_flower_imports() -> None:
 
 
 def unsupported(name: str) -> FlowerImportError:
-    """The error for the Flower name (module or ``module.attr``) ``name``."""
+    """The error for the Flower name (module or ``module.attr``) ``name``: not yet, or
+    never (:data:`OUT_OF_SCOPE`)."""
+    if name in OUT_OF_SCOPE:
+        return FlowerImportError(f"{name} {OUT_OF_SCOPE[name]}")
     return FlowerImportError(f"{name} is a Flower name that fedcore does not support yet")
 
 

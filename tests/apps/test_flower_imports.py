@@ -313,18 +313,10 @@ def test_import_flwr_reaches_submodules_as_attributes() -> None:
 
 def test_a_name_not_in_the_table_fails_at_the_import_statement() -> None:
     with pytest.raises(FlowerImportError) as caught:
-<<<<<<< HEAD
         exec("from flwr.common import EventType", {})
 
     assert (
         str(caught.value) == "flwr.common.EventType is a Flower name that fedcore does not support yet"
-=======
-        exec("from flwr.common import ClientMessage", {})
-
-    assert (
-        str(caught.value)
-        == "flwr.common.ClientMessage is a Flower name that fedcore does not support yet"
->>>>>>> i25-strategies
     )
     assert isinstance(caught.value, ImportError)
     assert isinstance(caught.value, AppLoadError)

@@ -203,7 +203,6 @@ EXPECTED: dict[str, Expected] = {
         "`Metadata` is a dataclass with slots",
         "it copies Metadata and sets Flower's private fields, read with vars()",
     ),
-    SERVERAPP + "test_server_app_exception_when_both_modes": legacy("flwr.server.ServerConfig"),
 }
 """Flower's tests that do not pass on fedcore, by id (``common/message_test.py::test_x``),
 or by the start of their ids when the key ends with ``*``; every other test of Flower's
