@@ -105,8 +105,9 @@ def start_simulation(
     ``num-partitions`` ``num_clients`` in its node config.
     """
     from fedcore.legacy.client_app import ClientApp as LegacyClientApp
+    from fedcore.legacy.history import History
     from fedcore.legacy.server_app import ServerApp as LegacyServerApp
-    from fedcore.legacy.server_app import ServerAppComponents
+    from fedcore.legacy.server_config import ServerAppComponents
 
     if clients_ids is not None:
         raise UsageError(
@@ -128,8 +129,6 @@ def start_simulation(
         client=LegacyClientApp(client_fn=client_fn),
     )
     value = _simulate(app, num_clients, _resources(client_resources))
-    from fedcore.legacy.history import History
-
     if not isinstance(value, History):
         raise TypeError(f"the legacy server returned {type(value).__name__}, not a History")
     return value
