@@ -48,7 +48,9 @@ class History:
             ("centralized", self.losses_centralized),
         ):
             if losses:
-                rounds = "".join(f"\tround {server_round}: {loss}\n" for server_round, loss in losses)
+                rounds = "".join(
+                    f"\tround {server_round}: {loss}\n" for server_round, loss in losses
+                )
                 sections.append(f"History (loss, {title}):\n{rounds}")
         for title, metrics in (
             ("distributed, fit", self.metrics_distributed_fit),

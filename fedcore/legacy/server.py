@@ -18,10 +18,12 @@ from __future__ import annotations
 import concurrent.futures
 import io
 import logging
+from collections import Counter
 from collections.abc import Callable
-from typing import TypeAlias, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 from fedcore.clock import current_clock
+from fedcore.domain.records import MetricValue
 from fedcore.legacy.client_manager import ClientManager, SimpleClientManager
 from fedcore.legacy.client_proxy import ClientProxy
 from fedcore.legacy.history import History
@@ -40,8 +42,10 @@ from fedcore.legacy.types import (
     Scalar,
     Status,
 )
+from fedcore.strategy.result import RoundReport
 
 _log = logging.getLogger("flwr")
+_report_log = logging.getLogger("fedcore.legacy")
 
 Ins = TypeVar("Ins")
 Res = TypeVar("Res", FitRes, EvaluateRes, DisconnectRes)
@@ -91,9 +95,12 @@ class Server:
         for current_round in range(1, num_rounds + 1):
             _log.info("")
             _log.info("[ROUND %s]", current_round)
+            round_start = clock.now()
+            report = _RoundTally(current_round, num_rounds)
             fitted = self.fit_round(server_round=current_round, timeout=timeout)
             if fitted is not None:
-                parameters, fit_metrics, _ = fitted
+                parameters, fit_metrics, (results, failures) = fitted
+                report.trained(results, failures, fit_metrics)
                 if parameters:
                     self.parameters = parameters
                 history.add_metrics_distributed_fit(server_round=current_round, metrics=fit_metrics)
@@ -101,6 +108,7 @@ class Server:
             centralized = self.strategy.evaluate(current_round, parameters=self.parameters)
             if centralized is not None:
                 loss, metrics = centralized
+                report.server = _numbers({"loss": loss, **metrics})
                 _log.info(
                     "fit progress: (%s, %s, %s, %s)",
                     current_round,
@@ -113,12 +121,14 @@ class Server:
 
             evaluated = self.evaluate_round(server_round=current_round, timeout=timeout)
             if evaluated is not None:
-                loss_distributed, evaluate_metrics, _ = evaluated
+                loss_distributed, evaluate_metrics, (eval_results, eval_failures) = evaluated
+                report.evaluated(eval_results, eval_failures, loss_distributed, evaluate_metrics)
                 if loss_distributed is not None:
                     history.add_loss_distributed(server_round=current_round, loss=loss_distributed)
                     history.add_metrics_distributed(
                         server_round=current_round, metrics=evaluate_metrics
                     )
+            report.log(clock.now() - round_start)
         return history, clock.now() - start
 
     def fit_round(
@@ -141,9 +151,7 @@ class Server:
         results, failures = fit_clients(
             instructions, max_workers=self.max_workers, timeout=timeout, group_id=server_round
         )
-        _log.info(
-            "aggregate_fit: received %s results and %s failures", len(results), len(failures)
-        )
+        _log.info("aggregate_fit: received %s results and %s failures", len(results), len(failures))
         parameters, metrics = self.strategy.aggregate_fit(server_round, results, failures)
         return parameters, metrics, (results, failures)
 
@@ -205,6 +213,73 @@ class Server:
         return answer.parameters
 
 
+class _RoundTally:
+    """A legacy round as fedcore's round driver reports one (a
+    :class:`~fedcore.strategy.result.RoundReport` on the ``fedcore.legacy`` logger), so
+    the results directory's ``metrics.jsonl`` and progress displays get legacy rounds too."""
+
+    def __init__(self, server_round: int, num_rounds: int) -> None:
+        self.server_round = server_round
+        self.num_rounds = num_rounds
+        self.train_replies = self.evaluate_replies = 0
+        self.train_failures: dict[str, int] = {}
+        self.evaluate_failures: dict[str, int] = {}
+        self.train: dict[str, MetricValue] = {}
+        self.evaluate: dict[str, MetricValue] = {}
+        self.server: dict[str, MetricValue] = {}
+
+    def trained(self, results: list[Any], failures: list[Any], metrics: dict[str, Scalar]) -> None:
+        self.train_replies = len(results)
+        self.train_failures = _failure_labels(failures)
+        self.train = _numbers(metrics)
+
+    def evaluated(
+        self,
+        results: list[Any],
+        failures: list[Any],
+        loss: float | None,
+        metrics: dict[str, Scalar],
+    ) -> None:
+        self.evaluate_replies = len(results)
+        self.evaluate_failures = _failure_labels(failures)
+        self.evaluate = _numbers({"loss": loss, **metrics} if loss is not None else metrics)
+
+    def log(self, elapsed: float) -> None:
+        report = RoundReport(
+            server_round=self.server_round,
+            num_rounds=self.num_rounds,
+            train_replies=self.train_replies,
+            evaluate_replies=self.evaluate_replies,
+            elapsed=elapsed,
+            train_failures=self.train_failures,
+            evaluate_failures=self.evaluate_failures,
+            train_metrics=self.train,
+            evaluate_metrics=self.evaluate,
+            server_metrics=self.server,
+        )
+        _report_log.info("%s", report.describe(), extra={"fedcore_round": report})
+
+
+def _numbers(metrics: dict[str, Any]) -> dict[str, MetricValue]:
+    """The numeric metrics (a legacy metric may also be a str, bytes or bool)."""
+    return {
+        key: value
+        for key, value in metrics.items()
+        if isinstance(value, int | float) and not isinstance(value, bool)
+    }
+
+
+def _failure_labels(failures: list[Any]) -> dict[str, int]:
+    """Failures counted by label: the exception's type, or the status code a client sent."""
+    labels: Counter[str] = Counter()
+    for failure in failures:
+        if isinstance(failure, BaseException):
+            labels[type(failure).__name__] += 1
+        else:
+            labels[f"status {failure[1].status.code.name}"] += 1
+    return dict(labels)
+
+
 def fit_clients(
     client_instructions: list[tuple[ClientProxy, FitIns]],
     max_workers: int | None,
@@ -212,7 +287,11 @@ def fit_clients(
     group_id: int,
 ) -> FitResultsAndFailures:
     """Each client's ``fit`` at once; an exception or a status other than OK is a failure."""
-    return _call_clients(client_instructions, ClientProxy.fit, max_workers, timeout, group_id)
+    return _call_clients(
+        client_instructions,
+        lambda client, ins: client.fit(ins, timeout=timeout, group_id=group_id),
+        max_workers,
+    )
 
 
 def evaluate_clients(
@@ -223,7 +302,9 @@ def evaluate_clients(
 ) -> EvaluateResultsAndFailures:
     """Each client's ``evaluate`` at once; an exception or a status other than OK is a failure."""
     return _call_clients(
-        client_instructions, ClientProxy.evaluate, max_workers, timeout, group_id
+        client_instructions,
+        lambda client, ins: client.evaluate(ins, timeout=timeout, group_id=group_id),
+        max_workers,
     )
 
 
@@ -233,23 +314,25 @@ def reconnect_clients(
     timeout: float | None,
 ) -> ReconnectResultsAndFailures:
     """Each client's ``reconnect`` at once; an exception is a failure."""
-    return _call_clients(client_instructions, ClientProxy.reconnect, max_workers, timeout, None)
+    return _call_clients(
+        client_instructions,
+        lambda client, ins: client.reconnect(ins, timeout=timeout, group_id=None),
+        max_workers,
+    )
 
 
 def _call_clients(
     client_instructions: list[tuple[ClientProxy, Ins]],
-    call: Callable[[ClientProxy, Ins, float | None, int | None], Res],
+    call: Callable[[ClientProxy, Ins], Res],
     max_workers: int | None,
-    timeout: float | None,
-    group_id: int | None,
 ) -> ResultsAndFailures[Res]:
     """``call`` for each (client, instruction) in a thread pool, results apart from failures.
 
-    There is no deadline here: each call is bounded by ``timeout`` in the proxy itself.
+    There is no deadline here: each call is bounded by its timeout in the proxy itself.
     """
 
     def one(client: ClientProxy, ins: Ins) -> tuple[ClientProxy, Res]:
-        return client, call(client, ins, timeout, group_id)
+        return client, call(client, ins)
 
     results: list[tuple[ClientProxy, Res]] = []
     failures: list[tuple[ClientProxy, Res] | BaseException] = []

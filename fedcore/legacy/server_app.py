@@ -1,4 +1,4 @@
-"""The legacy ``ServerApp(server_fn=...)``: Flower's ``flwr.server.ServerApp``, legacy forms included.
+"""The legacy ``ServerApp(server_fn=...)``: Flower's ``flwr.server.ServerApp``, legacy forms too.
 
 A fedcore :class:`~fedcore.apps.server_app.ServerApp` that also takes Flower's
 legacy arguments. Given ``server_fn`` (or, deprecated, ``server``/``config``/
@@ -73,7 +73,10 @@ class ServerApp(MessageServerApp):
     def main(self) -> Callable[[M], M]:
         """Register the Message-API ``main``; refused beside legacy components."""
         parts = self._components
-        if any(p is not None for p in (parts.server, parts.config, parts.strategy, parts.client_manager)):
+        if any(
+            p is not None
+            for p in (parts.server, parts.config, parts.strategy, parts.client_manager)
+        ):
             raise ValueError(BOTH_MAIN_AND_COMPONENTS)
         return super().main()
 

@@ -25,7 +25,9 @@ class ServerConfig:
 
     def __repr__(self) -> str:
         timeout = (
-            "no round_timeout" if self.round_timeout is None else f"round_timeout={self.round_timeout}s"
+            "no round_timeout"
+            if self.round_timeout is None
+            else f"round_timeout={self.round_timeout}s"
         )
         return f"num_rounds={self.num_rounds}, {timeout}"
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, cast
 
 from fedcore.apps.grid import Grid
@@ -59,10 +59,10 @@ class LegacyContext(Context):
     History; each left out gets Flower's default (one round, ``FedAvg``,
     ``SimpleClientManager``). It shares ``context``'s state."""
 
-    config: ServerConfig
-    strategy: Strategy
-    client_manager: ClientManager
-    history: History
+    config: ServerConfig = field(init=False)
+    strategy: Strategy = field(init=False)
+    client_manager: ClientManager = field(init=False)
+    history: History = field(init=False)
 
     def __init__(
         self,
@@ -74,7 +74,9 @@ class LegacyContext(Context):
         super().__init__(**{f.name: getattr(context, f.name) for f in fields(Context)})
         self.config = config if config is not None else ServerConfig()
         self.strategy = strategy if strategy is not None else FedAvg()
-        self.client_manager = client_manager if client_manager is not None else SimpleClientManager()
+        self.client_manager = (
+            client_manager if client_manager is not None else SimpleClientManager()
+        )
         self.history = History()
 
 
@@ -130,9 +132,7 @@ def default_init_params_workflow(grid: Any, context: Context) -> None:
         _log.info("Requesting initial parameters from one random client")
         [client] = legacy.client_manager.sample(1)
         content = conversion.getparametersins_to_recorddict(GetParametersIns(config={}))
-        message = Message(
-            content, client.node_id, MessageTypeLegacy.GET_PARAMETERS, group_id="0"
-        )
+        message = Message(content, client.node_id, MessageTypeLegacy.GET_PARAMETERS, group_id="0")
         replies = grid.send_and_receive([message], timeout=legacy.config.round_timeout)
         answers = [
             conversion.recorddict_to_getparametersres(reply.content, True)
@@ -200,7 +200,11 @@ def default_fit_workflow(grid: Any, context: Context) -> None:
     )
     contents = [(proxy, conversion.fitins_to_recorddict(ins, True)) for proxy, ins in instructions]
     results, failures = _round_trip(
-        grid, legacy, contents, MessageType.TRAIN, lambda c: conversion.recorddict_to_fitres(c, False)
+        grid,
+        legacy,
+        contents,
+        MessageType.TRAIN,
+        lambda c: conversion.recorddict_to_fitres(c, False),
     )
     _log.info("aggregate_fit: received %s results and %s failures", len(results), len(failures))
     parameters, metrics = legacy.strategy.aggregate_fit(current_round, results, failures)
@@ -279,7 +283,9 @@ def _round_trip(
         (results if res.status.code == Code.OK else failures).append((proxy, res))
     for proxy in waiting.values():
         failures.append(
-            ErrorReplyError(f"node {proxy.node_id} did not answer the {message_type} message in time")
+            ErrorReplyError(
+                f"node {proxy.node_id} did not answer the {message_type} message in time"
+            )
         )
     return results, failures
 
@@ -295,4 +301,6 @@ def _current_round(context: LegacyContext) -> int:
 
 
 def _parameters(context: LegacyContext) -> Parameters:
-    return conversion.arrayrecord_to_parameters(context.state.array_records[MAIN_PARAMS_RECORD], True)
+    return conversion.arrayrecord_to_parameters(
+        context.state.array_records[MAIN_PARAMS_RECORD], True
+    )
