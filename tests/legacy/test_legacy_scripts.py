@@ -135,6 +135,79 @@ step: 0.5
 """
 
 
+BASELINE_CLIENT = """
+import flwr as fl
+import numpy as np
+
+
+class FlowerClient(fl.client.NumPyClient):
+    def __init__(self, data, lr):
+        self.data, self.lr = data, lr
+
+    def fit(self, parameters, config):
+        return [parameters[0] + self.lr * self.data], len(self.data), {}
+
+
+def generate_client_fn(partitions, lr):
+    def client_fn(context):
+        return FlowerClient(partitions[context.node_config["partition-id"]], lr).to_client()
+
+    return client_fn
+"""
+
+BASELINE_MAIN = """
+import json
+
+import flwr as fl
+import hydra
+import numpy as np
+from flwr.common import ndarrays_to_parameters
+from hydra.utils import instantiate
+
+from hbase.client import generate_client_fn
+
+
+@hydra.main(config_path="conf", config_name="base", version_base=None)
+def main(cfg):
+    partitions = [np.full(2, float(i)) for i in range(cfg.num_clients)]
+
+    def evaluate(server_round, parameters, config):
+        return float(np.sum(parameters[0])), {}
+
+    strategy = instantiate(
+        cfg.strategy,
+        initial_parameters=ndarrays_to_parameters([np.zeros(2)]),
+        evaluate_fn=evaluate,
+    )
+    history = fl.simulation.start_simulation(
+        client_fn=generate_client_fn(partitions, cfg.lr),
+        num_clients=cfg.num_clients,
+        config=fl.server.ServerConfig(num_rounds=cfg.num_rounds),
+        strategy=strategy,
+        client_resources={"num_cpus": cfg.client_resources.num_cpus, "num_gpus": 0.0},
+    )
+    print(json.dumps({"centralized": history.losses_centralized}))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+BASELINE_CONFIG = """
+num_rounds: 2
+num_clients: 4
+lr: 1.0
+client_resources:
+  num_cpus: 1
+strategy:
+  _target_: flwr.server.strategy.FedAvg
+  fraction_fit: 1.0
+  fraction_evaluate: 0.0
+  min_fit_clients: ${num_clients}
+  min_available_clients: ${num_clients}
+"""
+
+
 def fedcore(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(FEDCORE), "simulate", *args],
@@ -185,6 +258,43 @@ def test_a_hydra_module_finds_its_config_and_takes_overrides(tmp_path: Path) -> 
 
     assert printed(defaults) == {"nodes": 3, "final": [0.5, 0.5]}
     assert printed(overridden) == {"nodes": 3, "final": [1.0, 1.0]}
+
+
+def test_a_baseline_shaped_hydra_app_instantiates_a_flower_strategy(tmp_path: Path) -> None:
+    """As Flower's baselines are: `python -m hbase.main`, the strategy a Hydra
+    `_target_: flwr.server.strategy.FedAvg`, the client_fn a closure made in a module of
+    the package (so pickled by name, its data by value), a server-side evaluate_fn."""
+    write(tmp_path / "hbase" / "__init__.py", "")
+    write(tmp_path / "hbase" / "client.py", BASELINE_CLIENT)
+    write(tmp_path / "hbase" / "main.py", BASELINE_MAIN)
+    write(tmp_path / "hbase" / "conf" / "base.yaml", BASELINE_CONFIG)
+
+    defaults = fedcore("-m", "hbase.main", cwd=tmp_path)
+    overridden = fedcore("-m", "hbase.main", "lr=2.0", "num_rounds=3", cwd=tmp_path)
+
+    # Each round adds lr times the mean of the clients' data (0, 1, 2, 3: 1.5) to both
+    # weights; the centralized loss is their sum, round 0 included.
+    assert printed(defaults) == {"centralized": [[0, 0.0], [1, 3.0], [2, 6.0]]}
+    assert printed(overridden) == {"centralized": [[0, 0.0], [1, 6.0], [2, 12.0], [3, 18.0]]}
+
+
+def test_a_client_fn_that_cannot_be_pickled_is_one_line_that_names_the_way_out(
+    tmp_path: Path,
+) -> None:
+    # The client_fn refers to a lock of the script's: a lock does not pickle.
+    locking = LEGACY_SCRIPT.replace(
+        "DATA = [", "import threading\nLOCK = threading.Lock()\nDATA = ["
+    ).replace(
+        "        return Client(data", "        assert not LOCK.locked()\n        return Client(data"
+    )
+    script = write(tmp_path / "locked.py", locking)
+
+    done = fedcore(str(script), cwd=tmp_path)
+
+    assert done.returncode == 2
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert "cannot be pickled for the process backend's workers" in line
+    assert "fedcore simulate --backend inline" in line
 
 
 def test_the_scripts_exit_status_is_the_processs(tmp_path: Path) -> None:
