@@ -157,11 +157,14 @@ def generate_client_fn(partitions, lr):
 
 BASELINE_MAIN = """
 import json
+import pickle
+from pathlib import Path
 
 import flwr as fl
 import hydra
 import numpy as np
 from flwr.common import ndarrays_to_parameters
+from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 
 from hbase.client import generate_client_fn
@@ -186,7 +189,11 @@ def main(cfg):
         strategy=strategy,
         client_resources={"num_cpus": cfg.client_resources.num_cpus, "num_gpus": 0.0},
     )
-    print(json.dumps({"centralized": history.losses_centralized}))
+    # As the baselines keep their results: the History pickled into Hydra's output dir.
+    results = Path(HydraConfig.get().runtime.output_dir) / "results.pkl"
+    results.write_bytes(pickle.dumps({"history": history}))
+    kept = pickle.loads(results.read_bytes())["history"].losses_centralized
+    print(json.dumps({"centralized": history.losses_centralized, "kept": kept}))
 
 
 if __name__ == "__main__":
@@ -274,8 +281,10 @@ def test_a_baseline_shaped_hydra_app_instantiates_a_flower_strategy(tmp_path: Pa
 
     # Each round adds lr times the mean of the clients' data (0, 1, 2, 3: 1.5) to both
     # weights; the centralized loss is their sum, round 0 included.
-    assert printed(defaults) == {"centralized": [[0, 0.0], [1, 3.0], [2, 6.0]]}
-    assert printed(overridden) == {"centralized": [[0, 0.0], [1, 6.0], [2, 12.0], [3, 18.0]]}
+    three = [[0, 0.0], [1, 3.0], [2, 6.0]]
+    assert printed(defaults) == {"centralized": three, "kept": three}
+    four = [[0, 0.0], [1, 6.0], [2, 12.0], [3, 18.0]]
+    assert printed(overridden) == {"centralized": four, "kept": four}
 
 
 def test_a_client_fn_that_cannot_be_pickled_is_one_line_that_names_the_way_out(
