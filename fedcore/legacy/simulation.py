@@ -23,7 +23,7 @@ import os
 import pickle
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -114,12 +114,15 @@ def start_simulation(
             "start_simulation(clients_ids=...) is no longer supported (as in Flower); "
             "pass num_clients"
         )
+    resources, custom = _resources(client_resources)
     _ignored(
+        "start_simulation",
         ray_init_args=ray_init_args is not None,
         keep_initialised=bool(keep_initialised),
         actor_type=actor_type is not None,
         actor_kwargs=actor_kwargs is not None,
         actor_scheduling=actor_scheduling != "DEFAULT",
+        **{f"client_resources[{key!r}]": True for key in custom},
     )
     components = ServerAppComponents(
         server=server, config=config, strategy=strategy, client_manager=client_manager
@@ -128,7 +131,7 @@ def start_simulation(
         server=LegacyServerApp(server_fn=lambda _context: components),
         client=LegacyClientApp(client_fn=client_fn),
     )
-    value = _simulate(app, num_clients, _resources(client_resources))
+    value = _simulate(app, num_clients, resources)
     if not isinstance(value, History):
         raise TypeError(f"the legacy server returned {type(value).__name__}, not a History")
     return value
@@ -147,49 +150,48 @@ def run_simulation(
 
     ``backend_config["client_resources"]`` sizes the workers; its other keys (Ray's
     ``init_args``, ``actor``), ``backend_name`` and ``enable_tf_gpu_growth`` are
-    Ray's and ignored. ``verbose_logging`` shows fedcore's debug records.
+    Ray's and ignored, as is ``verbose_logging`` (``fedcore simulate -v`` shows
+    fedcore's debug records).
     """
     if not isinstance(server_app, ServerApp):
         raise TypeError(f"server_app must be a ServerApp, got {type(server_app).__name__}")
     if not isinstance(client_app, ClientApp):
         raise TypeError(f"client_app must be a ClientApp, got {type(client_app).__name__}")
     backend_config = dict(backend_config or {})
-    resources = backend_config.pop("client_resources", None)
+    resources, custom = _resources(backend_config.pop("client_resources", None))
     _ignored(
+        "run_simulation",
         backend_name=backend_name != "ray",
         enable_tf_gpu_growth=enable_tf_gpu_growth,
+        verbose_logging=verbose_logging,
         **{f"backend_config[{key!r}]": True for key in backend_config},
+        **{f"client_resources[{key!r}]": True for key in custom},
     )
-    logger = logging.getLogger("fedcore")
-    level = logger.level
-    if verbose_logging:
-        logger.setLevel(logging.DEBUG)
-    try:
-        _simulate(App(server=server_app, client=client_app), num_supernodes, _resources(resources))
-    finally:
-        logger.setLevel(level)
+    _simulate(App(server=server_app, client=client_app), num_supernodes, resources)
 
 
-def _ignored(**given: bool) -> None:
-    """One log line naming the Ray-only options the script gave, if it gave any."""
+def _ignored(function: str, **given: bool) -> None:
+    """One log line naming the arguments of Flower's Ray runtime the script gave, if any."""
     names = [name for name, was_given in given.items() if was_given]
     if names:
-        log.info("ignored (Ray's, fedcore runs without Ray): %s", ", ".join(names))
+        log.info("%s() ignored %s: fedcore runs without Ray", function, ", ".join(names))
 
 
-def _resources(client_resources: Mapping[str, float] | None) -> Resources:
+def _resources(client_resources: Mapping[str, float] | None) -> tuple[Resources, list[str]]:
     """A client's resources: the command line's, else the script's (Flower's defaults,
-    1 CPU and no GPU, for what it leaves out)."""
-    if _defaults.resources is not None:
-        return _defaults.resources
+    1 CPU and no GPU, for what it leaves out); and the keys of Ray's custom resources
+    given, which mean nothing here."""
     given = dict(client_resources or {})
-    unknown = sorted(set(given) - {"num_cpus", "num_gpus"})
-    if unknown:
-        log.info("ignored client_resources keys (Ray's custom resources): %s", ", ".join(unknown))
+    custom = sorted(set(given) - {"num_cpus", "num_gpus"})
+    if _defaults.resources is not None:
+        return _defaults.resources, custom
     try:
-        return Resources(num_cpus=given.get("num_cpus", 1.0), num_gpus=given.get("num_gpus", 0.0))
+        resources = Resources(
+            num_cpus=given.get("num_cpus", 1.0), num_gpus=given.get("num_gpus", 0.0)
+        )
     except ValueError as exc:
         raise UsageError(f"client_resources: {exc}") from None
+    return resources, custom
 
 
 def _simulate(app: App, nodes: int, resources: Resources) -> Any:
@@ -197,10 +199,10 @@ def _simulate(app: App, nodes: int, resources: Resources) -> Any:
     global _running
     from fedcore.simulation.simulate import run_simulation as run
 
-    defaults = replace(_defaults, resources=resources)
+    defaults = _defaults
     options: dict[str, Any] = {
         "nodes": nodes,
-        "resources": defaults.resources,
+        "resources": resources,
         "system": defaults.system,
         "max_workers": defaults.max_workers,
         "seed": defaults.seed,
