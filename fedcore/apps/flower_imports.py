@@ -118,8 +118,7 @@ _STRATEGY_UTILS = {
 # Legacy scripts (issue 25): start_simulation and run_simulation on fedcore's engine.
 _LEGACY_SCRIPTS: dict[str, dict[str, str]] = {
     "flwr.simulation": {
-        name: f"fedcore.legacy.simulation:{name}"
-        for name in ("run_simulation", "start_simulation")
+        name: f"fedcore.legacy.simulation:{name}" for name in ("run_simulation", "start_simulation")
     },
 }
 
