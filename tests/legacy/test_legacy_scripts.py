@@ -308,6 +308,19 @@ def test_a_client_fn_that_cannot_be_pickled_is_one_line_that_names_the_way_out(
     assert "fedcore simulate --backend inline" in line
 
 
+def test_client_resources_size_the_pool_and_the_command_line_wins(tmp_path: Path) -> None:
+    two_cpus = LEGACY_SCRIPT.replace('"num_cpus": 1,', '"num_cpus": 2,')
+    script = write(tmp_path / "two_cpus.py", two_cpus)
+
+    scripts = fedcore("--system-cpus", "4", str(script), cwd=tmp_path)
+    flags = fedcore("--system-cpus", "4", "--num-cpus", "4", str(script), cwd=tmp_path)
+
+    assert printed(scripts) == {"losses": [[1, 6.0]]}
+    assert "process pool: 2 workers" in scripts.stderr
+    assert printed(flags) == {"losses": [[1, 6.0]]}
+    assert "process pool: 1 workers" in flags.stderr
+
+
 def test_the_scripts_exit_status_is_the_processs(tmp_path: Path) -> None:
     script = write(tmp_path / "ends.py", "import sys\nimport flwr\nsys.exit(int(sys.argv[1]))\n")
     raises = write(tmp_path / "raises.py", "raise RuntimeError('the script failed')\n")
