@@ -195,10 +195,10 @@ def simulate(
     TARGET is an app directory whose pyproject.toml has a [tool.fedcore.app] table
     (server = "module:attr", client = "module:attr", and run-config defaults under
     [tool.fedcore.app.config]), a "module:attr" naming a fedcore.App importable
-    from the current directory, or a Python script (legacy Flower code that calls
-    flwr.simulation.start_simulation or run_simulation). A Flower app directory works as it is: its
-    [tool.flwr.app.components] and [tool.flwr.app.config] stand in for fedcore's
-    tables, and its `import flwr...` statements get fedcore's names.
+    from the current directory, or a Python script (.py: legacy Flower code that calls
+    flwr.simulation.start_simulation or run_simulation). A Flower app directory works
+    as it is: its [tool.flwr.app.components] and [tool.flwr.app.config] stand in for
+    fedcore's tables, and its `import flwr...` statements get fedcore's names.
 
     A script runs as `python script.py ARGS` would (its directory first on sys.path),
     and -m MODULE as `python -m MODULE ARGS`, with `import flwr...` answered by fedcore;
@@ -320,11 +320,9 @@ how many nodes and rounds, and keeps its own results."""
 
 
 def _is_script(target: str | None) -> bool:
-    """Whether TARGET names a Python file rather than an app directory or module:attr."""
-    if target is None:
-        return False
-    path = Path(target)
-    return path.suffix == ".py" or path.is_file()
+    """Whether TARGET names a Python script (``.py``) rather than an app directory or a
+    module:attr; one that does not exist is then the script's error, not the app's."""
+    return target is not None and Path(target).suffix == ".py"
 
 
 def _run_program(
