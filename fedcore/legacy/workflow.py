@@ -105,7 +105,7 @@ class DefaultWorkflow:
             clock = current_clock()
             start = clock.now()
             config = ConfigRecord({START_TIME: start})
-            legacy.state.config_records[MAIN_CONFIGS_RECORD] = config
+            legacy.state[MAIN_CONFIGS_RECORD] = config
             for current_round in range(1, legacy.config.num_rounds + 1):
                 _log.info("")
                 _log.info("[ROUND %s]", current_round)
@@ -148,7 +148,7 @@ def default_init_params_workflow(grid: Any, context: Context) -> None:
                 "Empty initial parameters will be used."
             )
             record = ArrayRecord()
-    legacy.state.array_records[MAIN_PARAMS_RECORD] = record
+    legacy.state[MAIN_PARAMS_RECORD] = record
 
     _log.info("Starting evaluation of initial global parameters")
     initial = legacy.strategy.evaluate(0, parameters=_parameters(legacy))
@@ -209,7 +209,7 @@ def default_fit_workflow(grid: Any, context: Context) -> None:
     _log.info("aggregate_fit: received %s results and %s failures", len(results), len(failures))
     parameters, metrics = legacy.strategy.aggregate_fit(current_round, results, failures)
     if parameters:
-        legacy.state.array_records[MAIN_PARAMS_RECORD] = conversion.parameters_to_arrayrecord(
+        legacy.state[MAIN_PARAMS_RECORD] = conversion.parameters_to_arrayrecord(
             parameters, True
         )
         legacy.history.add_metrics_distributed_fit(server_round=current_round, metrics=metrics)
