@@ -209,9 +209,7 @@ def default_fit_workflow(grid: Any, context: Context) -> None:
     _log.info("aggregate_fit: received %s results and %s failures", len(results), len(failures))
     parameters, metrics = legacy.strategy.aggregate_fit(current_round, results, failures)
     if parameters:
-        legacy.state[MAIN_PARAMS_RECORD] = conversion.parameters_to_arrayrecord(
-            parameters, True
-        )
+        legacy.state[MAIN_PARAMS_RECORD] = conversion.parameters_to_arrayrecord(parameters, True)
         legacy.history.add_metrics_distributed_fit(server_round=current_round, metrics=metrics)
 
 

@@ -31,9 +31,9 @@ def app_copy(tmp_path: Path) -> Path:
 
 
 def simulate(app_dir: Path, backend: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    flags = ["--nodes", "4", "--backend", backend, "--seed", "0", "--out", "results"]
     done = subprocess.run(
-        [str(FEDCORE), "simulate", str(app_dir), "--nodes", "4", "--backend", backend]
-        + ["--seed", "0", "--out", "results"],
+        [str(FEDCORE), "simulate", str(app_dir), *flags],
         capture_output=True,
         text=True,
         timeout=100,
@@ -82,9 +82,8 @@ def test_legacy_context_and_default_workflow_in_a_message_api_main(
     app_copy: Path, tmp_path: Path, backend: str
 ) -> None:
     pyproject = app_copy / "pyproject.toml"
-    pyproject.write_text(
-        pyproject.read_text().replace("legacy_style.server_app:app", "legacy_style.workflow_app:app")
-    )
+    text = pyproject.read_text()
+    pyproject.write_text(text.replace("legacy_style.server_app", "legacy_style.workflow_app"))
 
     done = simulate(app_copy, backend, tmp_path)
 

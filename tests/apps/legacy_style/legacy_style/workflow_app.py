@@ -13,9 +13,7 @@ app = ServerApp()
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     min_clients = int(context.run_config["min-clients"])
-    strategy = FedAvg(
-        fraction_fit=1.0, fraction_evaluate=1.0, min_available_clients=min_clients
-    )
+    strategy = FedAvg(fraction_fit=1.0, fraction_evaluate=1.0, min_available_clients=min_clients)
     context = LegacyContext(
         context=context,
         config=ServerConfig(num_rounds=int(context.run_config["num-server-rounds"])),
