@@ -317,9 +317,8 @@ def test_a_name_not_in_the_table_fails_at_the_import_statement() -> None:
     with pytest.raises(FlowerImportError) as caught:
         exec("from flwr.common import EventType", {})
 
-    assert (
-        str(caught.value)
-        == "flwr.common.EventType is a Flower name that fedcore does not support yet"
+    assert str(caught.value) == (
+        "flwr.common.EventType is a Flower name that fedcore does not support yet"
     )
     assert isinstance(caught.value, ImportError)
     assert isinstance(caught.value, AppLoadError)
