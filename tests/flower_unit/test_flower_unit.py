@@ -194,6 +194,9 @@ EXPECTED: dict[str, Expected] = {
     RECORDDICT + "test_parameters_to_arrayrecord_and_back*": legacy(
         "flwr.common.recorddict_compat.parameters_to_arrayrecord"
     ),
+    RECORDDICT + "test_parameters_to_arrayrecord_and_back*": legacy(
+        "flwr.common.recorddict_compat.parameters_to_arrayrecord"
+    ),
     SERVERAPP + "test_server_app_exception_when_both_modes": legacy("flwr.server.ServerConfig"),
 }
 """Flower's tests that do not pass on fedcore, by id (``common/message_test.py::test_x``),
