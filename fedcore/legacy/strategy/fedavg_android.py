@@ -7,8 +7,6 @@ encoding differs, and as Flower's, no metrics are aggregated.
 
 from __future__ import annotations
 
-from typing import cast
-
 import numpy as np
 
 from fedcore.domain.array import NDArray, NDArrays
@@ -70,4 +68,4 @@ class FedAvgAndroid(FedAvg):
         return ndarray.tobytes()
 
     def bytes_to_ndarray(self, tensor: bytes) -> NDArray:
-        return cast(NDArray, np.frombuffer(tensor, dtype=np.float32))
+        return np.frombuffer(tensor, dtype=np.float32)

@@ -8,7 +8,8 @@ Flower; that step needs ``initial_parameters``.
 
 from __future__ import annotations
 
-from fedcore import strategy as message_api
+import fedcore.strategy as message_api
+from fedcore.domain.array import NDArrays
 from fedcore.legacy.client_manager import ClientManager
 from fedcore.legacy.client_proxy import ClientProxy
 from fedcore.legacy.strategy.fedavg import ConfigFn, EvaluateFn, FedAvg
@@ -69,7 +70,7 @@ class FedAvgM(FedAvg):
         return f"FedAvgM(accept_failures={self.accept_failures})"
 
     @property
-    def momentum_vector(self) -> list[object] | None:
+    def momentum_vector(self) -> NDArrays | None:
         """The server's velocity, one array per layer (None before the first step)."""
         return as_list(self.optimizer.momentum_vector)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedcore import strategy as message_api
+import fedcore.strategy as message_api
 from fedcore.domain import ArrayRecord
 from fedcore.domain.array import NDArrays
 from fedcore.legacy.client_proxy import ClientProxy
