@@ -195,7 +195,20 @@ _LEGACY_PARAMETER = {
     )
 }
 _LEGACY_STRATEGY_MODULES = {
+    "bulyan": ("Bulyan",),
+    "fault_tolerant_fedavg": ("FaultTolerantFedAvg",),
+    "fedadagrad": ("FedAdagrad",),
+    "fedadam": ("FedAdam",),
     "fedavg": ("FedAvg",),
+    "fedavg_android": ("FedAvgAndroid",),
+    "fedavgm": ("FedAvgM",),
+    "fedmedian": ("FedMedian",),
+    "fedopt": ("FedOpt",),
+    "fedprox": ("FedProx",),
+    "fedtrimmedavg": ("FedTrimmedAvg",),
+    "fedyogi": ("FedYogi",),
+    "krum": ("Krum",),
+    "qfedavg": ("QFedAvg",),
     "strategy": ("Strategy",),
 }
 """Flower's ``flwr.server.strategy`` submodules and the strategies each defines."""
