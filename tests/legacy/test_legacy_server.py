@@ -298,29 +298,31 @@ def test_messages_of_the_legacy_calls_are_valid_message_types() -> None:
 
 
 @pytest.mark.parametrize(
-    "statement",
-    [
-        "from flwr.server import start_server",
-        "from flwr.client import start_client",
-        "from flwr.client import start_numpy_client",
-    ],
-)
-def test_flowers_own_wire_entry_points_fail_at_import_in_one_line(statement: str) -> None:
+    ("module", "name"),
+    [("flwr.server", "start_server"), ("flwr.client", "start_client"),
+     ("flwr.client", "start_numpy_client")],
+)  # fmt: skip
+def test_flowers_own_wire_entry_points_import_with_one_line_and_refuse_a_call(
+    module: str, name: str
+) -> None:
+    # Flower's e2e apps import start_client beside NumPyClient and call it only as scripts.
     code = (
+        "import logging; logging.basicConfig(format='%(levelname)s %(message)s')\n"
         "from fedcore.apps.flower_imports import install_flower_imports\n"
         "install_flower_imports()\n"
+        f"from {module} import {name}\n"
         "try:\n"
-        f"    {statement}\n"
-        "except ImportError as exc:\n"
+        f"    {name}(server_address='127.0.0.1:8080')\n"
+        "except ValueError as exc:\n"
         "    print(type(exc).__name__, exc)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
 
-    name = statement.split()[-1]
-    module = statement.split()[1]
-    assert done.stdout.splitlines() == [
-        f"FlowerImportError {module}.{name} talks Flower's own wire protocol, which fedcore "
-        "does not speak: run the app with `fedcore run` on a fedcore link, or `fedcore simulate`"
-    ]
+    line = (
+        f"{module}.{name} talks Flower's own wire protocol, which fedcore does not speak, so "
+        "calling it fails: run the app with `fedcore run` on a fedcore link, or `fedcore simulate`"
+    )
+    assert done.stderr.splitlines() == [f"WARNING {line}"]
+    assert done.stdout.splitlines() == [f"UsageError {line}"]
