@@ -91,3 +91,8 @@ def test_legacy_context_and_default_workflow_in_a_message_api_main(
     assert json.loads(line) == {"losses_distributed": LOSSES}
     assert done.stderr.count("configure_evaluate: strategy sampled 4 clients (out of 4)") == 3
     assert "History (loss, distributed):" in done.stderr
+    lines = (run_directory(tmp_path) / "metrics.jsonl").read_text().splitlines()
+    rounds = [json.loads(line) for line in lines[1:]]
+    assert [(row["round"], row["evaluate"]["loss"]) for row in rounds] == [
+        tuple(pair) for pair in LOSSES
+    ]
