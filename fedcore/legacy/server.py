@@ -96,7 +96,7 @@ class Server:
             _log.info("")
             _log.info("[ROUND %s]", current_round)
             round_start = clock.now()
-            report = _RoundTally(current_round, num_rounds)
+            report = RoundTally(current_round, num_rounds)
             fitted = self.fit_round(server_round=current_round, timeout=timeout)
             if fitted is not None:
                 parameters, fit_metrics, (results, failures) = fitted
@@ -108,7 +108,7 @@ class Server:
             centralized = self.strategy.evaluate(current_round, parameters=self.parameters)
             if centralized is not None:
                 loss, metrics = centralized
-                report.server = _numbers({"loss": loss, **metrics})
+                report.centralized(loss, metrics)
                 _log.info(
                     "fit progress: (%s, %s, %s, %s)",
                     current_round,
@@ -213,7 +213,7 @@ class Server:
         return answer.parameters
 
 
-class _RoundTally:
+class RoundTally:
     """A legacy round as fedcore's round driver reports one (a
     :class:`~fedcore.strategy.result.RoundReport` on the ``fedcore.legacy`` logger), so
     the results directory's ``metrics.jsonl`` and progress displays get legacy rounds too."""
@@ -243,6 +243,9 @@ class _RoundTally:
         self.evaluate_replies = len(results)
         self.evaluate_failures = _failure_labels(failures)
         self.evaluate = _numbers({"loss": loss, **metrics} if loss is not None else metrics)
+
+    def centralized(self, loss: float, metrics: dict[str, Scalar]) -> None:
+        self.server = _numbers({"loss": loss, **metrics})
 
     def log(self, elapsed: float) -> None:
         report = RoundReport(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
 from typing import Any, cast
 
@@ -34,7 +35,7 @@ from fedcore.legacy.client_proxy import ClientProxy
 from fedcore.legacy.conversion import MessageTypeLegacy
 from fedcore.legacy.grid_client_proxy import start_update_client_manager_thread
 from fedcore.legacy.history import History
-from fedcore.legacy.server import log_summary
+from fedcore.legacy.server import RoundTally, log_summary
 from fedcore.legacy.server_config import ServerConfig
 from fedcore.legacy.strategy import FedAvg, Strategy
 from fedcore.legacy.types import Code, EvaluateRes, FitRes, GetParametersIns, Parameters
@@ -51,6 +52,10 @@ MAIN_PARAMS_RECORD = "parameters"
 """The ArrayRecord of ``context.state`` holding the global model."""
 CURRENT_ROUND = "current_round"
 START_TIME = "start_time"
+
+_tally: ContextVar[RoundTally | None] = ContextVar("fedcore_legacy_round", default=None)
+"""The round :class:`DefaultWorkflow` is running, which its default steps report into (as
+the legacy ``Server`` reports its rounds); a step of the user's own reports nothing."""
 
 
 @dataclass(init=False)
@@ -105,14 +110,21 @@ class DefaultWorkflow:
             clock = current_clock()
             start = clock.now()
             config = ConfigRecord({START_TIME: start})
-            legacy.state.config_records[MAIN_CONFIGS_RECORD] = config
+            legacy.state[MAIN_CONFIGS_RECORD] = config
             for current_round in range(1, legacy.config.num_rounds + 1):
                 _log.info("")
                 _log.info("[ROUND %s]", current_round)
                 config[CURRENT_ROUND] = current_round
-                self.fit_workflow(grid, legacy)
-                default_centralized_evaluation_workflow(grid, legacy)
-                self.evaluate_workflow(grid, legacy)
+                round_start = clock.now()
+                tally = RoundTally(current_round, legacy.config.num_rounds)
+                token = _tally.set(tally)
+                try:
+                    self.fit_workflow(grid, legacy)
+                    default_centralized_evaluation_workflow(grid, legacy)
+                    self.evaluate_workflow(grid, legacy)
+                finally:
+                    _tally.reset(token)
+                tally.log(clock.now() - round_start)
             elapsed = clock.now() - start
             log_summary(legacy.history, legacy.config.num_rounds, elapsed, indent_first=False)
         finally:
@@ -148,7 +160,7 @@ def default_init_params_workflow(grid: Any, context: Context) -> None:
                 "Empty initial parameters will be used."
             )
             record = ArrayRecord()
-    legacy.state.array_records[MAIN_PARAMS_RECORD] = record
+    legacy.state[MAIN_PARAMS_RECORD] = record
 
     _log.info("Starting evaluation of initial global parameters")
     initial = legacy.strategy.evaluate(0, parameters=_parameters(legacy))
@@ -178,6 +190,8 @@ def default_centralized_evaluation_workflow(_: Any, context: Context) -> None:
     )
     legacy.history.add_loss_centralized(server_round=current_round, loss=loss)
     legacy.history.add_metrics_centralized(server_round=current_round, metrics=metrics)
+    if (tally := _tally.get()) is not None:
+        tally.centralized(loss, metrics)
 
 
 def default_fit_workflow(grid: Any, context: Context) -> None:
@@ -208,10 +222,10 @@ def default_fit_workflow(grid: Any, context: Context) -> None:
     )
     _log.info("aggregate_fit: received %s results and %s failures", len(results), len(failures))
     parameters, metrics = legacy.strategy.aggregate_fit(current_round, results, failures)
+    if (tally := _tally.get()) is not None:
+        tally.trained(results, failures, metrics)
     if parameters:
-        legacy.state.array_records[MAIN_PARAMS_RECORD] = conversion.parameters_to_arrayrecord(
-            parameters, True
-        )
+        legacy.state[MAIN_PARAMS_RECORD] = conversion.parameters_to_arrayrecord(parameters, True)
         legacy.history.add_metrics_distributed_fit(server_round=current_round, metrics=metrics)
 
 
@@ -243,6 +257,8 @@ def default_evaluate_workflow(grid: Any, context: Context) -> None:
         "aggregate_evaluate: received %s results and %s failures", len(results), len(failures)
     )
     loss, metrics = legacy.strategy.aggregate_evaluate(current_round, results, failures)
+    if (tally := _tally.get()) is not None:
+        tally.evaluated(results, failures, loss, metrics)
     if loss is not None:
         legacy.history.add_loss_distributed(server_round=current_round, loss=loss)
         legacy.history.add_metrics_distributed(server_round=current_round, metrics=metrics)

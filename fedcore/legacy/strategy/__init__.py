@@ -7,7 +7,30 @@ with the aggregation rule of :mod:`fedcore.strategy` that its Message-API twin u
 rule has one implementation.
 """
 
+from fedcore.legacy.strategy.fault_tolerant_fedavg import FaultTolerantFedAvg
 from fedcore.legacy.strategy.fedavg import FedAvg
+from fedcore.legacy.strategy.fedavg_android import FedAvgAndroid
+from fedcore.legacy.strategy.fedavgm import FedAvgM
+from fedcore.legacy.strategy.fedopt import FedAdagrad, FedAdam, FedOpt, FedYogi
+from fedcore.legacy.strategy.fedprox import FedProx
+from fedcore.legacy.strategy.qfedavg import QFedAvg
+from fedcore.legacy.strategy.robust import Bulyan, FedMedian, FedTrimmedAvg, Krum
 from fedcore.legacy.strategy.strategy import Strategy
 
-__all__ = ["FedAvg", "Strategy"]
+__all__ = [
+    "Bulyan",
+    "FaultTolerantFedAvg",
+    "FedAdagrad",
+    "FedAdam",
+    "FedAvg",
+    "FedAvgAndroid",
+    "FedAvgM",
+    "FedMedian",
+    "FedOpt",
+    "FedProx",
+    "FedTrimmedAvg",
+    "FedYogi",
+    "Krum",
+    "QFedAvg",
+    "Strategy",
+]
