@@ -51,9 +51,16 @@ FLOWER_UNIT_TESTS = (
     f"{FLOWER_SOURCE}clientapp/mod/*_test.py",
     f"{FLOWER_SOURCE}server/server_app_test.py",
     f"{FLOWER_SOURCE}serverapp/strategy/*_test.py",
+    # the legacy client side (issue 25)
+    f"{FLOWER_SOURCE}common/parameter_test.py",
+    f"{FLOWER_SOURCE}common/recorddict_compat_test.py",
+    f"{FLOWER_SOURCE}client/client_test.py",
+    f"{FLOWER_SOURCE}client/numpy_client_test.py",
+    f"{FLOWER_SOURCE}client/message_handler/message_handler_test.py",
 )
 """Flower's unit tests of its public Message API: records, Message, ClientApp and its
-mods, ServerApp, strategies."""
+mods, ServerApp, strategies; and of the legacy client side: Parameters, the
+RecordDict compat functions, Client, NumPyClient."""
 
 FLOWER_UNIT_HELPERS = (f"{FLOWER_SOURCE}common/serde_test.py",)
 """Flower test modules the tests above import helpers from (``serde_test``'s

@@ -16,6 +16,7 @@ import pytest
 
 import fedcore
 import fedcore.apps.client_app
+import fedcore.legacy.client_app
 import fedcore.mods
 import fedcore.strategy
 import fedcore.strategy.base
@@ -52,7 +53,8 @@ USED_BY_APPS = {
     "flwr.serverapp.strategy.strategy_utils": {
         "log_strategy_start_info": fedcore.strategy.base.log_strategy_start_info,
     },
-    "flwr.clientapp": {"ClientApp": fedcore.ClientApp},
+    # fedcore's ClientApp, taking Flower's legacy client_fn too (fedcore.legacy)
+    "flwr.clientapp": {"ClientApp": fedcore.legacy.client_app.ClientApp},
     "flwr.clientapp.mod": {"fixedclipping_mod": fedcore.mods.fixedclipping_mod},
     "flwr.client.typing": {
         "Mod": fedcore.apps.client_app.Mod,
@@ -311,10 +313,10 @@ def test_import_flwr_reaches_submodules_as_attributes() -> None:
 
 def test_a_name_not_in_the_table_fails_at_the_import_statement() -> None:
     with pytest.raises(FlowerImportError) as caught:
-        exec("from flwr.common import FitIns", {})
+        exec("from flwr.common import EventType", {})
 
-    assert (
-        str(caught.value) == "flwr.common.FitIns is a Flower name that fedcore does not support yet"
+    assert str(caught.value) == (
+        "flwr.common.EventType is a Flower name that fedcore does not support yet"
     )
     assert isinstance(caught.value, ImportError)
     assert isinstance(caught.value, AppLoadError)

@@ -114,7 +114,7 @@ def test_a_flower_name_fedcore_lacks_fails_at_import_in_one_line(
 ) -> None:
     client = app_copy / "flower_style" / "client_app.py"
     client.write_text(
-        client.read_text().replace("import flwr\n", "from flwr.common import FitIns\n")
+        client.read_text().replace("import flwr\n", "from flwr.common import EventType\n")
     )
 
     done = simulate(app_copy, "--backend", "inline", cwd=tmp_path)
@@ -123,7 +123,7 @@ def test_a_flower_name_fedcore_lacks_fails_at_import_in_one_line(
     assert done.stdout == ""
     assert done.stderr.splitlines() == [
         "error: cannot load ClientApp 'flower_style.client_app:app': FlowerImportError: "
-        "flwr.common.FitIns is a Flower name that fedcore does not support yet "
+        "flwr.common.EventType is a Flower name that fedcore does not support yet "
         "(flower_style/client_app.py:3)"
     ]
 
