@@ -196,6 +196,16 @@ _LEGACY_PARAMETER = {
 }
 _LEGACY_STRATEGY_MODULES = {
     "bulyan": ("Bulyan",),
+    "dp_adaptive_clipping": (
+        "DifferentialPrivacyClientSideAdaptiveClipping",
+        "DifferentialPrivacyServerSideAdaptiveClipping",
+    ),
+    "dp_fixed_clipping": (
+        "DifferentialPrivacyClientSideFixedClipping",
+        "DifferentialPrivacyServerSideFixedClipping",
+    ),
+    "dpfedavg_adaptive": ("DPFedAvgAdaptive",),
+    "dpfedavg_fixed": ("DPFedAvgFixed",),
     "fault_tolerant_fedavg": ("FaultTolerantFedAvg",),
     "fedadagrad": ("FedAdagrad",),
     "fedadam": ("FedAdam",),
@@ -206,6 +216,9 @@ _LEGACY_STRATEGY_MODULES = {
     "fedopt": ("FedOpt",),
     "fedprox": ("FedProx",),
     "fedtrimmedavg": ("FedTrimmedAvg",),
+    "fedxgb_bagging": ("FedXgbBagging",),
+    "fedxgb_cyclic": ("FedXgbCyclic",),
+    "fedxgb_nn_avg": ("FedXgbNnAvg",),
     "fedyogi": ("FedYogi",),
     "krum": ("Krum",),
     "qfedavg": ("QFedAvg",),
