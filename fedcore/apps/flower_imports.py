@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
+from fedcore.apps.flower_legacy_names import LEGACY_NAMES
 from fedcore.errors import FlowerImportError
 
 _MARK = "__fedcore_flower__"
@@ -161,106 +162,8 @@ A module's submodules are the table's other keys under it (``flwr.serverapp.stra
 is ``flwr.serverapp``'s ``strategy``).
 """
 
-# ---- the legacy client side (issue 25): NumPyClient, Client, client_fn, the Ins/Res types
-
-
-def _in(module: str, names: Sequence[str]) -> dict[str, str]:
-    return {name: f"{module}:{name}" for name in names}
-
-
-_LEGACY_TYPES = _in(
-    "fedcore.legacy.types",
-    (
-        "Code",
-        "Config",
-        "DisconnectRes",
-        "EvaluateIns",
-        "EvaluateRes",
-        "FitIns",
-        "FitRes",
-        "GetParametersIns",
-        "GetParametersRes",
-        "GetPropertiesIns",
-        "GetPropertiesRes",
-        "Metrics",
-        "MetricsAggregationFn",
-        "Parameters",
-        "Properties",
-        "ReconnectIns",
-        "Scalar",
-        "Status",
-    ),
-)
-_LEGACY_ARRAY_TYPES = {
-    **_ARRAY_TYPES,
-    **_in("fedcore.legacy.numpy_client", ("NDArrayFloat", "NDArrayInt")),
-    "Value": "fedcore.legacy.conversion:Value",
-}
-_LEGACY_PARAMETER = _in(
-    "fedcore.legacy.types",
-    ("bytes_to_ndarray", "ndarray_to_bytes", "ndarrays_to_parameters", "parameters_to_ndarrays"),
-)
-_LEGACY_CLIENT_FNS = _in("fedcore.legacy.client", ("ClientFn", "ClientFnExt"))
-_LEGACY_CLIENT_CHECKS = ("has_evaluate", "has_fit", "has_get_parameters", "has_get_properties")
-_LEGACY_CLIENT_APP = {"ClientApp": "fedcore.legacy.client_app:ClientApp"}
-_LEGACY_CLIENT: dict[str, dict[str, str]] = {
-    "flwr.client": {
-        **_in("fedcore.legacy.client", ("Client",)),
-        **_in("fedcore.legacy.numpy_client", ("NumPyClient",)),
-        **_LEGACY_CLIENT_FNS,
-        **_LEGACY_CLIENT_APP,
-    },
-    "flwr.client.client": _in(
-        "fedcore.legacy.client",
-        (
-            "Client",
-            *_LEGACY_CLIENT_CHECKS,
-            "maybe_call_evaluate",
-            "maybe_call_fit",
-            "maybe_call_get_parameters",
-            "maybe_call_get_properties",
-        ),
-    ),
-    "flwr.client.numpy_client": _in(
-        "fedcore.legacy.numpy_client", ("NumPyClient", *_LEGACY_CLIENT_CHECKS)
-    ),
-    "flwr.client.typing": _LEGACY_CLIENT_FNS,
-    "flwr.clientapp": _LEGACY_CLIENT_APP,
-    "flwr.common": {
-        **_LEGACY_TYPES,
-        **_LEGACY_ARRAY_TYPES,
-        **_LEGACY_PARAMETER,
-        "MessageTypeLegacy": "fedcore.legacy.conversion:MessageTypeLegacy",
-    },
-    "flwr.common.typing": {**_LEGACY_TYPES, **_LEGACY_ARRAY_TYPES},
-    "flwr.common.parameter": _LEGACY_PARAMETER,
-    "flwr.common.recorddict_compat": _in(
-        "fedcore.legacy.conversion",
-        (
-            "EMPTY_TENSOR_KEY",
-            "arrayrecord_to_parameters",
-            "evaluateins_to_recorddict",
-            "evaluateres_to_recorddict",
-            "fitins_to_recorddict",
-            "fitres_to_recorddict",
-            "getparametersins_to_recorddict",
-            "getparametersres_to_recorddict",
-            "getpropertiesins_to_recorddict",
-            "getpropertiesres_to_recorddict",
-            "parameters_to_arrayrecord",
-            "recorddict_to_evaluateins",
-            "recorddict_to_evaluateres",
-            "recorddict_to_fitins",
-            "recorddict_to_fitres",
-            "recorddict_to_getparametersins",
-            "recorddict_to_getparametersres",
-            "recorddict_to_getpropertiesins",
-            "recorddict_to_getpropertiesres",
-        ),
-    ),
-}
-"""The legacy client side's names; ``ClientApp`` is the legacy-capable subclass."""
-for _module, _names in _LEGACY_CLIENT.items():
+# Flower's legacy API (NumPyClient, flwr.server.strategy, …) is served too.
+for _module, _names in LEGACY_NAMES.items():
     FLOWER_NAMES.setdefault(_module, {}).update(_names)
 
 _flower_log = logging.getLogger("flwr")
@@ -329,7 +232,7 @@ class _FlowerLoader(importlib.abc.Loader):
         setattr(module, _MARK, True)
 
         def __getattr__(attr: str) -> object:
-            if attr.startswith("_"):  # dunder probes (inspect, pickle) expect AttributeError
+            if attr.startswith("_") and attr not in names:  # probes expect AttributeError
                 raise AttributeError(f"module {name!r} has no attribute {attr!r}")
             if attr in children:
                 return importlib.import_module(f"{prefix}{attr}")

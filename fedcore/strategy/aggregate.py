@@ -334,16 +334,34 @@ def trimmed_mean(records: Sequence[ArrayRecord], beta: float) -> ArrayRecord:
 def mean_around_median(records: Sequence[ArrayRecord], keep: int) -> ArrayRecord:
     """Bulyan's coordinate-wise rule (El Mhamdi et al., 2018): the mean of the ``keep``
     values closest to the median; of values equally close, the earlier records'."""
-    if not 1 <= keep <= len(records):
-        raise ValueError(f"keep must be between 1 and {len(records)}, got {keep}")
+    _check_keep(keep, len(records))
+    return _coordinate_wise(
+        records, lambda block: _mean_of_closest(block, np.median(block, axis=0), keep)
+    )
 
-    def rule(block: NDArray) -> NDArray:
-        distance = np.abs(block - np.median(block, axis=0))
-        closest = np.argsort(distance, axis=0, kind="stable")[:keep]
-        mean: NDArray = np.take_along_axis(block, closest, axis=0).mean(axis=0)
-        return mean
 
-    return _coordinate_wise(records, rule)
+def mean_closest_to(
+    reference: ArrayRecord, records: Sequence[ArrayRecord], keep: int
+) -> ArrayRecord:
+    """The coordinate-wise mean of the ``keep`` values of ``records`` closest to
+    ``reference``'s; of values equally close, the earlier records'. Bulyan's rule
+    with the centre given (Flower's legacy ``_aggregate_n_closest_weights``)."""
+    _check_keep(keep, len(records))
+    return _coordinate_wise(
+        [reference, *records], lambda block: _mean_of_closest(block[1:], block[0], keep)
+    )
+
+
+def _check_keep(keep: int, count: int) -> None:
+    if not 1 <= keep <= count:
+        raise ValueError(f"keep must be between 1 and {count}, got {keep}")
+
+
+def _mean_of_closest(block: NDArray, centre: NDArray, keep: int) -> NDArray:
+    """Per column of ``block``, the mean of the ``keep`` values closest to ``centre``'s."""
+    closest = np.argsort(np.abs(block - centre), axis=0, kind="stable")[:keep]
+    mean: NDArray = np.take_along_axis(block, closest, axis=0).mean(axis=0)
+    return mean
 
 
 def squared_distances(records: Sequence[ArrayRecord]) -> NDArray:

@@ -251,27 +251,51 @@ def qffl_step(
     Raises ``ValueError`` for a negative or infinite loss, when there is no local
     model, and when every ``h_k`` underflows to 0 (zero losses with a large ``q``).
     """
-    lipschitz = 1.0 / learning_rate
     sums = {key: np.zeros(array.shape, dtype=np.float64) for key, array in current.items()}
     h_total = 0.0
     count = 0
     for local, loss in local_models:
-        if not (loss >= 0 and math.isfinite(loss)):
-            raise ValueError(f"q-FFL needs finite non-negative losses, got {loss!r}")
-        offset = loss + QFFL_LOSS_OFFSET
-        scale = offset**q
-        squared_norm = 0.0
-        for key, array in current.items():
-            step = lipschitz * (array.astype(np.float64) - local[key])
-            squared_norm += float(np.vdot(step, step))
-            sums[key] += scale * step
-        h_total += q * offset ** (q - 1.0) * squared_norm + lipschitz * scale
+        delta, h = qffl_terms(current, local, loss, q=q, learning_rate=learning_rate)
+        for key, array in delta.items():
+            sums[key] += array
+        h_total += h
         count += 1
     if count == 0:
         raise ValueError("q-FFL needs at least one local model")
+    return qffl_apply(current, sums, h_total)
+
+
+def qffl_terms(
+    current: Mapping[str, NDArray],
+    local: Mapping[str, NDArray],
+    loss: float,
+    *,
+    q: float,
+    learning_rate: float,
+) -> tuple[dict[str, NDArray], float]:
+    """Node ``k``'s share of :func:`qffl_step`: ``(Δ_k, h_k)``, ``Δ_k`` in float64."""
+    if not (loss >= 0 and math.isfinite(loss)):
+        raise ValueError(f"q-FFL needs finite non-negative losses, got {loss!r}")
+    lipschitz = 1.0 / learning_rate
+    offset = loss + QFFL_LOSS_OFFSET
+    scale = offset**q
+    squared_norm = 0.0
+    delta: dict[str, NDArray] = {}
+    for key, array in current.items():
+        step = lipschitz * (array.astype(np.float64) - local[key])
+        squared_norm += float(np.vdot(step, step))
+        delta[key] = scale * step
+    return delta, q * offset ** (q - 1.0) * squared_norm + lipschitz * scale
+
+
+def qffl_apply(
+    current: Mapping[str, NDArray], delta_sum: Mapping[str, NDArray], h_total: float
+) -> dict[str, NDArray]:
+    """The end of :func:`qffl_step`: ``current − Σ_k Δ_k / Σ_k h_k``, in ``current``'s
+    dtypes; ``ValueError`` when the ``h_k`` sum to nothing."""
     if not h_total > 0:
-        raise ValueError(f"q-FFL step undefined: the h_k sum to {h_total!r} (q={q!r})")
+        raise ValueError(f"q-FFL step undefined: the h_k sum to {h_total!r}")
     return {
-        key: np.asarray(array - sums[key] / h_total, dtype=array.dtype)
+        key: np.asarray(array - delta_sum[key] / h_total, dtype=array.dtype)
         for key, array in current.items()
     }

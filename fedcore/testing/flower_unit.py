@@ -8,7 +8,8 @@ else, by one rule, for each name a statement imports from a Flower module:
 - a name fedcore serves (a name of a module of :data:`FLOWER_NAMES`) is imported
   from the public ``flwr`` module that serves it — of those that do, the one sharing
   the longest dotted prefix with the module the test named, then the shortest, then
-  the first by name;
+  the first by name; never, for a name of the Message API's strategies, from the
+  legacy ``flwr.server.strategy`` (its ``FedOpt`` is another class of the same name);
 - a name of one of the ported test modules (``from .strategy_utils_test import …``)
   is imported from that module, ported too, under :data:`PORTED_PACKAGE`;
 - any other name is a Flower internal (protobuf serde, inflatable objects, constants,
@@ -51,16 +52,20 @@ FLOWER_UNIT_TESTS = (
     f"{FLOWER_SOURCE}clientapp/mod/*_test.py",
     f"{FLOWER_SOURCE}server/server_app_test.py",
     f"{FLOWER_SOURCE}serverapp/strategy/*_test.py",
-    # the legacy client side (issue 25)
+    # the legacy API (issue 25)
     f"{FLOWER_SOURCE}common/parameter_test.py",
     f"{FLOWER_SOURCE}common/recorddict_compat_test.py",
     f"{FLOWER_SOURCE}client/client_test.py",
     f"{FLOWER_SOURCE}client/numpy_client_test.py",
     f"{FLOWER_SOURCE}client/message_handler/message_handler_test.py",
+    f"{FLOWER_SOURCE}server/strategy/*_test.py",
+    f"{FLOWER_SOURCE}server/client_manager_test.py",
+    f"{FLOWER_SOURCE}server/client_proxy_test.py",
+    f"{FLOWER_SOURCE}server/criterion_test.py",
 )
-"""Flower's unit tests of its public Message API: records, Message, ClientApp and its
-mods, ServerApp, strategies; and of the legacy client side: Parameters, the
-RecordDict compat functions, Client, NumPyClient."""
+"""Flower's unit tests of its public Message API — records, Message, ClientApp and its
+mods, ServerApp, strategies — and of its legacy API: Parameters, the RecordDict compat
+functions, Client, NumPyClient, its strategies, ClientManager, ClientProxy, Criterion."""
 
 FLOWER_UNIT_HELPERS = (f"{FLOWER_SOURCE}common/serde_test.py",)
 """Flower test modules the tests above import helpers from (``serde_test``'s
@@ -166,7 +171,11 @@ def served_module(
 ) -> str | None:
     """The public ``flwr`` module ``from imported_from import name`` gets ``name`` from,
     or None if fedcore serves it nowhere (the module docstring's rule)."""
-    candidates = [module for module, names in served.items() if name in names]
+    candidates = [
+        module
+        for module, names in served.items()
+        if name in names and not _other_api(module, imported_from)
+    ]
     if not candidates:
         return None
     wanted = imported_from.split(".")
@@ -180,6 +189,19 @@ def served_module(
         return (-common, len(parts), module)
 
     return min(candidates, key=closeness)
+
+
+LEGACY_STRATEGIES = "flwr.server.strategy"
+MESSAGE_API_STRATEGIES = "flwr.serverapp.strategy"
+
+
+def _other_api(module: str, imported_from: str) -> bool:
+    """Whether ``module`` holds the legacy strategies and the test imports from the Message
+    API's: both APIs have a ``FedOpt``, a ``FedAvg``…, and one is never the other."""
+    legacy = f"{LEGACY_STRATEGIES}."
+    return (module + ".").startswith(legacy) and (imported_from + ".").startswith(
+        f"{MESSAGE_API_STRATEGIES}."
+    )
 
 
 def port_module(
