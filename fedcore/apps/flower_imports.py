@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, NoReturn
 
+from fedcore.apps.flower_legacy_names import LEGACY_NAMES
 from fedcore.errors import FlowerImportError, UsageError
 
 _MARK = "__fedcore_flower__"
@@ -115,13 +116,6 @@ _STRATEGY_UTILS = {
     ),
 }
 
-# Legacy scripts (issue 25): start_simulation and run_simulation on fedcore's engine.
-_LEGACY_SCRIPTS: dict[str, dict[str, str]] = {
-    "flwr.simulation": {
-        name: f"fedcore.legacy.simulation:{name}" for name in ("run_simulation", "start_simulation")
-    },
-}
-
 
 def _top(names: Sequence[str]) -> dict[str, str]:
     return {name: f"fedcore:{name}" for name in names}
@@ -161,7 +155,6 @@ FLOWER_NAMES: dict[str, dict[str, str]] = {
         "make_message": "fedcore.domain.message:assemble_message",
     },
     "flwr.common.typing": {**_ARRAY_TYPES, **_top(("UserConfig", "UserConfigValue"))},
-    **_LEGACY_SCRIPTS,
 }
 """Each ``flwr`` module fedcore serves -> each of its names -> the fedcore ``module:attr``.
 
@@ -169,204 +162,8 @@ A module's submodules are the table's other keys under it (``flwr.serverapp.stra
 is ``flwr.serverapp``'s ``strategy``).
 """
 
-# ---- Flower's legacy strategies, ClientManager and ClientProxy (issue 25, strategies)
-_LEGACY_TYPES = {
-    name: f"fedcore.legacy.types:{name}"
-    for name in (
-        "Code",
-        "Config",
-        "DisconnectRes",
-        "EvaluateIns",
-        "EvaluateRes",
-        "FitIns",
-        "FitRes",
-        "GetParametersIns",
-        "GetParametersRes",
-        "GetPropertiesIns",
-        "GetPropertiesRes",
-        "Metrics",
-        "MetricsAggregationFn",
-        "Parameters",
-        "Properties",
-        "ReconnectIns",
-        "Scalar",
-        "Status",
-    )
-}
-_LEGACY_PARAMETER = {
-    name: f"fedcore.legacy.types:{name}"
-    for name in (
-        "bytes_to_ndarray",
-        "ndarray_to_bytes",
-        "ndarrays_to_parameters",
-        "parameters_to_ndarrays",
-    )
-}
-_LEGACY_STRATEGY_MODULES = {
-    "bulyan": ("Bulyan",),
-    "fault_tolerant_fedavg": ("FaultTolerantFedAvg",),
-    "fedadagrad": ("FedAdagrad",),
-    "fedadam": ("FedAdam",),
-    "fedavg": ("FedAvg",),
-    "fedavg_android": ("FedAvgAndroid",),
-    "fedavgm": ("FedAvgM",),
-    "fedmedian": ("FedMedian",),
-    "fedopt": ("FedOpt",),
-    "fedprox": ("FedProx",),
-    "fedtrimmedavg": ("FedTrimmedAvg",),
-    "fedyogi": ("FedYogi",),
-    "krum": ("Krum",),
-    "qfedavg": ("QFedAvg",),
-    "strategy": ("Strategy",),
-}
-"""Flower's ``flwr.server.strategy`` submodules and the strategies each defines."""
-_LEGACY_AGGREGATE = (
-    "aggregate",
-    "aggregate_bulyan",
-    "aggregate_inplace",
-    "aggregate_krum",
-    "aggregate_median",
-    "aggregate_qffl",
-    "aggregate_trimmed_avg",
-    "weighted_loss_avg",
-    # Private, but imported by Flower's own tests of them.
-    "_aggregate_n_closest_weights",
-    "_check_weights_equality",
-    "_compute_distances",
-    "_find_reference_weights",
-    "_trim_mean",
-)
-_LEGACY_CLIENT_MANAGER = {
-    name: f"fedcore.legacy.client_manager:{name}"
-    for name in ("ClientManager", "SimpleClientManager")
-}
-LEGACY_STRATEGY_NAMES: dict[str, dict[str, str]] = {
-    "flwr.common": {**_LEGACY_TYPES, **_LEGACY_PARAMETER},
-    "flwr.common.parameter": _LEGACY_PARAMETER,
-    "flwr.common.typing": _LEGACY_TYPES,
-    "flwr.server": _LEGACY_CLIENT_MANAGER,
-    "flwr.server.client_manager": _LEGACY_CLIENT_MANAGER,
-    "flwr.server.client_proxy": {"ClientProxy": "fedcore.legacy.client_proxy:ClientProxy"},
-    "flwr.server.criterion": {"Criterion": "fedcore.legacy.client_manager:Criterion"},
-    "flwr.server.strategy": {
-        name: f"fedcore.legacy.strategy:{name}"
-        for names in _LEGACY_STRATEGY_MODULES.values()
-        for name in names
-    },
-    "flwr.server.strategy.aggregate": {
-        name: f"fedcore.legacy.strategy.aggregate:{name}" for name in _LEGACY_AGGREGATE
-    },
-    **{
-        f"flwr.server.strategy.{module}": {
-            name: f"fedcore.legacy.strategy:{name}" for name in names
-        }
-        for module, names in _LEGACY_STRATEGY_MODULES.items()
-    },
-}
-"""The legacy strategies' part of :data:`FLOWER_NAMES`, merged into it below."""
-for _module, _names in LEGACY_STRATEGY_NAMES.items():
-    FLOWER_NAMES.setdefault(_module, {}).update(_names)
-
-# ---- the legacy client side (issue 25): NumPyClient, Client, client_fn, the Ins/Res types
-
-
-def _in(module: str, names: Sequence[str]) -> dict[str, str]:
-    return {name: f"{module}:{name}" for name in names}
-
-
-_LEGACY_TYPES = _in(
-    "fedcore.legacy.types",
-    (
-        "Code",
-        "Config",
-        "DisconnectRes",
-        "EvaluateIns",
-        "EvaluateRes",
-        "FitIns",
-        "FitRes",
-        "GetParametersIns",
-        "GetParametersRes",
-        "GetPropertiesIns",
-        "GetPropertiesRes",
-        "Metrics",
-        "MetricsAggregationFn",
-        "Parameters",
-        "Properties",
-        "ReconnectIns",
-        "Scalar",
-        "Status",
-    ),
-)
-_LEGACY_ARRAY_TYPES = {
-    **_ARRAY_TYPES,
-    **_in("fedcore.legacy.numpy_client", ("NDArrayFloat", "NDArrayInt")),
-    "Value": "fedcore.legacy.conversion:Value",
-}
-_LEGACY_PARAMETER = _in(
-    "fedcore.legacy.types",
-    ("bytes_to_ndarray", "ndarray_to_bytes", "ndarrays_to_parameters", "parameters_to_ndarrays"),
-)
-_LEGACY_CLIENT_FNS = _in("fedcore.legacy.client", ("ClientFn", "ClientFnExt"))
-_LEGACY_CLIENT_CHECKS = ("has_evaluate", "has_fit", "has_get_parameters", "has_get_properties")
-_LEGACY_CLIENT_APP = {"ClientApp": "fedcore.legacy.client_app:ClientApp"}
-_LEGACY_CLIENT: dict[str, dict[str, str]] = {
-    "flwr.client": {
-        **_in("fedcore.legacy.client", ("Client",)),
-        **_in("fedcore.legacy.numpy_client", ("NumPyClient",)),
-        **_LEGACY_CLIENT_FNS,
-        **_LEGACY_CLIENT_APP,
-    },
-    "flwr.client.client": _in(
-        "fedcore.legacy.client",
-        (
-            "Client",
-            *_LEGACY_CLIENT_CHECKS,
-            "maybe_call_evaluate",
-            "maybe_call_fit",
-            "maybe_call_get_parameters",
-            "maybe_call_get_properties",
-        ),
-    ),
-    "flwr.client.numpy_client": _in(
-        "fedcore.legacy.numpy_client", ("NumPyClient", *_LEGACY_CLIENT_CHECKS)
-    ),
-    "flwr.client.typing": _LEGACY_CLIENT_FNS,
-    "flwr.clientapp": _LEGACY_CLIENT_APP,
-    "flwr.common": {
-        **_LEGACY_TYPES,
-        **_LEGACY_ARRAY_TYPES,
-        **_LEGACY_PARAMETER,
-        "MessageTypeLegacy": "fedcore.legacy.conversion:MessageTypeLegacy",
-    },
-    "flwr.common.typing": {**_LEGACY_TYPES, **_LEGACY_ARRAY_TYPES},
-    "flwr.common.parameter": _LEGACY_PARAMETER,
-    "flwr.common.recorddict_compat": _in(
-        "fedcore.legacy.conversion",
-        (
-            "EMPTY_TENSOR_KEY",
-            "arrayrecord_to_parameters",
-            "evaluateins_to_recorddict",
-            "evaluateres_to_recorddict",
-            "fitins_to_recorddict",
-            "fitres_to_recorddict",
-            "getparametersins_to_recorddict",
-            "getparametersres_to_recorddict",
-            "getpropertiesins_to_recorddict",
-            "getpropertiesres_to_recorddict",
-            "parameters_to_arrayrecord",
-            "recorddict_to_evaluateins",
-            "recorddict_to_evaluateres",
-            "recorddict_to_fitins",
-            "recorddict_to_fitres",
-            "recorddict_to_getparametersins",
-            "recorddict_to_getparametersres",
-            "recorddict_to_getpropertiesins",
-            "recorddict_to_getpropertiesres",
-        ),
-    ),
-}
-"""The legacy client side's names; ``ClientApp`` is the legacy-capable subclass."""
-for _module, _names in _LEGACY_CLIENT.items():
+# Flower's legacy API (NumPyClient, flwr.server.strategy, …) is served too.
+for _module, _names in LEGACY_NAMES.items():
     FLOWER_NAMES.setdefault(_module, {}).update(_names)
 
 # ---- Flower's legacy server: Server, History, ServerApp(server_fn=...), workflows (issue 25)

@@ -514,34 +514,34 @@ class RecordDict(_Record[Record]):
         return value
 
     @property
-    def array_records(self) -> dict[str, ArrayRecord]:
-        """The ArrayRecords, by name."""
-        return {k: v for k, v in self._data.items() if isinstance(v, ArrayRecord)}
+    def array_records(self) -> RecordsOfKind[ArrayRecord]:
+        """The ArrayRecords, by name; setting or deleting one changes this RecordDict."""
+        return RecordsOfKind(self, ArrayRecord)
 
     @property
-    def metric_records(self) -> dict[str, MetricRecord]:
-        """The MetricRecords, by name."""
-        return {k: v for k, v in self._data.items() if isinstance(v, MetricRecord)}
+    def metric_records(self) -> RecordsOfKind[MetricRecord]:
+        """The MetricRecords, by name; setting or deleting one changes this RecordDict."""
+        return RecordsOfKind(self, MetricRecord)
 
     @property
-    def config_records(self) -> dict[str, ConfigRecord]:
-        """The ConfigRecords, by name."""
-        return {k: v for k, v in self._data.items() if isinstance(v, ConfigRecord)}
+    def config_records(self) -> RecordsOfKind[ConfigRecord]:
+        """The ConfigRecords, by name; setting or deleting one changes this RecordDict."""
+        return RecordsOfKind(self, ConfigRecord)
 
     @property
-    def parameters_records(self) -> dict[str, ArrayRecord]:
+    def parameters_records(self) -> RecordsOfKind[ArrayRecord]:
         """Flower's deprecated name of :attr:`array_records`."""
         _deprecated("RecordDict.parameters_records", "array_records")
         return self.array_records
 
     @property
-    def metrics_records(self) -> dict[str, MetricRecord]:
+    def metrics_records(self) -> RecordsOfKind[MetricRecord]:
         """Flower's deprecated name of :attr:`metric_records`."""
         _deprecated("RecordDict.metrics_records", "metric_records")
         return self.metric_records
 
     @property
-    def configs_records(self) -> dict[str, ConfigRecord]:
+    def configs_records(self) -> RecordsOfKind[ConfigRecord]:
         """Flower's deprecated name of :attr:`config_records`."""
         _deprecated("RecordDict.configs_records", "config_records")
         return self.config_records
@@ -566,3 +566,55 @@ class RecordDict(_Record[Record]):
         return f"RecordDict(\n{lines}\n)"
 
     __hash__ = None  # type: ignore[assignment]
+
+
+_Kind = TypeVar("_Kind", ArrayRecord, MetricRecord, ConfigRecord)
+
+
+class RecordsOfKind(MutableMapping[str, _Kind]):
+    """The records of one kind in a :class:`RecordDict`, as a live view of it.
+
+    Flower apps write through it (``content.config_records["state"] = ConfigRecord()``)
+    and expect the RecordDict to hold the record afterwards, so it is a view, not a copy.
+    """
+
+    __slots__ = ("_kind", "_owner")
+
+    def __init__(self, owner: RecordDict, kind: type[_Kind]) -> None:
+        self._owner = owner
+        self._kind: type[_Kind] = kind
+
+    def __getitem__(self, key: str) -> _Kind:
+        value: object = self._owner._data[key]
+        if isinstance(value, self._kind):
+            return value
+        raise KeyError(key)
+
+    def __setitem__(self, key: str, value: _Kind) -> None:
+        if not isinstance(value, self._kind):
+            raise TypeError(
+                f"RecordDict.{_VIEW_NAMES[self._kind]}[{key!r}] must be a "
+                f"{self._kind.__name__}, got {type(value).__name__}"
+            )
+        self._owner[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        if not isinstance(self._owner._data.get(key), self._kind):
+            raise KeyError(key)  # a record of another kind is not this view's to delete
+        del self._owner[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k, v in self._owner._data.items() if isinstance(v, self._kind))
+
+    def __len__(self) -> int:
+        return sum(1 for v in self._owner._data.values() if isinstance(v, self._kind))
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
+_VIEW_NAMES = {
+    ArrayRecord: "array_records",
+    MetricRecord: "metric_records",
+    ConfigRecord: "config_records",
+}

@@ -73,6 +73,23 @@ _NORM_STATE = "adaptive-clipping"
 """The name of the clipping norm's record in an adaptive wrapper's state."""
 
 
+def adapted_clipping_norm(
+    clipping_norm: float,
+    counted: int,
+    unclipped: int,
+    *,
+    clip_norm_lr: float,
+    target_clipped_quantile: float,
+    clipped_count_stddev: float,
+    rng: np.random.Generator,
+) -> float:
+    """C · exp(−η (b̃ − γ)): the next clipping norm, b̃ = (``unclipped`` + N(0, σ_b²)) /
+    ``counted`` the noised fraction of updates left unclipped (no draw when σ_b is 0)."""
+    noise = float(rng.normal(0.0, clipped_count_stddev)) if clipped_count_stddev > 0 else 0.0
+    fraction = (unclipped + noise) / counted
+    return clipping_norm * math.exp(-clip_norm_lr * (fraction - target_clipped_quantile))
+
+
 class _AdaptiveClipping(_FixedClipping):
     """What both wrappers share: the bits' tally per round and the norm's update."""
 
@@ -149,14 +166,16 @@ class _AdaptiveClipping(_FixedClipping):
 
     def update_clipping_norm(self, server_round: int, counted: int, unclipped: int) -> None:
         """C ← C · exp(−η (b̃ − γ)), b̃ the noised fraction of the replies left unclipped."""
-        noise = 0.0
-        if self.clipped_count_stddev > 0:
-            entropy = None if self.seed is None else [self.seed, server_round, 1]
-            noise = float(np.random.default_rng(entropy).normal(0.0, self.clipped_count_stddev))
-        fraction = (unclipped + noise) / counted
+        entropy = None if self.seed is None else [self.seed, server_round, 1]
         previous = self.clipping_norm
-        self.clipping_norm *= math.exp(
-            -self.clip_norm_lr * (fraction - self.target_clipped_quantile)
+        self.clipping_norm = adapted_clipping_norm(
+            previous,
+            counted,
+            unclipped,
+            clip_norm_lr=self.clip_norm_lr,
+            target_clipped_quantile=self.target_clipped_quantile,
+            clipped_count_stddev=self.clipped_count_stddev,
+            rng=np.random.default_rng(entropy),
         )
         log.info(
             "round %d train: %d of %d updates unclipped; clipping norm %.4g -> %.4g",

@@ -154,6 +154,26 @@ def test_record_dict_holds_records_only() -> None:
         content["x"] = np.zeros(1)  # type: ignore[assignment]
 
 
+def test_a_record_dicts_views_of_one_kind_write_through() -> None:
+    # Flower's e2e apps keep state as `context.state.config_records[K] = ConfigRecord(...)`.
+    content = RecordDict({"arrays": ArrayRecord()})
+    content.config_records["state"] = ConfigRecord({"t": "1"})
+    assert content["state"] == {"t": "1"}
+    content.metric_records.update({"m": MetricRecord({"x": 1})})
+    assert list(content) == ["arrays", "state", "m"]
+    assert list(content.config_records) == ["state"]
+    assert len(content.metric_records) == 1
+    with pytest.raises(TypeError, match=r"config_records\['x'\] must be a ConfigRecord"):
+        content.config_records["x"] = MetricRecord()  # type: ignore[assignment]
+    with pytest.raises(KeyError):
+        del content.config_records["arrays"]  # an ArrayRecord is not a config record
+    with pytest.raises(KeyError):
+        content.metric_records["arrays"]
+    del content.config_records["state"]
+    assert "state" not in content
+    assert repr(content.config_records) == "{}"
+
+
 def test_records_are_unhashable_mappings() -> None:
     with pytest.raises(TypeError):
         hash(MetricRecord())

@@ -36,6 +36,18 @@ def test_a_name_comes_from_the_closest_module_that_serves_it() -> None:
     assert served_module("_private", "flwr.serverapp.strategy.fedavg", SERVED) is None
 
 
+def test_a_message_api_strategy_name_never_comes_from_the_legacy_strategies() -> None:
+    served = {**SERVED, "flwr.server.strategy": {"FedAvg", "FedOpt"}}
+
+    assert served_module("FedOpt", "flwr.serverapp.strategy.fedopt", served) is None
+    assert served_module("FedOpt", "flwr.server.strategy.fedopt", served) == (
+        "flwr.server.strategy"
+    )
+    assert served_module("FedAvg", "flwr.server.strategy.fedavg", served) == (
+        "flwr.server.strategy"
+    )
+
+
 def test_only_import_lines_change_and_keep_their_line_numbers() -> None:
     source = (
         "import numpy as np\n"

@@ -7,6 +7,13 @@ with the aggregation rule of :mod:`fedcore.strategy` that its Message-API twin u
 rule has one implementation.
 """
 
+from fedcore.legacy.strategy.dp_clipping import (
+    DifferentialPrivacyClientSideAdaptiveClipping,
+    DifferentialPrivacyClientSideFixedClipping,
+    DifferentialPrivacyServerSideAdaptiveClipping,
+    DifferentialPrivacyServerSideFixedClipping,
+)
+from fedcore.legacy.strategy.dpfedavg import DPFedAvgAdaptive, DPFedAvgFixed
 from fedcore.legacy.strategy.fault_tolerant_fedavg import FaultTolerantFedAvg
 from fedcore.legacy.strategy.fedavg import FedAvg
 from fedcore.legacy.strategy.fedavg_android import FedAvgAndroid
@@ -16,9 +23,16 @@ from fedcore.legacy.strategy.fedprox import FedProx
 from fedcore.legacy.strategy.qfedavg import QFedAvg
 from fedcore.legacy.strategy.robust import Bulyan, FedMedian, FedTrimmedAvg, Krum
 from fedcore.legacy.strategy.strategy import Strategy
+from fedcore.legacy.strategy.xgboost import FedXgbBagging, FedXgbCyclic, FedXgbNnAvg
 
 __all__ = [
     "Bulyan",
+    "DPFedAvgAdaptive",
+    "DPFedAvgFixed",
+    "DifferentialPrivacyClientSideAdaptiveClipping",
+    "DifferentialPrivacyClientSideFixedClipping",
+    "DifferentialPrivacyServerSideAdaptiveClipping",
+    "DifferentialPrivacyServerSideFixedClipping",
     "FaultTolerantFedAvg",
     "FedAdagrad",
     "FedAdam",
@@ -29,6 +43,9 @@ __all__ = [
     "FedOpt",
     "FedProx",
     "FedTrimmedAvg",
+    "FedXgbBagging",
+    "FedXgbCyclic",
+    "FedXgbNnAvg",
     "FedYogi",
     "Krum",
     "QFedAvg",

@@ -91,7 +91,7 @@ class FedOpt(FedAvg):
         self.beta_2 = beta_2
 
     def __repr__(self) -> str:
-        return f"{_NAMES.get(type(self), 'FedOpt')}(accept_failures={self.accept_failures})"
+        return f"FedOpt(accept_failures={self.accept_failures})"
 
     @property
     def m_t(self) -> NDArrays | None:
@@ -136,6 +136,9 @@ class FedAdam(FedOpt):
             eta=eta, eta_l=eta_l, beta_1=beta_1, beta_2=beta_2, tau=tau
         )
 
+    def __repr__(self) -> str:
+        return f"FedAdam(accept_failures={self.accept_failures})"
+
 
 class FedYogi(FedOpt):
     """FedOpt with Yogi's step."""
@@ -155,6 +158,9 @@ class FedYogi(FedOpt):
             eta=eta, eta_l=eta_l, beta_1=beta_1, beta_2=beta_2, tau=tau
         )
 
+    def __repr__(self) -> str:
+        return f"FedYogi(accept_failures={self.accept_failures})"
+
 
 class FedAdagrad(FedOpt):
     """FedOpt with Adagrad's step."""
@@ -165,5 +171,5 @@ class FedAdagrad(FedOpt):
         super().__init__(eta=eta, eta_l=eta_l, beta_1=0.0, beta_2=0.0, tau=tau, **kwargs)
         self.optimizer = message_api.FedAdagrad(eta=eta, eta_l=eta_l, tau=tau)
 
-
-_NAMES: dict[type, str] = {FedAdam: "FedAdam", FedYogi: "FedYogi", FedAdagrad: "FedAdagrad"}
+    def __repr__(self) -> str:
+        return f"FedAdagrad(accept_failures={self.accept_failures})"

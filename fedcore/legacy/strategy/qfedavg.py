@@ -38,7 +38,10 @@ class QFedAvg(FedAvg):
         self.pre_weights: NDArrays | None = None
 
     def __repr__(self) -> str:
-        return f"QffedAvg(learning_rate={self.learning_rate}, q_param={self.q_param})"
+        return (
+            f"QffedAvg(learning_rate={self.learning_rate}, q_param={self.q_param}, "
+            f"pre_weights={self.pre_weights})"
+        )
 
     def configure_fit(
         self, server_round: int, parameters: Parameters, client_manager: ClientManager

@@ -9,6 +9,7 @@ the metrics of the selected replies only).
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Callable
 from typing import Any
 
@@ -33,8 +34,9 @@ from fedcore.legacy.types import (
 class _RobustFedAvg(FedAvg):
     """FedAvg whose mean is replaced by :meth:`rule` on ``(ndarrays, num_examples)`` pairs."""
 
+    @abstractmethod
     def rule(self, results: list[tuple[NDArrays, int]]) -> NDArrays:
-        raise NotImplementedError
+        """The new global model from the clients' ``(ndarrays, num_examples)``."""
 
     def aggregate_fit(
         self,
