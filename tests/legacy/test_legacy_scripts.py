@@ -361,22 +361,18 @@ def test_an_app_directory_takes_no_arguments_and_a_mistyped_option_is_named(
     assert "only a script (.py) or -m MODULE takes arguments" in extra.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="outside the scripts' part: its client_app.py imports flwr.client.start_client, "
-    "refused at import (OUT_OF_SCOPE in fedcore/apps/flower_imports.py), and its NumPyClient "
-    "writes context.state.config_records[...] = ..., which fedcore's RecordDict.config_records "
-    "(a copy) does not keep; with both, it runs and its asserts hold on both backends",
-)
-def test_flowers_e2e_bare_simulation_script_runs_unchanged(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["process", "inline"])
+def test_flowers_e2e_bare_simulation_script_runs_unchanged(tmp_path: Path, backend: str) -> None:
     try:
         extract_flower(["framework/e2e/e2e-bare"], tmp_path)
     except FlowerRepoUnavailable as exc:
         pytest.skip(f"{exc} (tests/flower_apps)")
     app = tmp_path / "framework" / "e2e" / "e2e-bare"
 
-    done = fedcore("simulation.py", cwd=app)
+    done = fedcore("--backend", backend, "simulation.py", cwd=app)
 
     # Its own asserts check the History (the loss fell, every client's state grew by two
-    # entries a round); its exit status says whether they held.
+    # entries a round); its exit status says whether they held. No client failed either.
     assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "received 2 results and 0 failures" in done.stderr
