@@ -260,7 +260,13 @@ def test_default_workflow_waits_no_longer_than_the_round_timeout() -> None:
     # Flower's workflow ignores round_timeout; fedcore's waits that long at most, and a
     # node that did not answer in time is a failure of the round.
     nodes = Nodes([1, 2, 3], silent={3})
-    strategy = FedAvg(fraction_fit=1.0, fraction_evaluate=1.0, min_available_clients=3)
+    strategy = FedAvg(
+        fraction_fit=1.0,
+        fraction_evaluate=1.0,
+        min_available_clients=3,
+        # Not asked of a random node, which may be the silent one.
+        initial_parameters=ndarrays_to_parameters([np.zeros(3)]),
+    )
     context = LegacyContext(
         Context(run_id=7, node_id=0),
         config=ServerConfig(num_rounds=1, round_timeout=5.0),
