@@ -39,7 +39,14 @@ def deployment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Depl
         yield running
 
 
-@pytest.mark.parametrize(("name", "needs"), [("e2e-bare", ()), ("e2e-pytorch", ("torch", "tqdm"))])
+@pytest.mark.parametrize(
+    ("name", "needs"),
+    [
+        ("e2e-bare", ()),
+        # About a minute: each node's ClientApp process imports torch and builds its loaders.
+        pytest.param("e2e-pytorch", ("torch", "tqdm"), marks=pytest.mark.slow),
+    ],
+)
 def test_flowers_e2e_app_runs_as_it_is(
     deployment: Deployment, tmp_path: Path, name: str, needs: tuple[str, ...]
 ) -> None:
@@ -52,3 +59,9 @@ def test_flowers_e2e_app_runs_as_it_is(
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-8000:]
     assert re.search(r"run \d+ finished:completed", done.stderr)
     assert "Traceback" not in done.stdout + done.stderr, done.stdout[-8000:]
+    # Its 3 rounds, both nodes training and evaluating in each, as its legacy server logs.
+    for stage in ("fit", "evaluate"):
+        answered = re.findall(
+            rf"aggregate_{stage}: received (\d+) results and (\d+) failures", done.stdout
+        )
+        assert answered == [("2", "0")] * 3, done.stdout[-8000:]
