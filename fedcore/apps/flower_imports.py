@@ -30,12 +30,12 @@ import importlib.machinery
 import importlib.util
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 from fedcore.apps.flower_legacy_names import LEGACY_NAMES
-from fedcore.errors import FlowerImportError
+from fedcore.errors import FlowerImportError, UsageError
 
 _MARK = "__fedcore_flower__"
 
@@ -166,6 +166,82 @@ is ``flwr.serverapp``'s ``strategy``).
 for _module, _names in LEGACY_NAMES.items():
     FLOWER_NAMES.setdefault(_module, {}).update(_names)
 
+# ---- Flower's legacy server: Server, History, ServerApp(server_fn=...), workflows (issue 25)
+_SERVER = "fedcore.legacy.server"
+_SERVER_APP = "fedcore.legacy.server_app"
+_SERVER_CONFIG = {
+    "ServerAppComponents": "fedcore.legacy.server_config:ServerAppComponents",
+    "ServerConfig": "fedcore.legacy.server_config:ServerConfig",
+}
+_HISTORY = {"History": "fedcore.legacy.history:History"}
+_LEGACY_CONTEXT = {"LegacyContext": "fedcore.legacy.workflow:LegacyContext"}
+_LEGACY_SERVER_APP = {"ServerApp": f"{_SERVER_APP}:ServerApp"}
+_WORKFLOWS = {
+    name: f"fedcore.legacy.workflow:{name}"
+    for name in (
+        "DefaultWorkflow",
+        "default_centralized_evaluation_workflow",
+        "default_evaluate_workflow",
+        "default_fit_workflow",
+        "default_init_params_workflow",
+    )
+}
+LEGACY_SERVER_NAMES: dict[str, dict[str, str]] = {
+    "flwr.server": {
+        **_SERVER_CONFIG,
+        **_HISTORY,
+        **_LEGACY_CONTEXT,
+        **_LEGACY_SERVER_APP,
+        "Server": f"{_SERVER}:Server",
+        "Driver": "fedcore:Grid",  # Flower's deprecated name of Grid
+    },
+    "flwr.serverapp": _LEGACY_SERVER_APP,
+    "flwr.server.server_app": _LEGACY_SERVER_APP,
+    "flwr.server.server": {
+        name: f"{_SERVER}:{name}"
+        for name in (
+            "Server",
+            "evaluate_clients",
+            "fit_clients",
+            "init_defaults",
+            "reconnect_clients",
+            "run_fl",
+        )
+    },
+    "flwr.server.history": _HISTORY,
+    "flwr.server.server_config": {"ServerConfig": _SERVER_CONFIG["ServerConfig"]},
+    "flwr.server.serverapp_components": {
+        "ServerAppComponents": _SERVER_CONFIG["ServerAppComponents"]
+    },
+    "flwr.server.compat": {**_LEGACY_CONTEXT, "start_grid": f"{_SERVER_APP}:start_grid"},
+    "flwr.server.compat.app": {"start_grid": f"{_SERVER_APP}:start_grid"},
+    "flwr.server.compat.app_utils": {
+        "start_update_client_manager_thread": (
+            "fedcore.legacy.grid_client_proxy:start_update_client_manager_thread"
+        )
+    },
+    "flwr.server.compat.grid_client_proxy": {
+        "GridClientProxy": "fedcore.legacy.grid_client_proxy:GridClientProxy"
+    },
+    "flwr.server.compat.legacy_context": _LEGACY_CONTEXT,
+    "flwr.server.workflow": {"DefaultWorkflow": _WORKFLOWS["DefaultWorkflow"]},
+    "flwr.server.workflow.default_workflows": _WORKFLOWS,
+}
+"""The legacy server's part of :data:`FLOWER_NAMES`, merged into it below."""
+for _module, _names in LEGACY_SERVER_NAMES.items():
+    FLOWER_NAMES.setdefault(_module, {}).update(_names)
+
+_WIRE = (
+    "talks Flower's own wire protocol, which fedcore does not speak, so calling it fails: "
+    "run the app with `fedcore run` on a fedcore link, or `fedcore simulate`"
+)
+OUT_OF_SCOPE: dict[str, str] = {  # importing one logs this line; calling it raises it
+    "flwr.server.start_server": _WIRE,
+    "flwr.client.start_client": _WIRE,
+    "flwr.client.start_numpy_client": _WIRE,
+}
+"""Flower names fedcore will not serve, and why (:func:`out_of_scope`)."""
+
 _flower_log = logging.getLogger("flwr")
 
 
@@ -197,6 +273,24 @@ def install_flower_imports() -> None:
 def unsupported(name: str) -> FlowerImportError:
     """The error for the Flower name (module or ``module.attr``) ``name``."""
     return FlowerImportError(f"{name} is a Flower name that fedcore does not support yet")
+
+
+def out_of_scope(name: str) -> Callable[..., NoReturn]:
+    """What importing the :data:`OUT_OF_SCOPE` name ``name`` gives: a function that raises
+    :class:`~fedcore.errors.UsageError` saying why, when called.
+
+    The import itself succeeds, with that line logged once: Flower's e2e apps import
+    ``start_client`` beside ``NumPyClient`` and call it only when run as a script.
+    """
+    line = f"{name} {OUT_OF_SCOPE[name]}"
+    _flower_log.warning("%s", line)
+
+    def refused(*args: object, **kwargs: object) -> NoReturn:
+        raise UsageError(line)
+
+    refused.__name__ = refused.__qualname__ = name.rpartition(".")[2]
+    refused.__module__ = name.rpartition(".")[0]
+    return refused
 
 
 class _FlowerFinder(importlib.abc.MetaPathFinder):
@@ -236,9 +330,12 @@ class _FlowerLoader(importlib.abc.Loader):
                 raise AttributeError(f"module {name!r} has no attribute {attr!r}")
             if attr in children:
                 return importlib.import_module(f"{prefix}{attr}")
-            if attr not in names:
+            if f"{prefix}{attr}" in OUT_OF_SCOPE:
+                value: object = out_of_scope(f"{prefix}{attr}")
+            elif attr not in names:
                 raise unsupported(f"{prefix}{attr}")
-            value = _resolve(names[attr], f"{prefix}{attr}")
+            else:
+                value = _resolve(names[attr], f"{prefix}{attr}")
             setattr(module, attr, value)  # the next lookup is an ordinary one
             return value
 

@@ -185,8 +185,13 @@ _LEGACY_STRATEGIES: dict[str, dict[str, str]] = {
 }
 """The legacy strategies, ClientManager, ClientProxy and Criterion."""
 
+# ---- legacy scripts: start_simulation and run_simulation on fedcore's engine
+_LEGACY_SCRIPTS: dict[str, dict[str, str]] = {
+    "flwr.simulation": _in("fedcore.legacy.simulation", ("run_simulation", "start_simulation")),
+}
+
 LEGACY_NAMES: dict[str, dict[str, str]] = {}
 """Each ``flwr`` module -> its legacy names -> the fedcore ``module:attr`` behind each."""
-for _part in (_LEGACY_CLIENT, _LEGACY_STRATEGIES):
+for _part in (_LEGACY_CLIENT, _LEGACY_STRATEGIES, _LEGACY_SCRIPTS):
     for _module, _names in _part.items():
         LEGACY_NAMES.setdefault(_module, {}).update(_names)

@@ -62,10 +62,15 @@ FLOWER_UNIT_TESTS = (
     f"{FLOWER_SOURCE}server/client_manager_test.py",
     f"{FLOWER_SOURCE}server/client_proxy_test.py",
     f"{FLOWER_SOURCE}server/criterion_test.py",
+    # the legacy server side (issue 25)
+    f"{FLOWER_SOURCE}server/server_test.py",
+    f"{FLOWER_SOURCE}server/history_test.py",
+    f"{FLOWER_SOURCE}server/compat/*_test.py",
 )
 """Flower's unit tests of its public Message API — records, Message, ClientApp and its
 mods, ServerApp, strategies — and of its legacy API: Parameters, the RecordDict compat
-functions, Client, NumPyClient, its strategies, ClientManager, ClientProxy, Criterion."""
+functions, Client, NumPyClient, its strategies, ClientManager, ClientProxy, Criterion;
+Server, History, GridClientProxy and the Grid's client registration."""
 
 FLOWER_UNIT_HELPERS = (f"{FLOWER_SOURCE}common/serde_test.py",)
 """Flower test modules the tests above import helpers from (``serde_test``'s
