@@ -43,7 +43,7 @@ def deployment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Depl
     ("name", "needs"),
     [
         ("e2e-bare", ()),
-        # About a minute: each node's ClientApp process imports torch and builds its loaders.
+        # 15 to 60 s here: each node's ClientApp process imports torch and builds its loaders.
         pytest.param("e2e-pytorch", ("torch", "tqdm"), marks=pytest.mark.slow),
     ],
 )
