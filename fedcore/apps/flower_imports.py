@@ -162,74 +162,10 @@ A module's submodules are the table's other keys under it (``flwr.serverapp.stra
 is ``flwr.serverapp``'s ``strategy``).
 """
 
-# Flower's legacy API (NumPyClient, flwr.server.strategy, …) is served too.
+# Flower's legacy API (NumPyClient, flwr.server.strategy, ServerApp(server_fn=…), …).
 for _module, _names in LEGACY_NAMES.items():
     FLOWER_NAMES.setdefault(_module, {}).update(_names)
 
-# ---- Flower's legacy server: Server, History, ServerApp(server_fn=...), workflows (issue 25)
-_SERVER = "fedcore.legacy.server"
-_SERVER_APP = "fedcore.legacy.server_app"
-_SERVER_CONFIG = {
-    "ServerAppComponents": "fedcore.legacy.server_config:ServerAppComponents",
-    "ServerConfig": "fedcore.legacy.server_config:ServerConfig",
-}
-_HISTORY = {"History": "fedcore.legacy.history:History"}
-_LEGACY_CONTEXT = {"LegacyContext": "fedcore.legacy.workflow:LegacyContext"}
-_LEGACY_SERVER_APP = {"ServerApp": f"{_SERVER_APP}:ServerApp"}
-_WORKFLOWS = {
-    name: f"fedcore.legacy.workflow:{name}"
-    for name in (
-        "DefaultWorkflow",
-        "default_centralized_evaluation_workflow",
-        "default_evaluate_workflow",
-        "default_fit_workflow",
-        "default_init_params_workflow",
-    )
-}
-LEGACY_SERVER_NAMES: dict[str, dict[str, str]] = {
-    "flwr.server": {
-        **_SERVER_CONFIG,
-        **_HISTORY,
-        **_LEGACY_CONTEXT,
-        **_LEGACY_SERVER_APP,
-        "Server": f"{_SERVER}:Server",
-        "Driver": "fedcore:Grid",  # Flower's deprecated name of Grid
-    },
-    "flwr.serverapp": _LEGACY_SERVER_APP,
-    "flwr.server.server_app": _LEGACY_SERVER_APP,
-    "flwr.server.server": {
-        name: f"{_SERVER}:{name}"
-        for name in (
-            "Server",
-            "evaluate_clients",
-            "fit_clients",
-            "init_defaults",
-            "reconnect_clients",
-            "run_fl",
-        )
-    },
-    "flwr.server.history": _HISTORY,
-    "flwr.server.server_config": {"ServerConfig": _SERVER_CONFIG["ServerConfig"]},
-    "flwr.server.serverapp_components": {
-        "ServerAppComponents": _SERVER_CONFIG["ServerAppComponents"]
-    },
-    "flwr.server.compat": {**_LEGACY_CONTEXT, "start_grid": f"{_SERVER_APP}:start_grid"},
-    "flwr.server.compat.app": {"start_grid": f"{_SERVER_APP}:start_grid"},
-    "flwr.server.compat.app_utils": {
-        "start_update_client_manager_thread": (
-            "fedcore.legacy.grid_client_proxy:start_update_client_manager_thread"
-        )
-    },
-    "flwr.server.compat.grid_client_proxy": {
-        "GridClientProxy": "fedcore.legacy.grid_client_proxy:GridClientProxy"
-    },
-    "flwr.server.compat.legacy_context": _LEGACY_CONTEXT,
-    "flwr.server.workflow": {"DefaultWorkflow": _WORKFLOWS["DefaultWorkflow"]},
-    "flwr.server.workflow.default_workflows": _WORKFLOWS,
-}
-"""The legacy server's part of :data:`FLOWER_NAMES`, merged into it below."""
-for _module, _names in LEGACY_SERVER_NAMES.items():
-    FLOWER_NAMES.setdefault(_module, {}).update(_names)
 
 _WIRE = (
     "talks Flower's own wire protocol, which fedcore does not speak, so calling it fails: "

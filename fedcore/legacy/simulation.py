@@ -199,7 +199,7 @@ def _simulate(app: App, nodes: int, resources: Resources) -> Any:
     global _running
     from fedcore.simulation.simulate import run_simulation as run
 
-    defaults = _defaults
+    defaults = _defaults  # as the command line set them when the script started
     options: dict[str, Any] = {
         "nodes": nodes,
         "resources": resources,
