@@ -47,8 +47,9 @@ FAST = {("e2e-bare", mode) for mode in (*BACKENDS, SCRIPT)} | {
     ("e2e-pandas", "inline"),
     ("e2e-scikit-learn", "inline"),
 }
-"""The runs of a few seconds that CI's default selection keeps; the others, which import
-torch, jax or Lightning in each process, are marked ``slow`` (``make test-all``)."""
+"""The runs of a few seconds that CI's default selection keeps; the others, each process
+of which imports torch, jax, Lightning or scikit-learn, take 10 to 45 s on a 2-core
+machine and are marked ``slow`` (``make test-all``)."""
 SHARES_ONE_MODEL = pytest.mark.xfail(
     strict=True,
     reason="the inline backend runs the two nodes' plain handlers at once, in threads of "
