@@ -3,7 +3,8 @@
 The tests that run Flower's examples as they are (and the side-by-side benchmarks)
 extract each one from the repository ``$FEDCORE_FLOWER_REPO`` names at
 :data:`FLOWER_COMMIT` (:mod:`fedcore.testing.flower_repo`), so every run sees the
-same code.
+same code: the apps of ``examples/`` (:func:`flower_example`) and the end-to-end test
+apps of ``framework/e2e/`` (:func:`flower_e2e_app`).
 
 Most examples load their data from the Hugging Face hub, which the tests cannot
 reach. :func:`offline_environment` is the environment they run them in instead: the
@@ -57,6 +58,25 @@ def flower_example_or_skip(name: str, into: Path) -> Path:
 
     try:
         return flower_example(name, into)
+    except FlowerExampleUnavailable as exc:
+        pytest.skip(f"{exc} (tests/flower_apps)")
+
+
+def flower_e2e_app(name: str, into: Path) -> Path:
+    """Flower's ``framework/e2e/NAME`` at :data:`FLOWER_COMMIT`, extracted under ``into``."""
+    try:
+        extract_flower([f"framework/e2e/{name}"], into)
+    except FlowerRepoUnavailable as exc:
+        raise FlowerExampleUnavailable(str(exc)) from None
+    return into / "framework" / "e2e" / name
+
+
+def flower_e2e_app_or_skip(name: str, into: Path) -> Path:
+    """:func:`flower_e2e_app`, or the calling test skipped with the reason it is not there."""
+    import pytest
+
+    try:
+        return flower_e2e_app(name, into)
     except FlowerExampleUnavailable as exc:
         pytest.skip(f"{exc} (tests/flower_apps)")
 

@@ -3,8 +3,8 @@
 What the examples do with one: ``len(ds)``, ``ds.num_rows``, ``ds.shape``; ``ds[i]``
 for a row (a dict, which a torch ``DataLoader`` collates); ``ds[:]`` under
 ``with_format("pandas")`` for a DataFrame, under ``set_format("numpy")`` (in place, as
-Hugging Face's) for a dict of arrays; ``to_pandas()``; ``train_test_split(test_size=,
-seed=)``; ``select``, ``select_columns``; ``with_transform(fn)``, where ``fn`` gets a
+Hugging Face's) for a dict of arrays; ``to_pandas()``; ``train_test_split(test_size= or
+train_size=, seed=)``; ``select``, ``select_columns``; ``with_transform(fn)``, where ``fn`` gets a
 batch (a dict of lists) and returns it changed, and a row is the batch of one it
 returns; ``with_format("torch")``; ``concatenate_datasets``. Columns are numpy arrays
 (a sequence column, such as HIGGS' ``inputs``, a 2-d one); an image column's rows come
@@ -101,14 +101,29 @@ class Dataset:
         return self._view(indices=self._indices[order])
 
     def train_test_split(
-        self, test_size: float | int, *, seed: int | None = None, shuffle: bool = True
+        self,
+        test_size: float | int | None = None,
+        train_size: float | int | None = None,
+        *,
+        seed: int | None = None,
+        shuffle: bool = True,
     ) -> DatasetDict:
         """``{"train", "test"}``: ``test_size`` rows (a fraction of them, rounded up) for
-        test, the others for train, after a shuffle seeded by ``seed``."""
+        test, or else all but ``train_size`` rows (a fraction, rounded down), or else a
+        quarter, the others for train, after a shuffle seeded by ``seed``."""
         n = len(self)
-        tests = math.ceil(test_size * n) if isinstance(test_size, float) else int(test_size)
+        if test_size is not None:
+            tests = math.ceil(test_size * n) if isinstance(test_size, float) else int(test_size)
+        elif train_size is not None:
+            trains = math.floor(train_size * n) if isinstance(train_size, float) else train_size
+            tests = n - int(trains)
+        else:  # Hugging Face's default: a quarter for test
+            tests = math.ceil(0.25 * n)
         if not 0 < tests < n:
-            raise ValueError(f"test_size={test_size!r} leaves no train or no test rows of {n}")
+            raise ValueError(
+                f"test_size={test_size!r}, train_size={train_size!r} leave no train or "
+                f"no test rows of {n}"
+            )
         order = np.random.default_rng(seed).permutation(n) if shuffle else np.arange(n)
         return DatasetDict(
             {

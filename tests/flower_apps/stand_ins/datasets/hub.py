@@ -55,6 +55,7 @@ class _Table:
 
 _CIFAR10 = _Images("img", (32, 32, 3), {"train": 240, "test": 60})
 _FASHION_MNIST = _Images("image", (28, 28), {"train": 240, "test": 60})
+_MNIST = _Images("image", (28, 28), {"train": 2000, "test": 200})
 
 _IRIS = _Table(tables.iris, {"train": 150})
 # Far fewer rows than the hub's 10.5 million, but more than 500,000 in train:
@@ -66,6 +67,7 @@ _TITANIC = _Table(tables.titanic_survival, {"train": 887})  # all of the hub's r
 CATALOG: dict[str, tuple[tuple[str, ...], Callable[[str, str], Dataset]]] = {
     "uoft-cs/cifar10": (("train", "test"), _CIFAR10.split),
     "zalando-datasets/fashion_mnist": (("train", "test"), _FASHION_MNIST.split),
+    "ylecun/mnist": (("train", "test"), _MNIST.split),
     "scikit-learn/iris": (tuple(_IRIS.rows), _IRIS.split),
     "jxie/higgs": (tuple(_HIGGS.rows), _HIGGS.split),
     "scikit-learn/adult-census-income": (tuple(_ADULT.rows), _ADULT.split),
