@@ -1,7 +1,8 @@
-"""A stand-in for torchvision: the image transforms Flower's examples use, and nothing else.
+"""A stand-in for torchvision: the image transforms and the one data set Flower's apps use.
 
 PyPI's torchvision builds do not import beside the CPU build of torch the tests
 install, so the tests put this package first on ``PYTHONPATH`` instead
-(tests/flower_apps/README.md). :mod:`torchvision.transforms` holds the five
-transforms the examples compose; it is fedcore's test code, not torchvision's.
+(tests/flower_apps/README.md). :mod:`torchvision.transforms` holds the transforms the
+examples compose, :mod:`torchvision.datasets` a synthetic CIFAR-10 for Flower's e2e
+apps; it is fedcore's test code, not torchvision's.
 """

@@ -1,4 +1,5 @@
-"""``Compose``, ``ToTensor``, ``Normalize``, ``RandomCrop`` and ``RandomHorizontalFlip``.
+"""``Compose``, ``ToTensor``, ``Normalize``, ``RandomCrop``, ``RandomHorizontalFlip``
+and :mod:`~torchvision.transforms.functional`'s ``to_tensor``.
 
 They do what torchvision's documentation says of them, for the inputs the examples
 give them: PIL images (``RGB`` or ``L``) from the ``datasets`` stand-in, then the
@@ -15,7 +16,16 @@ import numpy as np
 import torch
 from PIL import Image
 
-__all__ = ["Compose", "Normalize", "RandomCrop", "RandomHorizontalFlip", "ToTensor"]
+from torchvision.transforms import functional
+
+__all__ = [
+    "Compose",
+    "Normalize",
+    "RandomCrop",
+    "RandomHorizontalFlip",
+    "ToTensor",
+    "functional",
+]
 
 
 class Compose:
@@ -34,14 +44,7 @@ class ToTensor:
     """A PIL image or an ``H×W(×C)`` uint8 array -> a float32 ``C×H×W`` tensor in [0, 1]."""
 
     def __call__(self, image: Image.Image | np.ndarray) -> torch.Tensor:
-        pixels = np.asarray(image)
-        if pixels.ndim == 2:
-            pixels = pixels[:, :, None]
-        # A copy: a PIL image's pixels are read-only, and the tensor is the model's input.
-        tensor = torch.from_numpy(pixels.transpose(2, 0, 1).copy())
-        if tensor.dtype == torch.uint8:
-            return tensor.to(torch.float32).div(255)
-        return tensor
+        return functional.to_tensor(image)
 
 
 class Normalize:
