@@ -78,8 +78,11 @@ def hydra_run_dir(cwd: Path) -> Path:
 
 
 def accuracies(history: Any) -> list[tuple[int, float]]:
-    """The centralized accuracy of each round a ``History`` holds, round 0 included."""
-    return [(int(r), float(a)) for r, a in history.metrics_centralized["accuracy"]]
+    """The centralized accuracy of each round a ``History`` holds, round 0 included
+    (printed: ``pytest -s`` shows the figures tests/legacy/README.md compares)."""
+    found = [(int(r), float(a)) for r, a in history.metrics_centralized["accuracy"]]
+    print(f"accuracy by round: {found}")
+    return found
 
 
 @BASELINE
