@@ -46,6 +46,8 @@ of its forms, :class:`MessageInitializationError`, a ``TypeError`` (Flower's cla
     │                               an aggregate that does not fit the model it updates
     ├── RefusedReplyError (ValueError)
     │                               a training reply a strategy will not aggregate
+    ├── ErrorReplyError (ValueError)
+    │                               a legacy client call answered by an error reply
     ├── MessageInitializationError (TypeError)
     │                               Message(...) arguments that fit none of its forms
     ├── ResourceError               the machine has no room for it (shared memory, disk)
@@ -239,6 +241,12 @@ class AggregationError(FedcoreError, ValueError):
     """A round's aggregate that a server optimizer cannot apply: its arrays differ in
     names or shapes from the model it updates, or from the optimizer's state (Flower's
     ``AggregationError``)."""
+
+
+class ErrorReplyError(FedcoreError, ValueError):
+    """A legacy client call (:mod:`fedcore.legacy.grid_client_proxy`) whose Message was
+    answered by an error: the ClientApp raised, the node left, the TTL ran out. A
+    ``ValueError``, as Flower's proxy raises; the legacy server counts it as a failure."""
 
 
 class RefusedReplyError(FedcoreError, ValueError):

@@ -30,12 +30,12 @@ import importlib.machinery
 import importlib.util
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 from fedcore.apps.flower_legacy_names import LEGACY_NAMES
-from fedcore.errors import FlowerImportError
+from fedcore.errors import FlowerImportError, UsageError
 
 _MARK = "__fedcore_flower__"
 
@@ -162,9 +162,21 @@ A module's submodules are the table's other keys under it (``flwr.serverapp.stra
 is ``flwr.serverapp``'s ``strategy``).
 """
 
-# Flower's legacy API (NumPyClient, flwr.server.strategy, …) is served too.
+# Flower's legacy API (NumPyClient, flwr.server.strategy, ServerApp(server_fn=…), …).
 for _module, _names in LEGACY_NAMES.items():
     FLOWER_NAMES.setdefault(_module, {}).update(_names)
+
+
+_WIRE = (
+    "talks Flower's own wire protocol, which fedcore does not speak, so calling it fails: "
+    "run the app with `fedcore run` on a fedcore link, or `fedcore simulate`"
+)
+OUT_OF_SCOPE: dict[str, str] = {  # importing one logs this line; calling it raises it
+    "flwr.server.start_server": _WIRE,
+    "flwr.client.start_client": _WIRE,
+    "flwr.client.start_numpy_client": _WIRE,
+}
+"""Flower names fedcore will not serve, and why (:func:`out_of_scope`)."""
 
 _flower_log = logging.getLogger("flwr")
 
@@ -197,6 +209,24 @@ def install_flower_imports() -> None:
 def unsupported(name: str) -> FlowerImportError:
     """The error for the Flower name (module or ``module.attr``) ``name``."""
     return FlowerImportError(f"{name} is a Flower name that fedcore does not support yet")
+
+
+def out_of_scope(name: str) -> Callable[..., NoReturn]:
+    """What importing the :data:`OUT_OF_SCOPE` name ``name`` gives: a function that raises
+    :class:`~fedcore.errors.UsageError` saying why, when called.
+
+    The import itself succeeds, with that line logged once: Flower's e2e apps import
+    ``start_client`` beside ``NumPyClient`` and call it only when run as a script.
+    """
+    line = f"{name} {OUT_OF_SCOPE[name]}"
+    _flower_log.warning("%s", line)
+
+    def refused(*args: object, **kwargs: object) -> NoReturn:
+        raise UsageError(line)
+
+    refused.__name__ = refused.__qualname__ = name.rpartition(".")[2]
+    refused.__module__ = name.rpartition(".")[0]
+    return refused
 
 
 class _FlowerFinder(importlib.abc.MetaPathFinder):
@@ -236,9 +266,12 @@ class _FlowerLoader(importlib.abc.Loader):
                 raise AttributeError(f"module {name!r} has no attribute {attr!r}")
             if attr in children:
                 return importlib.import_module(f"{prefix}{attr}")
-            if attr not in names:
+            if f"{prefix}{attr}" in OUT_OF_SCOPE:
+                value: object = out_of_scope(f"{prefix}{attr}")
+            elif attr not in names:
                 raise unsupported(f"{prefix}{attr}")
-            value = _resolve(names[attr], f"{prefix}{attr}")
+            else:
+                value = _resolve(names[attr], f"{prefix}{attr}")
             setattr(module, attr, value)  # the next lookup is an ordinary one
             return value
 

@@ -185,6 +185,74 @@ _LEGACY_STRATEGIES: dict[str, dict[str, str]] = {
 }
 """The legacy strategies, ClientManager, ClientProxy and Criterion."""
 
+# ---- the legacy server: Server, History, ServerApp(server_fn=...), workflows
+_SERVER = "fedcore.legacy.server"
+_SERVER_APP = "fedcore.legacy.server_app"
+_SERVER_CONFIG = {
+    "ServerAppComponents": "fedcore.legacy.server_config:ServerAppComponents",
+    "ServerConfig": "fedcore.legacy.server_config:ServerConfig",
+}
+_HISTORY = {"History": "fedcore.legacy.history:History"}
+_LEGACY_CONTEXT = {"LegacyContext": "fedcore.legacy.workflow:LegacyContext"}
+_LEGACY_SERVER_APP = {"ServerApp": f"{_SERVER_APP}:ServerApp"}
+_WORKFLOWS = {
+    name: f"fedcore.legacy.workflow:{name}"
+    for name in (
+        "DefaultWorkflow",
+        "default_centralized_evaluation_workflow",
+        "default_evaluate_workflow",
+        "default_fit_workflow",
+        "default_init_params_workflow",
+    )
+}
+_LEGACY_SERVER: dict[str, dict[str, str]] = {
+    "flwr.server": {
+        **_SERVER_CONFIG,
+        **_HISTORY,
+        **_LEGACY_CONTEXT,
+        **_LEGACY_SERVER_APP,
+        "Server": f"{_SERVER}:Server",
+        "Driver": "fedcore:Grid",  # Flower's deprecated name of Grid
+    },
+    "flwr.serverapp": _LEGACY_SERVER_APP,
+    "flwr.server.server_app": _LEGACY_SERVER_APP,
+    "flwr.server.server": {
+        name: f"{_SERVER}:{name}"
+        for name in (
+            "Server",
+            "evaluate_clients",
+            "fit_clients",
+            "init_defaults",
+            "reconnect_clients",
+            "run_fl",
+        )
+    },
+    "flwr.server.history": _HISTORY,
+    "flwr.server.server_config": {"ServerConfig": _SERVER_CONFIG["ServerConfig"]},
+    "flwr.server.serverapp_components": {
+        "ServerAppComponents": _SERVER_CONFIG["ServerAppComponents"]
+    },
+    "flwr.server.compat": {**_LEGACY_CONTEXT, "start_grid": f"{_SERVER_APP}:start_grid"},
+    "flwr.server.compat.app": {"start_grid": f"{_SERVER_APP}:start_grid"},
+    "flwr.server.compat.app_utils": {
+        "start_update_client_manager_thread": (
+            "fedcore.legacy.grid_client_proxy:start_update_client_manager_thread"
+        )
+    },
+    "flwr.server.compat.grid_client_proxy": {
+        "GridClientProxy": "fedcore.legacy.grid_client_proxy:GridClientProxy"
+    },
+    "flwr.server.compat.legacy_context": _LEGACY_CONTEXT,
+    "flwr.server.workflow": {"DefaultWorkflow": _WORKFLOWS["DefaultWorkflow"]},
+    "flwr.server.workflow.default_workflows": _WORKFLOWS,
+}
+"""The legacy server: Server, History, ServerApp(server_fn=...), LegacyContext, workflows."""
+
+# ---- legacy scripts: start_simulation and run_simulation on fedcore's engine
+_LEGACY_SCRIPTS: dict[str, dict[str, str]] = {
+    "flwr.simulation": _in("fedcore.legacy.simulation", ("run_simulation", "start_simulation")),
+}
+
 # ---- what Flower's baselines import besides (tests/legacy/test_flower_baselines.py)
 _BASELINES: dict[str, dict[str, str]] = {
     # Flower's flwr/common/typing.py imports these from typing, and baselines written for
@@ -197,6 +265,6 @@ _BASELINES: dict[str, dict[str, str]] = {
 
 LEGACY_NAMES: dict[str, dict[str, str]] = {}
 """Each ``flwr`` module -> its legacy names -> the fedcore ``module:attr`` behind each."""
-for _part in (_LEGACY_CLIENT, _LEGACY_STRATEGIES, _BASELINES):
+for _part in (_LEGACY_CLIENT, _LEGACY_STRATEGIES, _LEGACY_SERVER, _LEGACY_SCRIPTS, _BASELINES):
     for _module, _names in _part.items():
         LEGACY_NAMES.setdefault(_module, {}).update(_names)

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from typing import TypeVar
 
 import anyio.from_thread
+import anyio.lowlevel
 
 from fedcore.clock import Clock
 from fedcore.domain import SERVER_NODE_ID, Message, RecordDict, Run
@@ -145,15 +146,28 @@ def reply_filter(
     return None if reply_to_message_ids is None else list(reply_to_message_ids)
 
 
+def _loop_token() -> anyio.lowlevel.EventLoopToken | None:
+    """The running event loop's token, or None outside one (calls then need an anyio
+    worker thread)."""
+    try:
+        return anyio.lowlevel.current_token()
+    except RuntimeError:
+        return None
+
+
 class SyncGrid:
     """A blocking :class:`Grid` for a plain ``def main`` running in a worker thread.
 
     Each call runs the async method on the event loop and waits for it.
-    ``strategy.start(grid=...)`` accepts a SyncGrid too.
+    ``strategy.start(grid=...)`` accepts a SyncGrid too. Made on the event loop's
+    thread (as :meth:`ServerApp.run` makes it), it may be called from any other
+    thread, not only from the worker thread ``main`` runs in: the legacy server calls
+    its clients from a thread pool of its own.
     """
 
     def __init__(self, grid: Grid) -> None:
         self.async_grid = grid
+        self._loop = _loop_token()
 
     @property
     def run(self) -> Run:
@@ -163,7 +177,7 @@ class SyncGrid:
         async def call() -> T:
             return await function()
 
-        return anyio.from_thread.run(call)
+        return anyio.from_thread.run(call, token=self._loop)
 
     def create_message(
         self,

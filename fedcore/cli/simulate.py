@@ -15,6 +15,7 @@ from fedcore.cli.results_dir import results_dir_options
 from fedcore.errors import RunConfigError
 
 if TYPE_CHECKING:
+    from fedcore.legacy.simulation import ScriptDefaults
     from fedcore.simulation import Resources, SimulationResult
 
 # The simulation is imported when the command runs, not here: `fedcore simulate --help`
@@ -30,8 +31,17 @@ MAX_VALUE_LEN = 512 * 1024 * 1024
 """``fedcore.wire.MAX_VALUE_LEN``: Flower's cap on a message."""
 
 
-@click.command()
+@click.command(context_settings={"ignore_unknown_options": True})
 @click.argument("target", required=False)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option(
+    "--module",
+    "-m",
+    metavar="MODULE",
+    help="Run MODULE as `python -m MODULE ARGS` would (the current directory first on "
+    "sys.path), its `import flwr...` answered by fedcore: a legacy Flower program, a "
+    "Hydra app with its key=value overrides included. TARGET and ARGS are its arguments.",
+)
 @click.option(
     "--nodes",
     "-n",
@@ -156,7 +166,9 @@ MAX_VALUE_LEN = 512 * 1024 * 1024
 @click.option("--verbose", "-v", is_flag=True, help="Show debug logs.")
 @click.option("--quiet", "-q", is_flag=True, help="Show only warnings, errors and the summary.")
 def simulate(
-    target: str,
+    target: str | None,
+    args: tuple[str, ...],
+    module: str | None,
     nodes: int | None,
     federation: str | None,
     backend: str,
@@ -182,10 +194,17 @@ def simulate(
 
     TARGET is an app directory whose pyproject.toml has a [tool.fedcore.app] table
     (server = "module:attr", client = "module:attr", and run-config defaults under
-    [tool.fedcore.app.config]), or a "module:attr" naming a fedcore.App importable
-    from the current directory. A Flower app directory works as it is: its
-    [tool.flwr.app.components] and [tool.flwr.app.config] stand in for fedcore's
-    tables, and its `import flwr...` statements get fedcore's names.
+    [tool.fedcore.app.config]), a "module:attr" naming a fedcore.App importable
+    from the current directory, or a Python script (.py: legacy Flower code that calls
+    flwr.simulation.start_simulation or run_simulation). A Flower app directory works
+    as it is: its [tool.flwr.app.components] and [tool.flwr.app.config] stand in for
+    fedcore's tables, and its `import flwr...` statements get fedcore's names.
+
+    A script runs as `python script.py ARGS` would (its directory first on sys.path),
+    and -m MODULE as `python -m MODULE ARGS`, with `import flwr...` answered by fedcore;
+    each simulation it starts runs here with --backend and the resource options, its
+    node count and rounds its own. Put its ARGS after `--` when they look like
+    fedcore's options. The process's exit status is the script's.
 
     \b
     Examples:
@@ -196,10 +215,44 @@ def simulate(
       fedcore simulate examples/quickstart-numpy -n 100 --backend ray --ray-address HEAD:6379
       fedcore simulate examples/quickstart-numpy -n 100 --track tensorboard --track mlflow
       fedcore simulate --resume results/20261202T101500Z-quickstart-numpy-0
+      fedcore simulate simulation.py -- --rounds 3
+      fedcore simulate --backend inline -m baseline.main num_rounds=5 client.lr=0.05
     """
     from fedcore.simulation.progress import showing_progress, summary
     from fedcore.simulation.simulate import run_simulation
 
+    if module is not None or _is_script(target):
+        from fedcore.legacy.simulation import ScriptDefaults
+        from fedcore.simulation import Resources
+
+        if backend == "ray":
+            raise click.BadParameter(
+                "a script's simulations run on the process or inline backend",
+                param_hint="--backend",
+            )
+        resources = None
+        if num_cpus is not None or num_gpus is not None:
+            resources = Resources(num_cpus or 1.0, num_gpus or 0.0)
+        defaults = ScriptDefaults(
+            backend=backend,
+            resources=resources,
+            system=_system(system_cpus, system_gpus),
+            max_workers=max_workers,
+            seed=seed,
+            round_timeout=round_timeout,
+            max_value_bytes=max_value_bytes,
+            progress=False,  # _run_program's display shows every simulation's rounds
+        )
+        _run_program(target, args, module, defaults, verbose=verbose, quiet=quiet)
+        return
+    if args:
+        unknown = next((arg for arg in args if arg.startswith("-") and arg != "-"), None)
+        if unknown is not None:  # a mistyped option (only a program's arguments may be any)
+            raise click.NoSuchOption(unknown.partition("=")[0])
+        raise click.UsageError(
+            f"unexpected arguments {' '.join(args)!r}: only a script (.py) or -m MODULE "
+            "takes arguments"
+        )
     keep: Path | None = None if no_save else out
     if resume is not None:
         target, keep = _resumed_target(resume, target, no_save), None
@@ -250,6 +303,56 @@ def simulate(
         click.echo(f"results: {result.out}{shown}", err=True)
     if display.reports and display.reports[-1].trained_nothing:
         raise click.ClickException(display.reports[-1].untrained_reason())
+
+
+_NOT_FOR_PROGRAMS = {
+    "nodes": "--nodes",
+    "federation": "--federation",
+    "ray_address": "--ray-address",
+    "run_config": "--run-config",
+    "metrics_out": "--metrics-out",
+    "out": "--out",
+    "track": "--track",
+    "resume": "--resume",
+}
+"""Options of an app's run that a script's simulations do not take: the script itself says
+how many nodes and rounds, and keeps its own results."""
+
+
+def _is_script(target: str | None) -> bool:
+    """Whether TARGET names a Python script (``.py``) rather than an app directory or a
+    module:attr; one that does not exist is then the script's error, not the app's."""
+    return target is not None and Path(target).suffix == ".py"
+
+
+def _run_program(
+    target: str | None,
+    args: tuple[str, ...],
+    module: str | None,
+    defaults: ScriptDefaults,
+    *,
+    verbose: bool,
+    quiet: bool,
+) -> None:
+    """Run a script, or a ``-m`` module, its simulations under ``defaults``; every one's
+    rounds shown as an app's are."""
+    from fedcore.legacy.script import run_module, run_script
+    from fedcore.simulation.progress import showing_progress
+
+    context = click.get_current_context()
+    for name, flag in _NOT_FOR_PROGRAMS.items():
+        if context.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
+            raise click.UsageError(
+                f"{flag} is for an app directory; a script's simulations take their nodes "
+                "and rounds from the script (put the script's own options after `--`)"
+            )
+    show = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
+    with showing_progress(sys.stderr, show=show, live=False, verbose=verbose):
+        if module is not None:
+            run_module(module, (*([] if target is None else [target]), *args), defaults)
+        else:
+            assert target is not None
+            run_script(target, args, defaults)
 
 
 def _resumed_target(resume: Path, target: str | None, no_save: bool) -> str:

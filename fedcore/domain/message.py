@@ -29,6 +29,9 @@ SERVER_NODE_ID = 1
 
 MESSAGE_CATEGORIES = frozenset({"train", "evaluate", "query", "system"})
 """What a message type names before its optional ``.action``."""
+LEGACY_MESSAGE_TYPES = frozenset({"get_parameters", "get_properties"})
+"""The message types of Flower's legacy ``get_parameters``/``get_properties`` calls,
+which have no category and take no action (Flower's rule too)."""
 
 TTL_TOLERANCE = 0.1
 """Seconds by which a reply's ttl may exceed what its message has left before it is cut
@@ -119,7 +122,10 @@ def mark_delivered(message: Message, at: float) -> None:
 def check_message_type(message_type: object) -> str:
     """Return ``message_type`` if it is ``<category>`` or ``<category>.<action>``, else raise
     ``ValueError``: the category one of :data:`MESSAGE_CATEGORIES`, the action a Python
-    identifier (Flower's rule: ``train.fast_2``, not ``train.no-hyphen`` or ``train.123``)."""
+    identifier (Flower's rule: ``train.fast_2``, not ``train.no-hyphen`` or ``train.123``);
+    or one of :data:`LEGACY_MESSAGE_TYPES` as it is."""
+    if message_type in LEGACY_MESSAGE_TYPES:
+        return str(message_type)
     if isinstance(message_type, str):
         category, dot, action = message_type.partition(".")
         if category in MESSAGE_CATEGORIES and (not dot or action.isidentifier()):

@@ -52,20 +52,25 @@ FLOWER_UNIT_TESTS = (
     f"{FLOWER_SOURCE}clientapp/mod/*_test.py",
     f"{FLOWER_SOURCE}server/server_app_test.py",
     f"{FLOWER_SOURCE}serverapp/strategy/*_test.py",
-    # the legacy API (issue 25)
+    f"{FLOWER_SOURCE}server/strategy/*_test.py",
+    f"{FLOWER_SOURCE}server/client_manager_test.py",
+    f"{FLOWER_SOURCE}server/client_proxy_test.py",
+    f"{FLOWER_SOURCE}server/criterion_test.py",
+    # the legacy client side (issue 25)
     f"{FLOWER_SOURCE}common/parameter_test.py",
     f"{FLOWER_SOURCE}common/recorddict_compat_test.py",
     f"{FLOWER_SOURCE}client/client_test.py",
     f"{FLOWER_SOURCE}client/numpy_client_test.py",
     f"{FLOWER_SOURCE}client/message_handler/message_handler_test.py",
-    f"{FLOWER_SOURCE}server/strategy/*_test.py",
-    f"{FLOWER_SOURCE}server/client_manager_test.py",
-    f"{FLOWER_SOURCE}server/client_proxy_test.py",
-    f"{FLOWER_SOURCE}server/criterion_test.py",
+    # the legacy server side (issue 25)
+    f"{FLOWER_SOURCE}server/server_test.py",
+    f"{FLOWER_SOURCE}server/history_test.py",
+    f"{FLOWER_SOURCE}server/compat/*_test.py",
 )
 """Flower's unit tests of its public Message API — records, Message, ClientApp and its
-mods, ServerApp, strategies — and of its legacy API: Parameters, the RecordDict compat
-functions, Client, NumPyClient, its strategies, ClientManager, ClientProxy, Criterion."""
+mods, ServerApp, strategies — and of the legacy API: its strategies, ClientManager,
+ClientProxy and Criterion; Parameters, the RecordDict compat functions, Client,
+NumPyClient; Server, History, GridClientProxy and the Grid's client registration."""
 
 FLOWER_UNIT_HELPERS = (f"{FLOWER_SOURCE}common/serde_test.py",)
 """Flower test modules the tests above import helpers from (``serde_test``'s

@@ -17,6 +17,7 @@ import pytest
 import fedcore
 import fedcore.apps.client_app
 import fedcore.legacy.client_app
+import fedcore.legacy.server_app
 import fedcore.mods
 import fedcore.strategy
 import fedcore.strategy.base
@@ -45,7 +46,8 @@ USED_BY_APPS = {
         "MetricRecord": fedcore.MetricRecord,
         "RecordDict": fedcore.RecordDict,
     },
-    "flwr.serverapp": {"Grid": fedcore.Grid, "ServerApp": fedcore.ServerApp},
+    # fedcore's ServerApp, taking Flower's legacy server_fn too (fedcore.legacy)
+    "flwr.serverapp": {"Grid": fedcore.Grid, "ServerApp": fedcore.legacy.server_app.ServerApp},
     "flwr.serverapp.strategy": {
         "FedAvg": fedcore.strategy.FedAvg,
         "Result": fedcore.strategy.Result,
@@ -69,7 +71,7 @@ USED_BY_APPS = {
     "flwr.common.logger": {"log": flower_imports.log},
     "flwr.common.config": {"unflatten_dict": run_config.unflatten},
     # quickstart-catboost and quickstart-mlx: Flower's older spelling of flwr.serverapp's.
-    "flwr.server": {"Grid": fedcore.Grid, "ServerApp": fedcore.ServerApp},
+    "flwr.server": {"Grid": fedcore.Grid, "ServerApp": fedcore.legacy.server_app.ServerApp},
 }
 
 
@@ -323,8 +325,8 @@ def test_a_name_not_in_the_table_fails_at_the_import_statement() -> None:
 
 
 def test_a_module_not_in_the_table_fails_at_the_import_statement() -> None:
-    with pytest.raises(FlowerImportError, match=r"^flwr\.simulation is a Flower name"):
-        importlib.import_module("flwr.simulation")
+    with pytest.raises(FlowerImportError, match=r"^flwr\.superlink is a Flower name"):
+        importlib.import_module("flwr.superlink")
     with pytest.raises(FlowerImportError, match=r"^flwr\.supernode is a Flower name"):
         exec("from flwr import supernode", {})
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import threading
 from collections.abc import AsyncIterator, Iterable, Iterator
@@ -530,3 +531,21 @@ def test_the_public_api_exports_the_app_classes() -> None:
     assert fc.ServerApp is ServerApp
     assert fc.ClientApp is ClientApp
     assert fc.Grid is Grid
+
+
+@pytest.mark.anyio
+async def test_a_sync_main_may_call_the_grid_from_threads_of_its_own(
+    server: ServerApp, grid: EchoGrid, context: Context
+) -> None:
+    # The legacy server calls its clients from a thread pool, each call a blocking one.
+    @server.main()
+    def main(grid: SyncGrid, context: Context) -> list[int]:
+        def ask(node_id: int) -> int:
+            [reply] = grid.send_and_receive([query(node_id, node_id * 3)])
+            value: int = reply.content["m"]["v"]
+            return value
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+            return sorted(pool.map(ask, grid.get_node_ids()))
+
+    assert await server.run(grid, context) == [33, 36, 39]

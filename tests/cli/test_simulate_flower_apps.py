@@ -132,14 +132,14 @@ def test_a_flower_module_fedcore_lacks_fails_at_import_in_one_line(
     app_copy: Path, tmp_path: Path
 ) -> None:
     server = app_copy / "flower_style" / "server_app.py"
-    server.write_text("import flwr.simulation\n" + server.read_text())
+    server.write_text("import flwr.superlink\n" + server.read_text())
 
     done = simulate(app_copy, "--backend", "inline", cwd=tmp_path)
 
     assert done.returncode == 2
     [line] = done.stderr.splitlines()
     assert line.endswith(
-        "FlowerImportError: flwr.simulation is a Flower name that fedcore does not support yet "
+        "FlowerImportError: flwr.superlink is a Flower name that fedcore does not support yet "
         "(flower_style/server_app.py:1)"
     )
 

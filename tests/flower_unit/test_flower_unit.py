@@ -24,7 +24,7 @@ INITIALIZATION_ERROR = (
     f"{MessageInitializationError.__module__}.{MessageInitializationError.__qualname__}"
 )
 
-INTERNAL, DIFFERENCE, LEGACY = "needs a Flower internal", "deliberate difference", "legacy API"
+INTERNAL, DIFFERENCE = "needs a Flower internal", "deliberate difference"
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,6 @@ class Expected:
 
     ``INTERNAL``: it fails on the stand-in of ``subject``, a Flower internal.
     ``DIFFERENCE``: it fails, and ``subject`` is a line of docs/from-flower.md saying why.
-    ``LEGACY``: it fails on the stand-in of ``subject``, a name of Flower's legacy API.
     """
 
     kind: str
@@ -49,12 +48,6 @@ def internal(name: str, why: str) -> Expected:
 
 def difference(documented: str, why: str) -> Expected:
     return Expected(DIFFERENCE, why, documented)
-
-
-def legacy(name: str) -> Expected:
-    """``name``: a name of Flower's legacy API, which fedcore does not serve yet (issue
-    #25); the test fails on its stand-in, as on an internal's."""
-    return Expected(LEGACY, "Flower's legacy API, not served yet (issue #25)", name)
 
 
 _INFLATABLE = (
@@ -83,6 +76,7 @@ BULYAN = "serverapp/strategy/bulyan_test.py::"
 FEDOPT = "serverapp/strategy/fedopt_test.py::"
 MULTIKRUM = "serverapp/strategy/multikrum_test.py::"
 STRATEGY_UTILS = "serverapp/strategy/strategy_utils_test.py::"
+GRID_CLIENT_PROXY = "server/compat/grid_client_proxy_test.py::GridClientProxyTestCase::"
 
 EXPECTED: dict[str, Expected] = {
     # ---- records
@@ -191,7 +185,13 @@ EXPECTED: dict[str, Expected] = {
     CONVERSION + "*": internal(
         "flwr.common.record.conversion_utils.array_from_numpy", "a private helper of Array"
     ),
-    # ---- the legacy API (NumPyClient, Parameters, ServerConfig): issue #25
+    # ---- the legacy API (NumPyClient, Parameters, Server, GridClientProxy)
+    GRID_CLIENT_PROXY + "*": difference(
+        "changes that stand-in only, not the fedcore code behind it",
+        "it patches the Message class inside Flower's grid_client_proxy module and checks "
+        "the messages the proxy built with the patch (tests/legacy/test_legacy_server.py "
+        "checks what they would: the content, the reply, the error)",
+    ),
     MESSAGE_HANDLER + "test_client_with*": internal(
         "flwr.client.message_handler.message_handler.handle_legacy_message_from_msgtype",
         "Flower's legacy message handler; fedcore's ClientApp(client_fn=...) answers itself",
@@ -203,7 +203,6 @@ EXPECTED: dict[str, Expected] = {
         "`Metadata` is a dataclass with slots",
         "it copies Metadata and sets Flower's private fields, read with vars()",
     ),
-    SERVERAPP + "test_server_app_exception_when_both_modes": legacy("flwr.server.ServerConfig"),
 }
 """Flower's tests that do not pass on fedcore, by id (``common/message_test.py::test_x``),
 or by the start of their ids when the key ends with ``*``; every other test of Flower's
@@ -271,7 +270,7 @@ def test_flower_test(flower_test: str, run: FlowerUnitRun) -> None:
         keyword = expected.subject.partition("(")[2].removesuffix("=...)")
         assert outcome.exception == INITIALIZATION_ERROR, _shown(outcome)
         assert f"takes no argument {keyword!r}" in outcome.message, _shown(outcome)
-    elif expected.kind in (INTERNAL, LEGACY):
+    elif expected.kind == INTERNAL:
         assert outcome.exception == INTERNAL_ERROR, _shown(outcome)
         assert outcome.message == str(FlowerInternalError(expected.subject)), _shown(outcome)
     elif expected.kind == DIFFERENCE:

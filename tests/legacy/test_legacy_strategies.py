@@ -340,3 +340,20 @@ def test_integer_layers_keep_their_dtype() -> None:
 
     assert mean.dtype == np.array([1]).dtype
     np.testing.assert_array_equal(mean, [2, 3])
+
+
+@pytest.mark.parametrize(
+    ("make", "argument"),
+    [
+        (lambda p: legacy.FedAdam(initial_parameters=p, eta=0), "eta"),
+        (lambda p: legacy.FedYogi(initial_parameters=p, eta_l=-1.0), "eta_l"),
+        (lambda p: legacy.FedAdagrad(initial_parameters=p, tau=0), "tau"),
+        (lambda p: legacy.FedAvgM(initial_parameters=p, server_momentum=1.0), "server_momentum"),
+    ],
+)
+def test_server_optimizers_check_their_arguments_as_their_message_api_twins(
+    make: Callable[[Parameters], object], argument: str
+) -> None:
+    # docs/from-flower.md: Flower's legacy classes take these and fail later.
+    with pytest.raises(ValueError, match=f"^{argument} must be"):
+        make(ndarrays_to_parameters([np.zeros(2)]))
