@@ -43,10 +43,11 @@ STAND_INS = Path(__file__).resolve().parents[1] / "flower_apps" / "stand_ins"
 FEDCORE = Path(sys.executable).parent / "fedcore"
 RUN_LIMIT = 280
 """Seconds one run may take: the baselines took 33-65 s each on a loaded 2-core machine."""
-FEDPARA_FLOOR = 0.4
-"""fedpara's accuracy after 10 rounds: fedcore 0.665, Flower 1.42 0.608 (chance: 0.1)."""
+FEDPARA_FLOOR = 0.5
+"""fedpara's best accuracy in 10 rounds (one of 10 label-skewed clients a round makes each
+round's figure jump): fedcore 0.665 and 0.635, Flower 0.608-0.653 (chance: 0.1)."""
 NIID_FLOOR = 0.6
-"""niid_bench's accuracy after 3 rounds: fedcore 0.887 (FedAvg) and 0.855 (FedProx)."""
+"""niid_bench's after 3 rounds: FedAvg fedcore 0.887, Flower 1.9 0.845; FedProx 0.855, 0.881."""
 
 pytestmark = pytest.mark.timeout(RUN_LIMIT + 20)
 BASELINE = pytest.mark.slow
@@ -142,7 +143,7 @@ def test_fedpara_mnist_fedavg(tmp_path: Path) -> None:
     assert list(run_dir.glob("*.png"))
     rounds = accuracies(history)
     assert [r for r, _ in rounds] == list(range(11))
-    assert rounds[10][1] >= FEDPARA_FLOOR
+    assert max(accuracy for _, accuracy in rounds) >= FEDPARA_FLOOR
 
 
 @BASELINE
