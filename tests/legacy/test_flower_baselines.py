@@ -110,10 +110,10 @@ def test_fedavg_mnist(tmp_path: Path) -> None:
     assert (results / f"centralized_metrics{suffix}.png").stat().st_size > 0
     rounds = accuracies(history)
     assert [r for r, _ in rounds] == [0, 1, 2, 3]
-    # An untrained CNN guesses (about 0.1); Flower 1.28 and fedcore both reached
-    # 0.96-0.97 by round 3 on these 4,000 digits (tests/legacy/README.md).
+    # An untrained CNN guesses (about 0.1); by round 3 on these 4,000 digits Flower 1.28
+    # reached 0.952, fedcore 0.964 and 0.948 (tests/legacy/README.md).
     assert rounds[0][1] < 0.3
-    assert rounds[3][1] >= 0.93
+    assert rounds[3][1] >= 0.90
     assert history.losses_centralized[3][1] < history.losses_centralized[0][1]
 
 
