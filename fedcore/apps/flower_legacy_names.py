@@ -219,6 +219,9 @@ _LEGACY_SERVER: dict[str, dict[str, str]] = {
     "flwr.server.server": {
         name: f"{_SERVER}:{name}"
         for name in (
+            "EvaluateResultsAndFailures",
+            "FitResultsAndFailures",
+            "ReconnectResultsAndFailures",
             "Server",
             "evaluate_clients",
             "fit_clients",
@@ -253,8 +256,18 @@ _LEGACY_SCRIPTS: dict[str, dict[str, str]] = {
     "flwr.simulation": _in("fedcore.legacy.simulation", ("run_simulation", "start_simulation")),
 }
 
+# ---- what Flower's baselines import besides (tests/legacy/test_flower_baselines.py)
+_BASELINES: dict[str, dict[str, str]] = {
+    # Flower's flwr/common/typing.py imports these from typing, and baselines written for
+    # older Pythons import them from there (niid_bench: Dict, List, Optional, Tuple, Union).
+    "flwr.common.typing": _in(
+        "typing", ("Any", "Callable", "Dict", "List", "Optional", "Tuple", "Union")
+    ),
+}
+"""The names Flower's baselines import that no other part serves."""
+
 LEGACY_NAMES: dict[str, dict[str, str]] = {}
 """Each ``flwr`` module -> its legacy names -> the fedcore ``module:attr`` behind each."""
-for _part in (_LEGACY_CLIENT, _LEGACY_STRATEGIES, _LEGACY_SERVER, _LEGACY_SCRIPTS):
+for _part in (_LEGACY_CLIENT, _LEGACY_STRATEGIES, _LEGACY_SERVER, _LEGACY_SCRIPTS, _BASELINES):
     for _module, _names in _part.items():
         LEGACY_NAMES.setdefault(_module, {}).update(_names)

@@ -157,3 +157,27 @@ def xgboost_tree_count(path: Path) -> int:
     ``bst.save_model("final_model.json")``), read from the file: no xgboost needed."""
     model = json.loads(path.read_text())["learner"]["gradient_booster"]["model"]
     return len(model["trees"])
+
+
+# Flower's baselines (``baselines/``): paper reproductions, most of them Hydra scripts.
+
+
+def flower_baseline(path: str, into: Path) -> Path:
+    """Flower's ``baselines/PATH`` (a baseline's project directory, the one its README
+    runs ``python -m <package>.main`` from) at :data:`FLOWER_COMMIT`, extracted under
+    ``into``."""
+    try:
+        extract_flower([f"baselines/{path}"], into)
+    except FlowerRepoUnavailable as exc:
+        raise FlowerExampleUnavailable(str(exc)) from None
+    return into / "baselines" / path
+
+
+def flower_baseline_or_skip(path: str, into: Path) -> Path:
+    """:func:`flower_baseline`, or the calling test skipped with the reason it is not there."""
+    import pytest
+
+    try:
+        return flower_baseline(path, into)
+    except FlowerExampleUnavailable as exc:
+        pytest.skip(f"{exc} (tests/legacy/README.md)")

@@ -1,5 +1,7 @@
 """``torchvision.datasets.CIFAR10``: synthetic CIFAR-10 images, made on demand, offline.
 
+(``MNIST``, real digits for Flower's baselines, is in :mod:`torchvision.datasets.mnist`.)
+
 Flower's e2e apps e2e-pytorch and e2e-opacus load CIFAR-10 with torchvision, which
 downloads it. This stand-in has the real sets' lengths (50,000 train and 10,000 test
 images), so the apps' own arithmetic on ``len(data)`` cuts the subsets it means to,
@@ -18,7 +20,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-__all__ = ["CIFAR10"]
+from torchvision.datasets.mnist import MNIST, FashionMNIST
+
+__all__ = ["CIFAR10", "MNIST", "FashionMNIST"]
 
 SHAPE = (32, 32, 3)
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
