@@ -36,7 +36,7 @@ from typing import TypeAlias, TypeVar, cast
 
 import numpy as np
 
-from fedcore.domain.array import Array, NDArray, SerializedArray
+from fedcore.domain.array import Array, NDArray, SerializedArray, check_array
 from fedcore.domain.records import (
     ArrayRecord,
     ConfigRecord,
@@ -135,13 +135,14 @@ def arrayrecord_to_parameters(record: ArrayRecord, keep_input: bool) -> Paramete
 
 
 def _tensor_array(tensor: bytes, tensor_type: str) -> NDArray:
-    """A tensor as a record holds it: the array, if it is ``numpy.save`` output; else
-    its bytes kept as given."""
+    """A tensor as a record holds it: the array, if it is ``numpy.save`` output of a
+    dtype a record holds as an array; else its bytes kept as given, unread, as Flower
+    keeps every tensor (a ``<U7`` array of strings, say, travels as those bytes)."""
     if tensor_type == NUMPY_TENSOR_TYPE:
         try:
-            return bytes_to_ndarray(tensor)
-        except (ValueError, OSError, EOFError):
-            pass  # not numpy.save output after all: kept as given, as Flower keeps it
+            return check_array("", bytes_to_ndarray(tensor))
+        except (ValueError, OSError, EOFError, TypeError):
+            pass  # not numpy.save output of a numeric array: kept as given
     return Array(dtype="", shape=(), stype=tensor_type, data=tensor)
 
 

@@ -8,6 +8,12 @@ float64 (NaN, infinities and -0.0 intact) and ints across the whole 64-bit range
 records allow. Array entries are ``[key, dtype, shape, nbytes]``; the bytes follow the
 header (see :mod:`fedcore.wire.frame`). The byte count is redundant with dtype and
 shape on purpose: a mismatch is reported as exactly that, not as a shifted array.
+A :class:`~fedcore.domain.array.SerializedArray` (an Array whose fields are kept as
+given, such as Flower's legacy tensor of strings) has a fifth field, its ``stype``:
+``[key, dtype, shape, nbytes, stype]``, with its ``data`` after the header like an
+array's bytes. Its dtype and shape are the strs and ints given, not checked against the
+data, but bounded as any header's are (``max_str_len``, ``max_ndim``), and it arrives
+as the same SerializedArray, its data never read.
 
 A ``str`` or ``bytes`` value longer than :data:`HEADER_VALUE_MAX` bytes (UTF-8 for a
 str; a list counts when one of its items is) travels like an array, after the header:
@@ -35,7 +41,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from fedcore.domain.array import ARRAY_KINDS, NDArray
+from fedcore.domain.array import ARRAY_KINDS, Array, NDArray, SerializedArray
 from fedcore.domain.records import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from fedcore.errors import ValueOverCapError, ValueTooLargeError
 from fedcore.wire import frame
@@ -86,9 +92,7 @@ def encode_recorddict(records: RecordDict, blobs: list[memoryview]) -> list[Any]
     header: list[Any] = []
     for name, record in records.items():
         if isinstance(record, ArrayRecord):
-            # Each array as its .numpy() reads it: the array stored, or an error for an
-            # Array kept in a serialisation fedcore cannot read (SerializedArray).
-            entries = [_encode_array(key, record[key].numpy(), blobs) for key in record]
+            entries = [_encode_array(key, record[key], blobs) for key in record]
             header.append([name, ARRAY, entries])
         elif isinstance(record, MetricRecord):
             header.append([name, METRIC, [[key, value] for key, value in record.items()]])
@@ -158,7 +162,11 @@ def _encode_config(key: str, value: Any, blobs: list[memoryview]) -> list[Any]:
     return [key, _AFTER_HEADER[type(value)], lengths[0]]
 
 
-def _encode_array(key: str, arr: NDArray, blobs: list[memoryview]) -> list[Any]:
+def _encode_array(key: str, item: Array, blobs: list[memoryview]) -> list[Any]:
+    if isinstance(item, SerializedArray):
+        blobs.append(memoryview(item.data))
+        return [key, item.dtype, list(item.shape), len(item.data), item.stype]
+    arr = item.numpy()
     base = arr if arr.flags.c_contiguous else arr.copy(order="C")
     blob = base.reshape(-1).view(np.uint8).data
     blobs.append(blob)
@@ -240,6 +248,9 @@ def _long_item(view: memoryview, text: bool, key: object) -> str | bytes:
 
 
 def _decode_array(entry: object, reader: BlobReader, limits: DecodeLimits) -> tuple[str, NDArray]:
+    fields = _items(entry, "an array entry")
+    if len(fields) == 5:
+        return _decode_serialized(fields, reader, limits)
     key, dtype_name, shape, nbytes = _fields(entry, 4, "an array entry")
     if type(key) is not str:
         fail(f"array key must be a str, got {type(key).__name__}")
@@ -261,6 +272,27 @@ def _decode_array(entry: object, reader: BlobReader, limits: DecodeLimits) -> tu
         fail(f"array {key!r}: {exc}", exc)
     arr.flags.writeable = False
     return key, arr
+
+
+def _decode_serialized(
+    fields: list[Any], reader: BlobReader, limits: DecodeLimits
+) -> tuple[str, SerializedArray]:
+    """A SerializedArray's entry: its fields as sent, its data taken as bytes, unread."""
+    key, dtype_name, shape, nbytes, stype = fields
+    if type(key) is not str:
+        fail(f"array key must be a str, got {type(key).__name__}")
+    if type(dtype_name) is not str or type(stype) is not str:
+        fail(f"serialized array {key!r} must have a str dtype and stype")
+    dims = _items(shape, f"the shape of array {key!r}")
+    if len(dims) > limits.max_ndim:
+        fail(f"array {key!r} has {len(dims)} dimensions, more than {limits.max_ndim}")
+    if not all(type(d) is int for d in dims):
+        fail(f"array {key!r} has shape {dims!r}; dimensions must be ints")
+    if type(nbytes) is not int or nbytes < 0:
+        fail(f"serialized array {key!r} has {nbytes!r} bytes; a count must be a non-negative int")
+    data = bytes(reader.take(nbytes, f"array {key!r}"))
+    # Kept as sent: Array(...) would read numpy.save data, which a receiver need not do.
+    return key, SerializedArray._kept(dtype_name, tuple(dims), stype, data)
 
 
 def _items(value: object, what: str) -> list[Any]:

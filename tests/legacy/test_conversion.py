@@ -3,6 +3,8 @@ content as the other (Flower's own round trips run in tests/flower_unit)."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import pytest
 
@@ -159,3 +161,23 @@ def test_a_reply_to_the_legacy_server_needs_an_int_num_examples() -> None:
 
     with pytest.raises(ValueError, match="needs an int metric 'num-examples'"):
         conversion.message_api_to_evaluateres(answer)
+
+
+def test_numpy_tensors_of_strings_are_kept_as_given_and_travel() -> None:
+    # e2e-pandas' strategy returns numpy.save bytes of a "<U…" array: a record holds no
+    # such array, so the tensor is kept as Flower keeps every tensor, its bytes unread.
+    strings = np.array(["sepal length (cm)", "petal width (cm)"])
+    parameters = ndarrays_to_parameters([strings, np.ones(3, dtype=np.float32)])
+
+    record = conversion.parameters_to_arrayrecord(parameters, keep_input=True)
+
+    assert isinstance(record["0"], SerializedArray)
+    assert (record["0"].dtype, record["0"].shape) == ("", ())
+    assert (record["0"].stype, record["0"].data) == ("numpy.ndarray", parameters.tensors[0])
+    assert not isinstance(record["1"], SerializedArray)
+    sent = unpack_recorddict(pack_recorddict(RecordDict({"fitins.parameters": record})))
+    back = conversion.arrayrecord_to_parameters(
+        cast(ArrayRecord, sent["fitins.parameters"]), keep_input=True
+    )
+    assert back == parameters
+    np.testing.assert_array_equal(parameters_to_ndarrays(back)[0], strings)
