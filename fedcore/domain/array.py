@@ -269,9 +269,11 @@ class SerializedArray(Array):
     Array here. ``dtype``, ``shape``, ``stype`` and ``data`` are the fields given
     (``data`` is the bytes, not numpy's buffer), and :meth:`numpy` reads the data as
     Flower's does: ``TypeError`` for another stype, ``numpy.load`` of the data for
-    ``"numpy.ndarray"``. An ArrayRecord holds it as it is, and what sends a record
-    or converts it to arrays reads each array with :meth:`numpy`, so a record holding
-    one fails there, as in Flower. As an ndarray it is its data's bytes (uint8).
+    ``"numpy.ndarray"``. An ArrayRecord holds it as it is; what converts a record to
+    arrays reads each array with :meth:`numpy`, so a record holding one fails there, as
+    in Flower, while sending the record sends the four fields, unread, and they arrive
+    as the same SerializedArray (:mod:`fedcore.wire.records`). As an ndarray it is its
+    data's bytes (uint8).
     """
 
     _fields: tuple[str, tuple[int, ...], str, bytes]
