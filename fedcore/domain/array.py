@@ -304,6 +304,19 @@ class SerializedArray(Array):
         """The bytes given."""
         return self._fields[3]
 
+    def __array_finalize__(self, obj: Any) -> None:
+        # A view of all the same bytes (``.view()``, as the inline backend hands records
+        # over read-only, or numpy's own printing) is the same fields; other views and
+        # copies are not, and carry none.
+        fields = getattr(obj, "_fields", None)
+        if (
+            fields is not None
+            and self.nbytes == obj.nbytes
+            and self.flags.c_contiguous
+            and self.ctypes.data == obj.ctypes.data
+        ):
+            self._fields = fields
+
     def __reduce__(self) -> tuple[Any, ...]:
         return (SerializedArray._kept, self._fields)
 

@@ -26,6 +26,7 @@ from fedcore.domain import (
     UserConfig,
     UserConfigValue,
 )
+from fedcore.domain.array import SerializedArray
 from fedcore.domain.message import mark_delivered
 from fedcore.wire.records import pack_recorddict, unpack_recorddict
 
@@ -165,6 +166,16 @@ def test_an_array_in_another_serialisation_is_kept_and_refused_when_read(
     sent = unpack_recorddict(pack_recorddict(RecordDict({"arrays": record})))["arrays"]
     assert isinstance(sent, ArrayRecord)
     assert (sent["w"].dtype, sent["w"].shape, sent["w"].stype, sent["w"].data) == fields
+
+
+def test_a_view_of_a_kept_array_keeps_its_fields() -> None:
+    # The inline backend hands a record over as read-only views of its arrays.
+    fields = ("", (), "numpy.ndarray", npy(np.array(["a", "bc"])))
+    view = Array(*fields).view()
+    view.flags.writeable = False
+    assert isinstance(view, SerializedArray)
+    assert (view.dtype, view.shape, view.stype, view.data) == fields
+    np.testing.assert_array_equal(view.numpy(), np.array(["a", "bc"]))
 
 
 def test_numpy_fields_that_disagree_are_read_as_flower_reads_them() -> None:
