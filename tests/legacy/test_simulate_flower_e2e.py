@@ -45,6 +45,7 @@ SCRIPT = "simulation.py"
 FAST = {("e2e-bare", mode) for mode in (*BACKENDS, SCRIPT)} | {
     ("e2e-pandas", SCRIPT),
     ("e2e-pandas", "inline"),
+    ("e2e-pandas", "process"),  # its strategy's strings travel to the workers and back
     ("e2e-scikit-learn", "inline"),
 }
 """The runs of a few seconds that CI's default selection keeps; the others, each process
