@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedcore.domain import ArrayRecord, ConfigRecord, RecordDict
+from fedcore.domain import Array, ArrayRecord, ConfigRecord, RecordDict
+from fedcore.domain.array import SerializedArray
 from fedcore.simulation.backends import shared_memory
 from fedcore.simulation.backends.shared_memory import (
     ROOT,
@@ -304,3 +305,22 @@ def test_a_mapping_nothing_was_decoded_from_is_released_at_once(space: SegmentSp
     del mapped
     gc.collect()
     assert not finalizer.alive
+
+
+def test_a_serialized_array_comes_out_of_a_segment_as_itself(space: SegmentSpace) -> None:
+    # A legacy tensor of strings (kept as given) handed to workers through shared memory:
+    # its bytes are copied out, so the mapping goes while the array lives.
+    fields = ("", (), "numpy.ndarray", bytes(range(256)) * 512)
+    records = RecordDict({"fitins.parameters": ArrayRecord({"0": Array(*fields)})})
+    name = space.write(pack_recorddict_parts(records))
+    mapped = map_segment(space.root / name, take=True)
+    released: list[str] = []
+    weakref.finalize(mapped, released.append, name)
+
+    kept = unpack_recorddict(memoryview(mapped)).array_records["fitins.parameters"]["0"]
+    del mapped
+    gc.collect()
+
+    assert isinstance(kept, SerializedArray)
+    assert (kept.dtype, kept.shape, kept.stype, kept.data) == fields
+    assert released == [name]
