@@ -332,3 +332,14 @@ def test_flowers_own_wire_entry_points_import_with_one_line_and_refuse_a_call(
     )
     assert done.stderr.splitlines() == [f"WARNING {line}"]
     assert done.stdout.splitlines() == [f"UsageError {line}"]
+
+
+def test_a_proxy_takes_the_calls_of_flower_releases_before_group_id() -> None:
+    # Baselines written for Flower 1.5 (niid_bench's SCAFFOLD) call fit(ins, timeout=...).
+    proxy = GridClientProxy(node_id=4, grid=Nodes([4]), run_id=7)
+
+    res = proxy.fit(FitIns(ndarrays_to_parameters([np.zeros(3)]), {}), timeout=None)
+    parameters = proxy.get_parameters(GetParametersIns(config={}), timeout=None).parameters
+
+    assert parameters_to_ndarrays(res.parameters)[0].tolist() == [1.0, 1.0, 1.0]
+    assert parameters_to_ndarrays(parameters)[0].tolist() == [0.0, 0.0, 0.0]
