@@ -50,6 +50,8 @@ FAST = {("e2e-bare", mode) for mode in (*BACKENDS, SCRIPT)} | {
 """The runs of a few seconds that CI's default selection keeps; the others, each process
 of which imports torch, jax, Lightning or scikit-learn, take 10 to 45 s on a 2-core
 machine and are marked ``slow`` (``make test-all``)."""
+
+
 def runs(modes: tuple[str, ...]) -> list[object]:
     """``(app, mode)`` for each app and mode, marked as :data:`FAST` says."""
     params = []
