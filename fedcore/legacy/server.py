@@ -19,6 +19,7 @@ silence.
 from __future__ import annotations
 
 import concurrent.futures
+import inspect
 import io
 import logging
 import re
@@ -84,7 +85,11 @@ class Server:
         """Run ``num_rounds`` rounds; the History and the seconds the rounds took."""
         history = History()
         _log.info("[INIT]")
-        self.parameters = self._get_initial_parameters(server_round=0, timeout=timeout)
+        # Server subclasses written for older releases (niid_bench's SCAFFOLD) take no server_round.
+        if "server_round" in inspect.signature(self._get_initial_parameters).parameters:
+            self.parameters = self._get_initial_parameters(server_round=0, timeout=timeout)
+        else:
+            self.parameters = self._get_initial_parameters(timeout=timeout)  # type: ignore[call-arg]
         _log.info("Starting evaluation of initial global parameters")
         initial = self.strategy.evaluate(0, parameters=self.parameters)
         if initial is not None:

@@ -36,6 +36,7 @@ from fedcore.legacy.types import (
     Code,
     FitIns,
     GetParametersIns,
+    Parameters,
     ndarrays_to_parameters,
     parameters_to_ndarrays,
 )
@@ -393,3 +394,18 @@ def test_a_proxy_takes_the_calls_of_flower_releases_before_group_id() -> None:
 
     assert parameters_to_ndarrays(res.parameters)[0].tolist() == [1.0, 1.0, 1.0]
     assert parameters_to_ndarrays(parameters)[0].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_a_server_subclass_of_an_older_flower_gets_its_initial_parameters_called() -> None:
+    # niid_bench's SCAFFOLD server overrides _get_initial_parameters(self, timeout).
+    class OlderServer(Server):
+        def _get_initial_parameters(self, timeout: float | None) -> Parameters:  # type: ignore[override]
+            return ndarrays_to_parameters([np.full(3, 5.0)])
+
+    nodes = Nodes([11, 12])
+    server = OlderServer(client_manager=registered(nodes), strategy=fedavg(2))
+
+    history, _ = server.fit(num_rounds=1, timeout=30.0)
+
+    assert parameters_to_ndarrays(server.parameters)[0].tolist() == [6.0, 6.0, 6.0]
+    assert history.losses_distributed == [(1, 18.0)]
