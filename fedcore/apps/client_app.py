@@ -170,6 +170,14 @@ class ClientApp:
         return list(dict.fromkeys(name for name in names if isinstance(name, str)))
 
     @property
+    def one_message_at_a_time(self) -> bool:
+        """Whether a backend that runs several nodes' handlers in one process must run
+        this app's messages one after another. False: handlers keep nothing between
+        calls but ``Context.state``. The legacy ``ClientApp(client_fn=...)`` says True
+        (:mod:`fedcore.legacy.client_app`)."""
+        return False
+
+    @property
     def message_types(self) -> list[str]:
         """The message types this app answers, in registration order."""
         return list(self._handlers)

@@ -247,6 +247,9 @@ _LEGACY_SERVER: dict[str, dict[str, str]] = {
     },
     "flwr.server.compat.legacy_context": _LEGACY_CONTEXT,
     "flwr.server.workflow": {"DefaultWorkflow": _WORKFLOWS["DefaultWorkflow"]},
+    "flwr.server.workflow.constant": _in(
+        "fedcore.legacy.workflow", ("MAIN_CONFIGS_RECORD", "MAIN_PARAMS_RECORD")
+    ),
     "flwr.server.workflow.default_workflows": _WORKFLOWS,
 }
 """The legacy server: Server, History, ServerApp(server_fn=...), LegacyContext, workflows."""

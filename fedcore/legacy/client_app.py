@@ -103,6 +103,14 @@ class ClientApp(MessageClientApp):
         own = [self._client_fn_module] if self._client_fn_module else []
         return list(dict.fromkeys([*own, *super().defining_modules]))
 
+    @property
+    def one_message_at_a_time(self) -> bool:
+        """True for an app made with a ``client_fn``: Flower runs a process's ClientApp
+        on one message at a time (each simulation actor takes one), so legacy code —
+        and many of Flower's tutorials — trains one module-level model from every
+        client. An app of ``@app.train()``-style handlers runs as fedcore's does."""
+        return self._client_fn is not None
+
     def _refuse_decorators(self, category: str) -> None:
         if self._client_fn is not None:
             raise ValueError(

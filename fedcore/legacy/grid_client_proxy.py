@@ -65,33 +65,33 @@ class GridClientProxy(ClientProxy):
         self.run_id = run_id
 
     def get_properties(
-        self, ins: GetPropertiesIns, timeout: float | None, group_id: int | None
+        self, ins: GetPropertiesIns, timeout: float | None, group_id: int | None = None
     ) -> GetPropertiesRes:
         content = conversion.getpropertiesins_to_recorddict(ins)
         reply = self._send(content, MessageTypeLegacy.GET_PROPERTIES, timeout, group_id)
         return conversion.recorddict_to_getpropertiesres(reply)
 
     def get_parameters(
-        self, ins: GetParametersIns, timeout: float | None, group_id: int | None
+        self, ins: GetParametersIns, timeout: float | None, group_id: int | None = None
     ) -> GetParametersRes:
         content = conversion.getparametersins_to_recorddict(ins)
         reply = self._send(content, MessageTypeLegacy.GET_PARAMETERS, timeout, group_id)
         return conversion.recorddict_to_getparametersres(reply, False)
 
-    def fit(self, ins: FitIns, timeout: float | None, group_id: int | None) -> FitRes:
+    def fit(self, ins: FitIns, timeout: float | None, group_id: int | None = None) -> FitRes:
         content = conversion.fitins_to_recorddict(ins, True)
         reply = self._send(content, MessageType.TRAIN, timeout, group_id)
         return conversion.recorddict_to_fitres(reply, False)
 
     def evaluate(
-        self, ins: EvaluateIns, timeout: float | None, group_id: int | None
+        self, ins: EvaluateIns, timeout: float | None, group_id: int | None = None
     ) -> EvaluateRes:
         content = conversion.evaluateins_to_recorddict(ins, True)
         reply = self._send(content, MessageType.EVALUATE, timeout, group_id)
         return conversion.recorddict_to_evaluateres(reply)
 
     def reconnect(
-        self, ins: ReconnectIns, timeout: float | None, group_id: int | None
+        self, ins: ReconnectIns, timeout: float | None, group_id: int | None = None
     ) -> DisconnectRes:
         """Nothing to tell the node: its connection is the link's, not the run's."""
         return DisconnectRes(reason="")

@@ -10,14 +10,19 @@ fedcore a proxy is a :class:`~fedcore.legacy.grid_client_proxy.GridClientProxy`
 whose Message goes through the run's Grid.
 
 The log lines are Flower's (``[INIT]``, ``[ROUND n]``, ``configure_fit: …``,
-``[SUMMARY]``), on the ``flwr`` logger, since users and scripts read them.
+``[SUMMARY]``), on the ``flwr`` logger, since users and scripts read them. Beyond
+Flower's, a round with failures says why (:func:`log_failures`): Flower counts them
+only, and a strategy's ``config`` value that cannot be sent fails every client in
+silence.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import inspect
 import io
 import logging
+import re
 from collections import Counter
 from collections.abc import Callable
 from typing import Any, TypeAlias, TypeVar
@@ -80,7 +85,11 @@ class Server:
         """Run ``num_rounds`` rounds; the History and the seconds the rounds took."""
         history = History()
         _log.info("[INIT]")
-        self.parameters = self._get_initial_parameters(server_round=0, timeout=timeout)
+        # Server subclasses written for older releases (niid_bench's SCAFFOLD) take no server_round.
+        if "server_round" in inspect.signature(self._get_initial_parameters).parameters:
+            self.parameters = self._get_initial_parameters(server_round=0, timeout=timeout)
+        else:
+            self.parameters = self._get_initial_parameters(timeout=timeout)  # type: ignore[call-arg]
         _log.info("Starting evaluation of initial global parameters")
         initial = self.strategy.evaluate(0, parameters=self.parameters)
         if initial is not None:
@@ -152,6 +161,7 @@ class Server:
             instructions, max_workers=self.max_workers, timeout=timeout, group_id=server_round
         )
         _log.info("aggregate_fit: received %s results and %s failures", len(results), len(failures))
+        log_failures(failures, "fit", server_round)
         parameters, metrics = self.strategy.aggregate_fit(server_round, results, failures)
         return parameters, metrics, (results, failures)
 
@@ -180,6 +190,7 @@ class Server:
             len(results),
             len(failures),
         )
+        log_failures(failures, "evaluate", server_round)
         loss, metrics = self.strategy.aggregate_evaluate(server_round, results, failures)
         return loss, metrics, (results, failures)
 
@@ -281,6 +292,28 @@ def _failure_labels(failures: list[Any]) -> dict[str, int]:
         else:
             labels[f"status {failure[1].status.code.name}"] += 1
     return dict(labels)
+
+
+def log_failures(failures: list[Any], step: str, server_round: int) -> None:
+    """Each distinct reason among a round's ``failures`` once, with how many clients it
+    failed: an exception's type and message (a config value a ConfigRecord cannot
+    carry, a node's error reply, no reply in time) or the status a client sent."""
+    reasons = Counter(_failure_reason(failure) for failure in failures)
+    for reason, count in reasons.items():
+        _log.warning(
+            "%s failed for %d client(s) in round %s: %s", step, count, server_round, reason
+        )
+
+
+_NODE = re.compile(r"\bnode \d+ ")
+"""The node a failure names, left out of its reason so that one cause is one line."""
+
+
+def _failure_reason(failure: Any) -> str:
+    if isinstance(failure, BaseException):
+        return _NODE.sub("the node ", f"{type(failure).__name__}: {failure}")
+    status: Status = failure[1].status
+    return f"the client's status {status.code.name}: {status.message}"
 
 
 def fit_clients(

@@ -35,7 +35,7 @@ from fedcore.legacy.client_proxy import ClientProxy
 from fedcore.legacy.conversion import MessageTypeLegacy
 from fedcore.legacy.grid_client_proxy import start_update_client_manager_thread
 from fedcore.legacy.history import History
-from fedcore.legacy.server import RoundTally, log_summary
+from fedcore.legacy.server import RoundTally, log_failures, log_summary
 from fedcore.legacy.server_config import ServerConfig
 from fedcore.legacy.strategy import FedAvg, Strategy
 from fedcore.legacy.types import Code, EvaluateRes, FitRes, GetParametersIns, Parameters
@@ -221,6 +221,7 @@ def default_fit_workflow(grid: Any, context: Context) -> None:
         lambda c: conversion.recorddict_to_fitres(c, False),
     )
     _log.info("aggregate_fit: received %s results and %s failures", len(results), len(failures))
+    log_failures(failures, "fit", current_round)
     parameters, metrics = legacy.strategy.aggregate_fit(current_round, results, failures)
     if (tally := _tally.get()) is not None:
         tally.trained(results, failures, metrics)
@@ -256,6 +257,7 @@ def default_evaluate_workflow(grid: Any, context: Context) -> None:
     _log.info(
         "aggregate_evaluate: received %s results and %s failures", len(results), len(failures)
     )
+    log_failures(failures, "evaluate", current_round)
     loss, metrics = legacy.strategy.aggregate_evaluate(current_round, results, failures)
     if (tally := _tally.get()) is not None:
         tally.evaluated(results, failures, loss, metrics)

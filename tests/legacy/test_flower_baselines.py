@@ -4,9 +4,9 @@ Flower's ``baselines/`` are paper reproductions; most are Hydra scripts started 
 ``python -m <baseline>.main key=value...`` that call ``flwr.simulation.start_simulation``.
 Three of them run here as whole ``fedcore simulate -m <baseline>.main`` processes, from
 the baseline's own directory as its README runs it, with a reduced Hydra override set
-(few clients, 3 rounds): ``fedavg_mnist`` (FedAvg, McMahan et al.), ``tamuna`` (its own
-strategy and stateful clients, then FedAvg, compared in plots) and ``niid_bench`` (FedAvg,
-and SCAFFOLD on its own ``Server`` subclass). The tutorial
+(few clients, a few rounds): ``fedavg_mnist`` (FedAvg, McMahan et al.), ``fedpara``
+(low-rank parametrised layers under FedAvg) and ``niid_bench`` (FedAvg, FedProx, and
+SCAFFOLD on its own ``Server`` subclass written for Flower 1.5). The tutorial
 ``flower-simulation-step-by-step-pytorch`` is an app directory (``ServerApp(server_fn=)``,
 a ``FedAvg`` subclass, a ``NumPyClient`` keeping state in ``context.state``) run with
 ``fedcore simulate``.
@@ -147,9 +147,10 @@ def test_fedpara_mnist_fedavg(tmp_path: Path) -> None:
 
 
 @BASELINE
-@pytest.mark.parametrize("config", ["fedavg_base", "fedprox_base"])
+@pytest.mark.parametrize("config", ["fedavg_base", "fedprox_base", "scaffold_base"])
 def test_niid_bench(tmp_path: Path, config: str) -> None:
-    """NIID-Bench's FedAvg and FedProx on MNIST, Dirichlet(0.5) label skew as in its
+    """NIID-Bench's FedAvg, FedProx and SCAFFOLD (a ``Server`` subclass of Flower 1.5's
+    interface) on MNIST, Dirichlet(0.5) label skew as in its
     README's table, 10 local epochs as its configs have them: 5 clients, 3 rounds. Its
     start_simulation gets the baseline's ``Server`` object."""
     project = flower_baseline_or_skip("niid_bench", tmp_path)

@@ -8,6 +8,7 @@ legacy server sends are checked for what a real node receives.
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -35,6 +36,7 @@ from fedcore.legacy.types import (
     Code,
     FitIns,
     GetParametersIns,
+    Parameters,
     ndarrays_to_parameters,
     parameters_to_ndarrays,
 )
@@ -290,6 +292,55 @@ def test_default_workflow_waits_no_longer_than_the_round_timeout() -> None:
     assert context.history.losses_distributed == [(1, 3.0)]
 
 
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def test_a_round_whose_config_cannot_be_sent_says_why_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Flower's tamuna puts a torch.Tensor into FitIns.config: every fit fails, and
+    # neither Flower nor a strategy says why.
+    nodes = Nodes([1, 2, 3])
+    strategy = FedAvg(
+        min_fit_clients=3,
+        min_evaluate_clients=3,
+        min_available_clients=3,
+        on_fit_config_fn=lambda server_round: {"mask": {1, 2}},
+    )
+    server = Server(client_manager=registered(nodes), strategy=strategy)
+
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        server.fit(num_rounds=1, timeout=None)
+
+    [warning] = [w for w in _warnings(caplog) if "failed" in w]
+    assert warning.startswith("fit failed for 3 client(s) in round 1: TypeError: ")
+    assert "ConfigRecord['mask']" in warning
+    assert "got set" in warning
+
+
+def test_the_default_workflow_says_why_clients_failed_one_line_per_cause(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    nodes = Nodes([1, 2, 3, 4], failing={2, 3}, silent={4})
+    context = LegacyContext(
+        Context(run_id=7, node_id=0),
+        config=ServerConfig(num_rounds=1, round_timeout=5.0),
+        strategy=FedAvg(initial_parameters=ndarrays_to_parameters([np.zeros(3)])),
+    )
+
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        DefaultWorkflow()(nodes, context)
+
+    fit = sorted(w for w in _warnings(caplog) if w.startswith("fit failed"))
+    assert fit == [
+        "fit failed for 1 client(s) in round 1: ErrorReplyError: the node did not answer "
+        "the train message in time",
+        "fit failed for 2 client(s) in round 1: ErrorReplyError: the node answered the "
+        "train message with an error (code 2): the ClientApp raised",
+    ]
+
+
 def test_default_workflow_needs_a_legacy_context() -> None:
     with pytest.raises(TypeError, match="Expect a LegacyContext, but get Context"):
         DefaultWorkflow()(Nodes([1]), Context(run_id=7, node_id=0))
@@ -332,3 +383,29 @@ def test_flowers_own_wire_entry_points_import_with_one_line_and_refuse_a_call(
     )
     assert done.stderr.splitlines() == [f"WARNING {line}"]
     assert done.stdout.splitlines() == [f"UsageError {line}"]
+
+
+def test_a_proxy_takes_the_calls_of_flower_releases_before_group_id() -> None:
+    # Baselines written for Flower 1.5 (niid_bench's SCAFFOLD) call fit(ins, timeout=...).
+    proxy = GridClientProxy(node_id=4, grid=Nodes([4]), run_id=7)
+
+    res = proxy.fit(FitIns(ndarrays_to_parameters([np.zeros(3)]), {}), timeout=None)
+    parameters = proxy.get_parameters(GetParametersIns(config={}), timeout=None).parameters
+
+    assert parameters_to_ndarrays(res.parameters)[0].tolist() == [1.0, 1.0, 1.0]
+    assert parameters_to_ndarrays(parameters)[0].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_a_server_subclass_of_an_older_flower_gets_its_initial_parameters_called() -> None:
+    # niid_bench's SCAFFOLD server overrides _get_initial_parameters(self, timeout).
+    class OlderServer(Server):
+        def _get_initial_parameters(self, timeout: float | None) -> Parameters:  # type: ignore[override]
+            return ndarrays_to_parameters([np.full(3, 5.0)])
+
+    nodes = Nodes([11, 12])
+    server = OlderServer(client_manager=registered(nodes), strategy=fedavg(2))
+
+    history, _ = server.fit(num_rounds=1, timeout=30.0)
+
+    assert parameters_to_ndarrays(server.parameters)[0].tolist() == [6.0, 6.0, 6.0]
+    assert history.losses_distributed == [(1, 18.0)]

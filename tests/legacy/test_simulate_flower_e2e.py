@@ -51,23 +51,14 @@ FAST = {("e2e-bare", mode) for mode in (*BACKENDS, SCRIPT)} | {
 """The runs of a few seconds that CI's default selection keeps; the others, each process
 of which imports torch, jax, Lightning or scikit-learn, take 10 to 45 s on a 2-core
 machine and are marked ``slow`` (``make test-all``)."""
-SHARES_ONE_MODEL = pytest.mark.xfail(
-    strict=True,
-    reason="the inline backend runs the two nodes' plain handlers at once, in threads of "
-    "one process; e2e-pytorch trains one module-level net, which Flower's simulation "
-    "never calls from two clients at once",
-)
 
 
 def runs(modes: tuple[str, ...]) -> list[object]:
-    """``(app, mode)`` for each app and mode, marked as :data:`FAST` and the inline
-    backend's known failure say."""
+    """``(app, mode)`` for each app and mode, marked as :data:`FAST` says."""
     params = []
     for name in APPS:
         for mode in modes:
             marks = [] if (name, mode) in FAST else [pytest.mark.slow]
-            if (name, mode) == ("e2e-pytorch", "inline"):
-                marks.append(SHARES_ONE_MODEL)
             params.append(pytest.param(name, mode, marks=marks, id=f"{name}-{mode}"))
     return params
 

@@ -5,18 +5,26 @@ Deterministic and cheap to start, for tests, tiny models and debugging with
 breakpoints; heavy numerical work belongs on the process backend. A ClientApp still
 running when its message's TTL runs out is abandoned — cancelled if ``async``, left to
 finish unread in its thread if plain — and answered with code 3, as the process
-backend answers when it stops the worker. ClientApps still running when the run ends
-are abandoned alike, unanswered; as it closes, the backend waits a while for plain ones
-to return (:data:`STOP_GRACE`), so that the process does not exit under them. Arrays reach
-the handler as read-only views of the ServerApp's arrays (no copy), as they would
-arrive read-only from shared memory or the network; configs and metrics are
-copied, so a handler cannot change what other nodes receive.
+backend answers when it stops the worker. Handlers of several nodes run at once,
+except those of an app whose :attr:`~fedcore.apps.client_app.ClientApp.one_message_at_a_time`
+is true (a legacy ``ClientApp(client_fn=...)``, whose clients may share one module-level
+model as in Flower, where each actor takes one message at a time): its messages take
+turns, in arrival order, the wait counting against each message's TTL. An abandoned
+handler gives up its turn when it is abandoned, its thread left to finish beside the
+next one, so that a hung handler cannot hold the next message for ever.
+
+ClientApps still running when the run ends are abandoned alike, unanswered; as it
+closes, the backend waits a while for plain ones to return (:data:`STOP_GRACE`), so
+that the process does not exit under them. Arrays reach the handler as read-only
+views of the ServerApp's arrays (no copy), as they would arrive read-only from shared
+memory or the network; configs and metrics are copied, so a handler cannot change what
+other nodes receive.
 """
 
 from __future__ import annotations
 
 import logging
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
 from types import TracebackType
 from typing import Self
 
@@ -86,6 +94,9 @@ class InlineBackend(Backend):
         self._clock = clock or SystemClock()
         self._concurrency = concurrency
         self._lifespan: AbstractContextManager[None] | None = None
+        self._turn: AbstractAsyncContextManager[object] = (
+            anyio.Lock() if client.one_message_at_a_time else nullcontext()
+        )
 
     @property
     def concurrency(self) -> int:
@@ -121,7 +132,8 @@ class InlineBackend(Backend):
         mark_delivered(delivered, self._clock.now())
         meta = message.metadata
         with self._clock.move_on_after(meta.expires_at - self._clock.now()) as deadline:
-            return await self._client.handle(delivered, context, in_thread=True), context
+            async with self._turn:
+                return await self._client.handle(delivered, context, in_thread=True), context
         assert deadline.cancelled_caught
         reason = (
             f"the ClientApp was still running when the message's TTL of {meta.ttl:g} s ran "
