@@ -339,3 +339,5 @@ class SerializedArray(Array):
     def __repr__(self) -> str:
         dtype, shape, stype, data = self._fields
         return f"Array(dtype={dtype!r}, shape={shape!r}, stype={stype!r}, data=<{len(data)} bytes>)"
+
+    __str__ = __repr__  # numpy's str() would print its shape-() fields as an array

@@ -176,6 +176,11 @@ def test_a_view_of_a_kept_array_keeps_its_fields() -> None:
     assert isinstance(view, SerializedArray)
     assert (view.dtype, view.shape, view.stype, view.data) == fields
     np.testing.assert_array_equal(view.numpy(), np.array(["a", "bc"]))
+    assert (
+        str(view)
+        == repr(view)
+        == f"Array(dtype='', shape=(), stype='numpy.ndarray', data=<{len(fields[3])} bytes>)"
+    )
 
 
 def test_numpy_fields_that_disagree_are_read_as_flower_reads_them() -> None:
