@@ -52,17 +52,18 @@ FLOWER_UNIT_TESTS = (
     f"{FLOWER_SOURCE}clientapp/mod/*_test.py",
     f"{FLOWER_SOURCE}server/server_app_test.py",
     f"{FLOWER_SOURCE}serverapp/strategy/*_test.py",
+    # the legacy API: strategies, client manager and proxies
     f"{FLOWER_SOURCE}server/strategy/*_test.py",
     f"{FLOWER_SOURCE}server/client_manager_test.py",
     f"{FLOWER_SOURCE}server/client_proxy_test.py",
     f"{FLOWER_SOURCE}server/criterion_test.py",
-    # the legacy client side (issue 25)
+    # the legacy API: its client side
     f"{FLOWER_SOURCE}common/parameter_test.py",
     f"{FLOWER_SOURCE}common/recorddict_compat_test.py",
     f"{FLOWER_SOURCE}client/client_test.py",
     f"{FLOWER_SOURCE}client/numpy_client_test.py",
     f"{FLOWER_SOURCE}client/message_handler/message_handler_test.py",
-    # the legacy server side (issue 25)
+    # the legacy API: its server side
     f"{FLOWER_SOURCE}server/server_test.py",
     f"{FLOWER_SOURCE}server/history_test.py",
     f"{FLOWER_SOURCE}server/compat/*_test.py",
