@@ -62,7 +62,8 @@ class _Wrapper(Strategy):
         noise_multiplier: float,
         clipping_norm: float,
         num_sampled_clients: int,
-        seed: int | None,
+        *,
+        seed: int | None = None,
     ) -> None:
         if noise_multiplier < 0:
             raise ValueError("The noise multiplier should be a non-negative value.")
@@ -75,6 +76,7 @@ class _Wrapper(Strategy):
         self.clipping_norm = clipping_norm
         self.num_sampled_clients = num_sampled_clients
         self.seed = seed
+        self.current_round_params: NDArrays = []  # the model sent, for server-side clipping
 
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
         return self.strategy.initialize_parameters(client_manager)
@@ -143,18 +145,6 @@ class _Wrapper(Strategy):
 class DifferentialPrivacyServerSideFixedClipping(_Wrapper):
     """Central DP, each update clipped by the server to ``clipping_norm``."""
 
-    def __init__(
-        self,
-        strategy: Strategy,
-        noise_multiplier: float,
-        clipping_norm: float,
-        num_sampled_clients: int,
-        *,
-        seed: int | None = None,
-    ) -> None:
-        super().__init__(strategy, noise_multiplier, clipping_norm, num_sampled_clients, seed)
-        self.current_round_params: NDArrays = []
-
     def __repr__(self) -> str:
         return "Differential Privacy Strategy Wrapper (Server-Side Fixed Clipping)"
 
@@ -179,17 +169,6 @@ class DifferentialPrivacyServerSideFixedClipping(_Wrapper):
 class DifferentialPrivacyClientSideFixedClipping(_Wrapper):
     """Central DP; the clients clip (``fixedclipping_mod``) to the ``"clipping_norm"`` sent."""
 
-    def __init__(
-        self,
-        strategy: Strategy,
-        noise_multiplier: float,
-        clipping_norm: float,
-        num_sampled_clients: int,
-        *,
-        seed: int | None = None,
-    ) -> None:
-        super().__init__(strategy, noise_multiplier, clipping_norm, num_sampled_clients, seed)
-
     def __repr__(self) -> str:
         return "Differential Privacy Strategy Wrapper (Client-Side Fixed Clipping)"
 
@@ -210,11 +189,12 @@ class _Adaptive(_Wrapper):
         strategy: Strategy,
         noise_multiplier: float,
         num_sampled_clients: int,
-        initial_clipping_norm: float,
-        target_clipped_quantile: float,
-        clip_norm_lr: float,
-        clipped_count_stddev: float | None,
-        seed: int | None,
+        initial_clipping_norm: float = 0.1,
+        target_clipped_quantile: float = 0.5,
+        clip_norm_lr: float = 0.2,
+        clipped_count_stddev: float | None = None,
+        *,
+        seed: int | None = None,
     ) -> None:
         if not 0 <= target_clipped_quantile <= 1:
             raise ValueError("The target clipped quantile must be between 0 and 1 (inclusive).")
@@ -223,7 +203,7 @@ class _Adaptive(_Wrapper):
         if clipped_count_stddev is not None and clipped_count_stddev < 0:
             raise ValueError("The `clipped_count_stddev` must be non-negative.")
         super().__init__(
-            strategy, noise_multiplier, initial_clipping_norm, num_sampled_clients, seed
+            strategy, noise_multiplier, initial_clipping_norm, num_sampled_clients, seed=seed
         )
         self.target_clipped_quantile = target_clipped_quantile
         self.clip_norm_lr = clip_norm_lr
@@ -250,30 +230,6 @@ class _Adaptive(_Wrapper):
 class DifferentialPrivacyServerSideAdaptiveClipping(_Adaptive):
     """Central DP with adaptive clipping done by the server."""
 
-    def __init__(
-        self,
-        strategy: Strategy,
-        noise_multiplier: float,
-        num_sampled_clients: int,
-        initial_clipping_norm: float = 0.1,
-        target_clipped_quantile: float = 0.5,
-        clip_norm_lr: float = 0.2,
-        clipped_count_stddev: float | None = None,
-        *,
-        seed: int | None = None,
-    ) -> None:
-        super().__init__(
-            strategy,
-            noise_multiplier,
-            num_sampled_clients,
-            initial_clipping_norm,
-            target_clipped_quantile,
-            clip_norm_lr,
-            clipped_count_stddev,
-            seed,
-        )
-        self.current_round_params: NDArrays = []
-
     def __repr__(self) -> str:
         return "Differential Privacy Strategy Wrapper (Server-Side Adaptive Clipping)"
 
@@ -299,29 +255,6 @@ class DifferentialPrivacyServerSideAdaptiveClipping(_Adaptive):
 class DifferentialPrivacyClientSideAdaptiveClipping(_Adaptive):
     """Central DP with adaptive clipping done by the clients (``adaptiveclipping_mod``),
     each reporting in its metrics ``"norm_bit"``: 1 if it clipped."""
-
-    def __init__(
-        self,
-        strategy: Strategy,
-        noise_multiplier: float,
-        num_sampled_clients: int,
-        initial_clipping_norm: float = 0.1,
-        target_clipped_quantile: float = 0.5,
-        clip_norm_lr: float = 0.2,
-        clipped_count_stddev: float | None = None,
-        *,
-        seed: int | None = None,
-    ) -> None:
-        super().__init__(
-            strategy,
-            noise_multiplier,
-            num_sampled_clients,
-            initial_clipping_norm,
-            target_clipped_quantile,
-            clip_norm_lr,
-            clipped_count_stddev,
-            seed,
-        )
 
     def __repr__(self) -> str:
         return "Differential Privacy Strategy Wrapper (Client-Side Adaptive Clipping)"
