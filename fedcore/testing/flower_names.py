@@ -19,6 +19,9 @@ from __future__ import annotations
 import ast
 import os
 import subprocess
+import sys
+import types
+import typing
 import zipfile
 from collections import defaultdict
 from collections.abc import Iterator
@@ -262,3 +265,24 @@ def uses_legacy_api(references: set[str]) -> bool:
         or any(reference.startswith(f"{module}.") for module in LEGACY_MODULES)
         for reference in references
     )
+
+
+def kind_of(value: object) -> Kind:
+    """What ``value``, a name fedcore serves, is, in :class:`FlowerWheel`'s terms."""
+    if isinstance(value, types.ModuleType):
+        return "module"
+    if isinstance(value, type):
+        return "class"
+    if isinstance(value, types.UnionType | types.GenericAlias) or typing.get_origin(value):
+        return "type alias"
+    if callable(value):
+        return "function"
+    return "constant"
+
+
+def forget_flower_imports() -> None:
+    """This process's ``flwr`` shim and every ``flwr`` module it served, gone (for tests
+    that install it afresh)."""
+    sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "_FlowerFinder"]
+    for name in [n for n in sys.modules if n == "flwr" or n.startswith("flwr.")]:
+        del sys.modules[name]

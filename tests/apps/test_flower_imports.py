@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
-import types
 import typing
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -31,9 +30,10 @@ from fedcore.testing.flower_names import (
     APP_MODULES,
     LEGACY_KEYWORDS,
     FlowerWheel,
-    Kind,
     example_imports,
     flower_wheel,
+    forget_flower_imports,
+    kind_of,
     uses_legacy_api,
 )
 
@@ -76,19 +76,13 @@ USED_BY_APPS = {
 }
 
 
-def _forget() -> None:
-    sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "_FlowerFinder"]
-    for name in [n for n in sys.modules if n == "flwr" or n.startswith("flwr.")]:
-        del sys.modules[name]
-
-
 @pytest.fixture(autouse=True)
 def shim() -> Iterator[None]:
     """The shim installed afresh for each test, and gone after it."""
-    _forget()
+    forget_flower_imports()
     install_flower_imports()
     yield
-    _forget()
+    forget_flower_imports()
 
 
 @pytest.mark.parametrize("module", sorted(USED_BY_APPS))
@@ -148,21 +142,9 @@ def test_each_served_name_is_the_kind_of_thing_flowers_is(wheel: FlowerWheel, mo
     known = {name: kind for name, kind in kinds.items() if kind is not None}
     assert len(known) == len(kinds), f"kinds the wheel reader cannot tell: {kinds}"
 
-    ours = {name: _kind(getattr(shim, name)) for name in known}
+    ours = {name: kind_of(getattr(shim, name)) for name in known}
 
     assert ours == known
-
-
-def _kind(value: object) -> Kind:
-    if isinstance(value, ModuleType):
-        return "module"
-    if isinstance(value, type):
-        return "class"
-    if isinstance(value, types.UnionType | types.GenericAlias) or typing.get_origin(value):
-        return "type alias"
-    if callable(value):
-        return "function"
-    return "constant"
 
 
 def test_the_wheel_reader_tells_kinds_apart(wheel: FlowerWheel) -> None:
@@ -398,7 +380,7 @@ def test_log_logs_on_the_flwr_logger_at_the_level_given(caplog: pytest.LogCaptur
 
 
 def test_a_flower_already_imported_is_left_alone(caplog: pytest.LogCaptureFixture) -> None:
-    _forget()
+    forget_flower_imports()
     flower = ModuleType("flwr")  # as if Flower itself had been imported
     sys.modules["flwr"] = flower
 

@@ -4,16 +4,12 @@ is served, and is the kind of thing Flower's is (read from Flower's wheel, never
 from __future__ import annotations
 
 import importlib
-import sys
-import types
-import typing
 from collections.abc import Iterator
-from types import ModuleType
 
 import pytest
 
 from fedcore.apps.flower_imports import install_flower_imports
-from fedcore.testing.flower_names import FlowerWheel, Kind, flower_wheel
+from fedcore.testing.flower_names import FlowerWheel, flower_wheel, forget_flower_imports, kind_of
 
 NOT_SERVED = {
     "flwr.common": {
@@ -51,45 +47,27 @@ def wheel() -> FlowerWheel:
         pytest.skip(str(exc))
 
 
-def _forget() -> None:
-    sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "_FlowerFinder"]
-    for name in [n for n in sys.modules if n == "flwr" or n.startswith("flwr.")]:
-        del sys.modules[name]
-
-
 @pytest.fixture(autouse=True)
 def shim() -> Iterator[None]:
     """The shim installed for each test, and gone after it."""
-    _forget()
+    forget_flower_imports()
     install_flower_imports()
     yield
-    _forget()
+    forget_flower_imports()
 
 
 @pytest.mark.parametrize("module", sorted(NOT_SERVED))
-def test_every_legacy_name_of_flowers_module_is_served_as_the_same_kind(
+def test_every_legacy_name_of_flowers_module_is_served_as_the_samekind_of(
     wheel: FlowerWheel, module: str
 ) -> None:
     shim = importlib.import_module(module)
     names = [name for name in wheel.public_names(module) if name not in NOT_SERVED[module]]
     assert set(NOT_SERVED[module]) <= set(wheel.public_names(module))
 
-    ours = {name: _kind(getattr(shim, name)) for name in names}
+    ours = {name: kind_of(getattr(shim, name)) for name in names}
     kinds = {name: wheel.kind(module, name) for name in names}
 
     # (a name whose kind the wheel reader cannot tell, such as `log`, is checked as served)
     assert {name: ours[name] for name, kind in kinds.items() if kind is not None} == {
         name: kind for name, kind in kinds.items() if kind is not None
     }
-
-
-def _kind(value: object) -> Kind:
-    if isinstance(value, ModuleType):
-        return "module"
-    if isinstance(value, type):
-        return "class"
-    if isinstance(value, types.UnionType | types.GenericAlias) or typing.get_origin(value):
-        return "type alias"
-    if callable(value):
-        return "function"
-    return "constant"
