@@ -1,13 +1,14 @@
 """LinkState: everything the link knows — nodes, runs, messages and their replies.
 
-One interface, two stores (``memory.py`` for simulation and tests, ``sqlite.py`` for
-deployment) that keep and schedule, and one set of rules that decides
-(:mod:`fedcore.state.ledger`). The contract is checked by the conformance suites of
-``fedcore.testing``: ``linkstate`` (nodes, messages, replies), ``runstate`` (runs,
-claims, bundles, contexts, logs) and ``recordstate`` (metrics, artifacts); the
-promises it keeps are R1–R6 of docs/reliability.md. Every method is async, so that a
-store may do I/O off the event loop; notifications (``watch_*``) are synchronous
-callbacks, see :mod:`fedcore.state.notify`.
+One interface in three parts, each checked by its conformance suite in
+``fedcore.testing``: :class:`MessageState` (nodes, messages, replies; ``linkstate``),
+:class:`RunState` (runs, claims, bundles, contexts, logs; ``runstate``) and
+:class:`RecordState` (metrics, artifacts; ``recordstate``). Two stores implement it
+(``memory.py`` for simulation and tests, ``sqlite.py`` for deployment); they keep and
+schedule, and one set of rules decides (:mod:`fedcore.state.ledger`). The promises are
+R1–R6 of docs/reliability.md. Every method is async, so that a store may do I/O off the
+event loop; notifications (``watch_*``) are synchronous callbacks
+(:mod:`fedcore.state.notify`).
 """
 
 from __future__ import annotations
@@ -48,19 +49,11 @@ class RunClaim:
     expires_at: float
 
 
-class LinkState(ABC):
-    """The link's state. Use it as an async context manager: enter starts its timers."""
+class MessageState(ABC):
+    """Nodes, messages and replies: what the fleet and the Grid use.
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        return None
+    Its contract is the suite :mod:`fedcore.testing.linkstate`.
+    """
 
     # Nodes -------------------------------------------------------------------------
 
@@ -118,6 +111,103 @@ class LinkState(ABC):
     @abstractmethod
     async def get_node_ids(self) -> list[int]:
         """The ids of the nodes online now, in registration order."""
+
+    # The ServerApp's side ------------------------------------------------------------
+
+    @abstractmethod
+    async def push_messages(self, run_id: int, messages: Sequence[Message]) -> list[str]:
+        """Store messages for their nodes; stamp and return their ids.
+
+        Each message gets ``run_id``, ``src_node_id`` (the server) and ``created_at``
+        written into its metadata, and a fresh ``message_id`` unless it comes with
+        one: a ServerApp across the network names its messages itself (32 lowercase
+        hex digits, :func:`~fedcore.state.ledger.check_message_id`), so that pushing
+        them again after a lost response stores nothing twice — a message whose id
+        the run holds already is taken as that retry and left as it is. An id held by another run
+        raises ``ConflictError``. A finished run raises ``RunFinishedError``.
+        """
+
+    @abstractmethod
+    async def get_replies(self, run_id: int, message_ids: Iterable[str] | None) -> list[Message]:
+        """The replies available now for these messages, in the order asked.
+
+        An id this run does not know (never pushed, or already acknowledged) yields
+        a ``MESSAGE_UNAVAILABLE`` error reply, so that nobody waits for it forever.
+        ``None`` names no message: every reply the run holds, not yet acknowledged,
+        in the order they were stored (what Flower's ``pull_messages()`` without ids
+        asks for).
+        """
+
+    @abstractmethod
+    async def ack_replies(self, run_id: int, message_ids: Iterable[str]) -> None:
+        """The ServerApp has these replies: delete them and their messages.
+
+        Ids the run does not know (never pushed, another run's, already acknowledged)
+        are ignored, so acknowledging twice is harmless. A message without its reply
+        yet raises ``InvalidTransitionError``, and then nothing is deleted.
+        """
+
+    # The node's side -----------------------------------------------------------------
+
+    @abstractmethod
+    async def renew_leases(
+        self, node_id: int, message_ids: Sequence[str], *, lease: float
+    ) -> list[str]:
+        """Extend to ``lease`` seconds from now the leases the node holds on these messages.
+
+        Returns, in the order given, the ids whose lease was not extended: not
+        leased to this node (any more) — expired, answered, of a finished run, or
+        unknown. A lease taken until the message expires (``lease=None`` on pulling)
+        becomes a lease of ``lease`` seconds. Raises ``NodeNotFoundError`` for an
+        unknown node, ``ValueError`` for a ``lease`` that is not positive.
+        """
+
+    @abstractmethod
+    async def pull_messages(
+        self, node_id: int, *, limit: int | None = None, lease: float | None = None
+    ) -> list[Message]:
+        """Lease up to ``limit`` of the node's pending messages, oldest first.
+
+        A leased message is not handed out again until ``lease`` seconds pass
+        without a reply (``None``: until the message expires).
+        """
+
+    @abstractmethod
+    async def push_reply(self, node_id: int, reply: Message) -> str:
+        """Store a reply from ``node_id`` (the authenticated sender) and return its id.
+
+        The state stamps the reply from the message it answers (run, sender,
+        destination, group, ``created_at``, a fresh id) and bounds its ``ttl`` by what
+        remains of the message's, so a reply never outlives its message. An identical
+        retry returns the first reply's id and leaves ``reply`` as it came, unstamped:
+        that is how a caller (the link's fleet API) tells a retry from a first push.
+        """
+
+    # Notifications ---------------------------------------------------------------
+
+    @abstractmethod
+    def watch_messages(
+        self, callback: Callable[[int], None], node_id: int | None = None
+    ) -> Subscription:
+        """Call ``callback(node_id)`` when a message becomes available to a node."""
+
+    @abstractmethod
+    def watch_replies(self, run_id: int, callback: Callable[[str], None]) -> Subscription:
+        """Call ``callback(message_id)`` when a message of the run gets its reply."""
+
+    @abstractmethod
+    def watch_nodes(self, callback: Callable[[int], None]) -> Subscription:
+        """Call ``callback(node_id)`` when a node comes online, goes offline or is deleted.
+
+        Once per change: a node that stays offline is not announced again.
+        """
+
+
+class RunState(ABC):
+    """Runs, the exec's claims, bundles, saved contexts and logs.
+
+    Its contract is the suite :mod:`fedcore.testing.runstate`.
+    """
 
     # Runs --------------------------------------------------------------------------
 
@@ -260,6 +350,13 @@ class LinkState(ABC):
     def watch_logs(self, run_id: int, callback: Callable[[int], None]) -> Subscription:
         """Call ``callback(seq)`` with the number of the last line of every append."""
 
+
+class RecordState(ABC):
+    """A run's record besides its log: its metrics and artifacts.
+
+    Its contract is the suite :mod:`fedcore.testing.recordstate`.
+    """
+
     # A run's record: its metrics and artifacts -----------------------------------------
 
     @abstractmethod
@@ -308,92 +405,17 @@ class LinkState(ABC):
         Raises ``RunNotFoundError`` for an unknown run.
         """
 
-    # The ServerApp's side ------------------------------------------------------------
 
-    @abstractmethod
-    async def push_messages(self, run_id: int, messages: Sequence[Message]) -> list[str]:
-        """Store messages for their nodes; stamp and return their ids.
+class LinkState(MessageState, RunState, RecordState):
+    """The link's state. Use it as an async context manager: enter starts its timers."""
 
-        Each message gets ``run_id``, ``src_node_id`` (the server) and ``created_at``
-        written into its metadata, and a fresh ``message_id`` unless it comes with
-        one: a ServerApp across the network names its messages itself (32 lowercase
-        hex digits, :func:`~fedcore.state.ledger.check_message_id`), so that pushing
-        them again after a lost response stores nothing twice — a message whose id
-        the run holds already is taken as that retry and left as it is. An id held by another run
-        raises ``ConflictError``. A finished run raises ``RunFinishedError``.
-        """
+    async def __aenter__(self) -> Self:
+        return self
 
-    @abstractmethod
-    async def get_replies(self, run_id: int, message_ids: Iterable[str] | None) -> list[Message]:
-        """The replies available now for these messages, in the order asked.
-
-        An id this run does not know (never pushed, or already acknowledged) yields
-        a ``MESSAGE_UNAVAILABLE`` error reply, so that nobody waits for it forever.
-        ``None`` names no message: every reply the run holds, not yet acknowledged,
-        in the order they were stored (what Flower's ``pull_messages()`` without ids
-        asks for).
-        """
-
-    @abstractmethod
-    async def ack_replies(self, run_id: int, message_ids: Iterable[str]) -> None:
-        """The ServerApp has these replies: delete them and their messages.
-
-        Ids the run does not know (never pushed, another run's, already acknowledged)
-        are ignored, so acknowledging twice is harmless. A message without its reply
-        yet raises ``InvalidTransitionError``, and then nothing is deleted.
-        """
-
-    # The node's side -----------------------------------------------------------------
-
-    @abstractmethod
-    async def renew_leases(
-        self, node_id: int, message_ids: Sequence[str], *, lease: float
-    ) -> list[str]:
-        """Extend to ``lease`` seconds from now the leases the node holds on these messages.
-
-        Returns, in the order given, the ids whose lease was not extended: not
-        leased to this node (any more) — expired, answered, of a finished run, or
-        unknown. A lease taken until the message expires (``lease=None`` on pulling)
-        becomes a lease of ``lease`` seconds. Raises ``NodeNotFoundError`` for an
-        unknown node, ``ValueError`` for a ``lease`` that is not positive.
-        """
-
-    @abstractmethod
-    async def pull_messages(
-        self, node_id: int, *, limit: int | None = None, lease: float | None = None
-    ) -> list[Message]:
-        """Lease up to ``limit`` of the node's pending messages, oldest first.
-
-        A leased message is not handed out again until ``lease`` seconds pass
-        without a reply (``None``: until the message expires).
-        """
-
-    @abstractmethod
-    async def push_reply(self, node_id: int, reply: Message) -> str:
-        """Store a reply from ``node_id`` (the authenticated sender) and return its id.
-
-        The state stamps the reply from the message it answers (run, sender,
-        destination, group, ``created_at``, a fresh id) and bounds its ``ttl`` by what
-        remains of the message's, so a reply never outlives its message. An identical
-        retry returns the first reply's id and leaves ``reply`` as it came, unstamped:
-        that is how a caller (the link's fleet API) tells a retry from a first push.
-        """
-
-    # Notifications ---------------------------------------------------------------
-
-    @abstractmethod
-    def watch_messages(
-        self, callback: Callable[[int], None], node_id: int | None = None
-    ) -> Subscription:
-        """Call ``callback(node_id)`` when a message becomes available to a node."""
-
-    @abstractmethod
-    def watch_replies(self, run_id: int, callback: Callable[[str], None]) -> Subscription:
-        """Call ``callback(message_id)`` when a message of the run gets its reply."""
-
-    @abstractmethod
-    def watch_nodes(self, callback: Callable[[int], None]) -> Subscription:
-        """Call ``callback(node_id)`` when a node comes online, goes offline or is deleted.
-
-        Once per change: a node that stays offline is not announced again.
-        """
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None

@@ -1,4 +1,5 @@
-"""The LinkState conformance suite: the contract of :mod:`fedcore.state.base`, as tests.
+"""The LinkState conformance suite: the contract of its nodes, messages and replies
+(:class:`~fedcore.state.base.MessageState`), as tests.
 
 Every LinkState implementation, fedcore's own and any other, must pass it. To run it
 against one, subclass :class:`LinkStateConformance` in a test module and provide the

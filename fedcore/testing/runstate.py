@@ -1,6 +1,6 @@
 """The LinkState conformance suite for deployment: runs, claims, bundles, contexts, logs.
 
-The second half of the contract of :mod:`fedcore.state.base`, next to
+The contract of :class:`~fedcore.state.base.RunState`, next to
 :mod:`fedcore.testing.linkstate` (nodes, messages, replies): a LinkState must pass
 both. Subclass :class:`RunStateConformance` and provide the same ``state`` fixture as
 for :class:`~fedcore.testing.linkstate.LinkStateConformance` — a new, entered
