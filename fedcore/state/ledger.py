@@ -32,6 +32,7 @@ from fedcore.domain import (
     RunStatus,
     transition,
 )
+from fedcore.domain.lifecycle import MESSAGE_TRANSITIONS
 from fedcore.domain.message import assemble_message
 from fedcore.errors import (
     ClaimLostError,
@@ -136,8 +137,8 @@ def on_arrival(node_id: int, online: bool) -> Answer | None:
 
 
 def is_open(status: MessageStatus) -> bool:
-    """Whether a message still waits for its reply (pending or leased)."""
-    return status is MessageStatus.PENDING or status is MessageStatus.LEASED
+    """Whether a message still waits for its reply: the table lets it be answered."""
+    return MessageStatus.REPLIED in MESSAGE_TRANSITIONS[status]
 
 
 def lease(status: MessageStatus) -> MessageStatus:
