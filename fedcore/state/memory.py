@@ -1,18 +1,15 @@
 """The in-memory LinkState: simulation's state, and the reference for the others.
 
-Everything lives in dicts on the event loop thread, so each method runs without an
-await in between and is atomic by construction. Time-driven events — a TTL passing,
-a lease running out, a node missing its heartbeats, and those of runs (a claim running
-out, a ServerApp missing its heartbeats) — are timers on one heap, fired by a reaper
-task (started by ``async with``) that sleeps on the injected clock until the earliest
-deadline, and also checked at the top of every call so that a state used without its
-reaper never serves stale facts. Given a :class:`~fedcore.state.stalls.StallWatch`, the
-state re-arms rather than fires the liveness deadlines that passed while its event loop
-was stalled (see that module). This module holds nodes, messages, replies and
-leases; runs, claims, bundles, contexts and logs are :mod:`fedcore.state.memory_runs`.
-
-Ids come from a ``random.Random`` that a simulation seeds, so the same seed gives
-the same node ids — and therefore the same sampled cohorts — run after run.
+It keeps facts in dicts and schedules timers; what happens to them is
+:mod:`fedcore.state.ledger`'s. Everything runs on the event loop thread without an
+await in between, so each method is atomic by construction. Time-driven events (a TTL
+passing, a lease running out, a node or a ServerApp missing its heartbeats, a claim
+running out) are timers on one heap, fired by a reaper task (started by ``async with``)
+and also at the top of every call, so a state used without its reaper never serves
+stale facts; a :class:`~fedcore.state.stalls.StallWatch` re-arms the liveness deadlines
+that passed while the loop was stalled. Runs, claims, bundles, contexts and logs are
+:mod:`fedcore.state.memory_runs`. Ids come from a seeded ``random.Random``: the same
+seed gives the same node ids, and so the same sampled cohorts, run after run.
 """
 
 from __future__ import annotations
@@ -32,9 +29,6 @@ from anyio.abc import TaskGroup
 
 from fedcore.clock import Clock, SystemClock
 from fedcore.domain import (
-    SERVER_NODE_ID,
-    Error,
-    ErrorCode,
     LogLine,
     Message,
     MessageStatus,
@@ -42,27 +36,16 @@ from fedcore.domain import (
     RecordDict,
     Run,
     RunStatus,
-    transition,
 )
-from fedcore.errors import (
-    ConflictError,
-    MessageNotFoundError,
-    NodeNotFoundError,
-    ReplyRejectedError,
-)
-from fedcore.state.base import (
-    DEFAULT_HEARTBEAT_PATIENCE,
-    LinkState,
-    RunClaim,
+from fedcore.errors import NodeNotFoundError
+from fedcore.state import ledger
+from fedcore.state.base import DEFAULT_HEARTBEAT_PATIENCE, LinkState, RunClaim
+from fedcore.state.ledger import (
+    Answer,
     check_heartbeat_interval,
     check_lease,
-    check_message_id,
-    check_reply_type,
     check_retirement,
-    check_takes_messages,
     new_id,
-    new_message_id,
-    unknown_message_reply,
 )
 from fedcore.state.memory_runs import MemoryRuns
 from fedcore.state.notify import Subscription, Topic
@@ -173,7 +156,7 @@ class InMemoryLinkState(LinkState):
         """
         for node_id, node in self._nodes.items():
             if node.online and since < node.online_until <= now:
-                node.online_until = now + self._patience * node.heartbeat_interval
+                node.online_until = ledger.silent_at(now, self._patience, node.heartbeat_interval)
                 self._schedule(
                     node.online_until, partial(self._check_node, node_id, node.online_until)
                 )
@@ -193,19 +176,15 @@ class InMemoryLinkState(LinkState):
 
     def _expire_message(self, message_id: str) -> None:
         entry = self._messages.get(message_id)
-        if entry is None or entry.status not in (MessageStatus.PENDING, MessageStatus.LEASED):
+        if entry is None or not ledger.is_open(entry.status):
             return
-        self._answer_with_error(
-            entry,
-            ErrorCode.MESSAGE_UNAVAILABLE,
-            f"message expired: no reply within its TTL of {entry.message.metadata.ttl:g} s",
-        )
+        self._answer(entry, ledger.expired(entry.message.metadata.ttl))
 
     def _end_lease(self, message_id: str, lease: int) -> None:
         entry = self._messages.get(message_id)
         if entry is None or entry.status is not MessageStatus.LEASED or entry.lease != lease:
             return
-        entry.status = transition(entry.status, MessageStatus.PENDING)
+        entry.status = ledger.lease_ends(entry.status)
         node_id = entry.message.metadata.dst_node_id
         self._message_topic.publish(node_id, node_id)
 
@@ -217,7 +196,7 @@ class InMemoryLinkState(LinkState):
         if node is None or not node.online or node.online_until > deadline:
             return
         node.online = False
-        self._fail_open_messages(node_id, "node went offline: no heartbeat in time")
+        self._fail_open_messages(node_id, ledger.NODE_SILENT)
         self._node_topic.publish(node_id, node_id)
 
     # Nodes -------------------------------------------------------------------------
@@ -231,7 +210,7 @@ class InMemoryLinkState(LinkState):
             raise ValueError(f"cannot create {count} nodes")
         check_heartbeat_interval(heartbeat_interval)
         self._fire_due()
-        online_until = self._clock.now() + self._patience * heartbeat_interval
+        online_until = ledger.silent_at(self._clock.now(), self._patience, heartbeat_interval)
         created = []
         for _ in range(count):
             node_id = new_id(self._ids, self._nodes.__contains__)
@@ -264,7 +243,7 @@ class InMemoryLinkState(LinkState):
             raise NodeNotFoundError(f"no node {node_id}")
         if node.public_key is not None:
             del self._keys[node.public_key]
-        self._fail_open_messages(node_id, "node was deleted")
+        self._fail_open_messages(node_id, ledger.NODE_DELETED)
         self._open.pop(node_id, None)
         self._node_topic.publish(node_id, node_id)
 
@@ -290,7 +269,7 @@ class InMemoryLinkState(LinkState):
         # _fire_due() has just declared the node offline if its deadline passed.
         was_online, node.online = node.online, True
         node.heartbeat_interval = heartbeat_interval
-        node.online_until = self._clock.now() + self._patience * heartbeat_interval
+        node.online_until = ledger.silent_at(self._clock.now(), self._patience, heartbeat_interval)
         self._schedule(node.online_until, partial(self._check_node, node_id, node.online_until))
         if not was_online:
             self._node_topic.publish(node_id, node_id)
@@ -395,14 +374,14 @@ class InMemoryLinkState(LinkState):
 
     async def push_messages(self, run_id: int, messages: Sequence[Message]) -> list[str]:
         self._fire_due()
-        check_takes_messages(run_id, self._runs.status(run_id))
+        ledger.check_takes_messages(run_id, self._runs.status(run_id))
         run_messages = self._run_messages.setdefault(run_id, set())
         for message in messages:
             chosen = message.metadata.message_id
             if chosen:
-                check_message_id(chosen)
-                if chosen in self._messages and chosen not in run_messages:
-                    raise ConflictError(f"message id {chosen} is taken")
+                entry = self._messages.get(chosen)
+                owner = None if entry is None else entry.message.metadata.run_id
+                ledger.check_chosen_id(run_id, chosen, owner)
         now = self._clock.now()
         ids = []
         for message in messages:
@@ -410,16 +389,14 @@ class InMemoryLinkState(LinkState):
             if meta.message_id in run_messages:  # a retry: stored already
                 ids.append(meta.message_id)
                 continue
-            meta.run_id, meta.src_node_id, meta.created_at = run_id, SERVER_NODE_ID, now
-            meta.message_id = meta.message_id or self._new_message_id()
+            ledger.stamp_message(meta, run_id, now, meta.message_id or self._new_message_id())
             entry = _Entry(message)
             self._messages[meta.message_id] = entry
             run_messages.add(meta.message_id)
             ids.append(meta.message_id)
-            if not self._online(meta.dst_node_id):
-                self._answer_with_error(
-                    entry, ErrorCode.NODE_UNAVAILABLE, f"node {meta.dst_node_id} is not online"
-                )
+            answer = ledger.on_arrival(meta.dst_node_id, self._online(meta.dst_node_id))
+            if answer is not None:
+                self._answer(entry, answer)
                 continue
             self._open.setdefault(meta.dst_node_id, {})[meta.message_id] = None
             self._schedule(meta.expires_at, partial(self._expire_message, meta.message_id))
@@ -427,7 +404,7 @@ class InMemoryLinkState(LinkState):
         return ids
 
     def _new_message_id(self) -> str:
-        return new_message_id(self._ids, self._messages.__contains__)
+        return ledger.new_message_id(self._ids, self._messages.__contains__)
 
     async def get_replies(self, run_id: int, message_ids: Iterable[str] | None) -> list[Message]:
         self._fire_due()
@@ -440,7 +417,7 @@ class InMemoryLinkState(LinkState):
         for message_id in message_ids:
             entry = self._messages.get(message_id)
             if entry is None or entry.message.metadata.run_id != run_id:
-                replies.append(unknown_message_reply(run_id, message_id))
+                replies.append(ledger.unknown_message_reply(run_id, message_id))
             elif entry.reply is not None:
                 replies.append(entry.reply)
         return replies
@@ -454,7 +431,7 @@ class InMemoryLinkState(LinkState):
             if entry is None or entry.message.metadata.run_id != run_id:
                 continue
             # Check them all before deleting any: a refused ack changes nothing.
-            transition(entry.status, MessageStatus.ACKNOWLEDGED)
+            ledger.acknowledged(entry.status)
             known[message_id] = entry
         for message_id in known:
             del self._messages[message_id]
@@ -502,7 +479,7 @@ class InMemoryLinkState(LinkState):
             entry = self._messages[message_id]
             if entry.status is not MessageStatus.PENDING:
                 continue
-            entry.status = transition(entry.status, MessageStatus.LEASED)
+            entry.status = ledger.lease(entry.status)
             entry.lease += 1
             if lease is None:
                 entry.lease_until = math.inf
@@ -513,55 +490,46 @@ class InMemoryLinkState(LinkState):
 
     async def push_reply(self, node_id: int, reply: Message) -> str:
         self._fire_due()
-        reply_to = reply.metadata.reply_to_message_id
-        entry = self._messages.get(reply_to)
-        if entry is None or entry.message.metadata.dst_node_id != node_id:
-            raise MessageNotFoundError(f"node {node_id} has no message {reply_to!r} to reply to")
-        original = entry.message.metadata
-        check_reply_type(reply, original.message_type)
-        if entry.reply is not None:
-            return self._repeat_reply(entry, reply)
-        meta = reply.metadata
-        meta.run_id, meta.src_node_id, meta.dst_node_id = original.run_id, node_id, SERVER_NODE_ID
-        meta.group_id, meta.created_at = original.group_id, self._clock.now()
-        meta.ttl = min(meta.ttl, original.expires_at - meta.created_at)
-        meta.message_id = self._new_message_id()
-        self._store_reply(entry, reply, generated=False)
-        return meta.message_id
-
-    def _repeat_reply(self, entry: _Entry, reply: Message) -> str:
-        stored = entry.reply
-        assert stored is not None
-        if entry.generated:
-            raise ReplyRejectedError(f"message already answered by fedcore: {stored.error.reason}")
-        same = stored.has_error() == reply.has_error() and (
-            stored.error == reply.error if stored.has_error() else stored.content == reply.content
+        entry = self._messages.get(reply.metadata.reply_to_message_id)
+        original = ledger.check_reply(
+            node_id, None if entry is None else entry.message.metadata, reply
         )
-        if not same:
-            raise ConflictError(
-                f"message {entry.message.metadata.message_id!r} already has a different reply"
+        assert entry is not None
+        if entry.reply is not None:
+            stored = entry.reply
+            same = stored.has_error() == reply.has_error() and (
+                stored.error == reply.error
+                if stored.has_error()
+                else stored.content == reply.content
             )
-        return stored.metadata.message_id
+            answered = stored.error.reason if entry.generated else None
+            return ledger.repeated_reply(
+                original.message_id, stored.metadata.message_id, answered, same
+            )
+        status = ledger.replied(entry.status)
+        ledger.stamp_reply(reply.metadata, original, self._clock.now(), self._new_message_id())
+        self._store_reply(entry, status, reply, generated=False)
+        return reply.metadata.message_id
 
-    def _store_reply(self, entry: _Entry, reply: Message, *, generated: bool) -> None:
-        entry.status = transition(entry.status, MessageStatus.REPLIED)
+    def _store_reply(
+        self, entry: _Entry, status: MessageStatus, reply: Message, *, generated: bool
+    ) -> None:
+        entry.status = status
         entry.reply, entry.generated = reply, generated
         entry.stored = next(self._replies_stored)
         meta = entry.message.metadata
         self._open.get(meta.dst_node_id, {}).pop(meta.message_id, None)
         self._reply_topic.publish(meta.run_id, meta.message_id)
 
-    def _answer_with_error(self, entry: _Entry, code: ErrorCode, reason: str) -> None:
-        reply = Message(error=Error(int(code), reason), reply_to=entry.message)
-        reply.metadata.message_id = self._new_message_id()
-        reply.metadata.created_at = self._clock.now()
-        self._store_reply(entry, reply, generated=True)
+    def _answer(self, entry: _Entry, answer: Answer) -> None:
+        status = ledger.replied(entry.status)
+        meta = entry.message.metadata
+        reply = ledger.answer_reply(meta, answer, self._clock.now(), self._new_message_id())
+        self._store_reply(entry, status, reply, generated=True)
 
-    def _fail_open_messages(self, node_id: int, reason: str) -> None:
+    def _fail_open_messages(self, node_id: int, why: str) -> None:
         for message_id in list(self._open.get(node_id, ())):
-            self._answer_with_error(
-                self._messages[message_id], ErrorCode.NODE_UNAVAILABLE, f"{reason} ({node_id})"
-            )
+            self._answer(self._messages[message_id], ledger.node_gone(node_id, why))
 
     # Notifications ---------------------------------------------------------------
 

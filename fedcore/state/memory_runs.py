@@ -2,21 +2,13 @@
 metrics and artifacts.
 
 :class:`~fedcore.state.memory.InMemoryLinkState` answers these methods with a
-:class:`MemoryRuns`, after firing the timers due, as for every call; the methods here
-are synchronous, so each is atomic as the state's own are. Its two timers go on the
-state's heap: a claim running out while its run is ``starting`` (back to ``pending``,
-or ``finished:failed`` after :data:`~fedcore.state.base.MAX_CLAIM_ATTEMPTS` claims),
-and a running run's ServerApp missing its heartbeat deadline (``finished:failed``).
-Like the state's other timers, one whose deadline a renewal or heartbeat moved finds
-that out when it fires, and does nothing.
-
-Finishing a run clears its claim's token, so its exec's calls are refused, but keeps
-the digest of the claim's launch secret, so its ServerApp can still log and learn that
-the run is over; moving the run back to ``pending`` clears both. Saved contexts are
-kept packed by :mod:`fedcore.wire`, as the SQLite state keeps them: a later change to
-the caller's RecordDict does not reach the saved one, and both states refuse the same
-contents. Artifacts are kept packed too, and metrics lines as the JSON text the SQLite
-state keeps.
+:class:`MemoryRuns`, after firing the timers due; the methods are synchronous, so each
+is atomic. Its two timers go on the state's heap (a claim running out while its run is
+``starting``, a running run's ServerApp missing its heartbeat deadline); one whose
+deadline a renewal or heartbeat moved finds that out when it fires, and does nothing.
+The moves themselves are :mod:`fedcore.state.ledger`'s. Contexts and artifacts are kept
+packed by :mod:`fedcore.wire` and metrics as JSON text, as the SQLite state keeps them,
+so both refuse the same contents and a caller's later change reaches nothing saved.
 """
 
 from __future__ import annotations
@@ -32,23 +24,28 @@ from functools import partial
 from typing import Any
 
 from fedcore.clock import Clock
-from fedcore.domain import LogLine, MetricsLine, RecordDict, Run, RunStatus, transition
+from fedcore.domain import LogLine, MetricsLine, RecordDict, Run, RunStatus
 from fedcore.errors import NotFoundError, RunNotFoundError
-from fedcore.state.base import (
-    RunClaim,
-    after_claim_expired,
+from fedcore.state.base import RunClaim
+from fedcore.state.ledger import (
+    RunMove,
     check_artifact_name,
     check_claim_token,
     check_heartbeat_interval,
     check_lease,
     check_running,
+    claim_expired,
+    claimed,
     decode_metrics,
     encode_metrics,
     missing_artifact,
+    move_run,
     new_id,
     new_launch_secret,
     secret_matches,
-    silent_serverapp_reason,
+    serverapp_silent,
+    silent_at,
+    started,
 )
 from fedcore.state.notify import Subscription, Topic
 from fedcore.wire import STORED_LIMITS, pack_recorddict, unpack_recorddict
@@ -138,18 +135,17 @@ class MemoryRuns:
         row = self._row(run_id)
         if token is not None:
             check_claim_token(run_id, row.token, token)
-        self._move(row, status, reason)
+        self._move(row, move_run(row.run.status, status, reason, self._clock.now()))
         return _copy(row.run)
 
-    def _move(self, row: _RunRow, status: RunStatus, reason: str) -> None:
-        """Move a run along its table and do what its new status asks."""
-        row.run.status = transition(row.run.status, status)
-        row.run.reason = reason
-        if status is RunStatus.PENDING:
+    def _move(self, row: _RunRow, move: RunMove) -> None:
+        """Keep a run's move and do what its new status asks."""
+        row.run.status, row.run.reason = move.status, move.reason
+        if move.drop_claim:
             row.token, row.secret = None, None
-        if status.finished:
+        if move.end_claim:
             row.token, row.alive_until = None, None
-            row.run.finished_at = self._clock.now()
+            row.run.finished_at = move.finished_at
             self._drop_messages(row.run.run_id)
         self._run_topic.publish(row.run.run_id, row.run.run_id)
 
@@ -165,10 +161,11 @@ class MemoryRuns:
         pending = [row for row in self._runs.values() if row.run.status is RunStatus.PENDING]
         claims = []
         for row in pending[:limit]:
+            move = claimed(row.run.status, self._clock.now())
             secret, row.secret = new_launch_secret()
             row.token, row.attempts = next(self._tokens), row.attempts + 1
             self._claim_until(row, self._clock.now() + lease)
-            self._move(row, RunStatus.STARTING, "")
+            self._move(row, move)
             claims.append(
                 RunClaim(_copy(row.run), row.token, secret, row.attempts, row.claim_until)
             )
@@ -194,14 +191,15 @@ class MemoryRuns:
             return
         if row.claim_until > deadline:
             return
-        self._move(row, *after_claim_expired(row.attempts))
+        self._move(row, claim_expired(row.run.status, row.attempts, self._clock.now()))
 
     def start_run(self, run_id: int, token: int, heartbeat_interval: float) -> Run:
         check_heartbeat_interval(heartbeat_interval)
         row = self._row(run_id)
         check_claim_token(run_id, row.token, token)
-        if row.run.status is not RunStatus.RUNNING:  # else a retry: nothing to do
-            self._move(row, RunStatus.RUNNING, "")
+        move = started(row.run.status, self._clock.now())
+        if move is not None:
+            self._move(row, move)
             # The claimant has just started the process: it vouches for it until its
             # claim runs out, when its next renewal is due at the latest.
             self._watch_server_app(row, heartbeat_interval, vouched_until=row.claim_until)
@@ -219,7 +217,7 @@ class MemoryRuns:
     ) -> None:
         """The ServerApp spoke: alive for a patience, and never less than vouched for."""
         row.heartbeat_interval = heartbeat_interval
-        alive_until = self._clock.now() + self._patience * heartbeat_interval
+        alive_until = silent_at(self._clock.now(), self._patience, heartbeat_interval)
         if row.alive_until is not None:
             vouched_until = max(vouched_until, row.alive_until)
         self._alive_until(row, max(alive_until, vouched_until))
@@ -238,7 +236,7 @@ class MemoryRuns:
             alive_until = row.alive_until
             if status is RunStatus.RUNNING and alive_until is not None:
                 if since < alive_until <= now:
-                    self._alive_until(row, now + self._patience * row.heartbeat_interval)
+                    self._alive_until(row, silent_at(now, self._patience, row.heartbeat_interval))
             elif status is RunStatus.STARTING and since < row.claim_until <= now:
                 self._claim_until(row, row.claim_until + (now - since))
 
@@ -247,8 +245,10 @@ class MemoryRuns:
             return
         if row.alive_until > deadline:
             return
-        reason = silent_serverapp_reason(self._patience, row.heartbeat_interval)
-        self._move(row, RunStatus.FAILED, reason)
+        now = self._clock.now()
+        self._move(
+            row, serverapp_silent(row.run.status, self._patience, row.heartbeat_interval, now)
+        )
 
     def check_run_secret(self, run_id: int, secret: str) -> Run:
         row = self._runs.get(run_id)

@@ -1,17 +1,18 @@
 """The SQLite LinkState: the link's state in one file, kept across restarts and crashes.
 
-It keeps every promise of :mod:`fedcore.state.base` (the conformance suites check both
-implementations alike). The file's machinery — one connection off the event loop, the
-calls that queue up committed together (each undone alone if it fails) and judged at
-the time they arrived, ``synchronous=FULL`` commits, timers kept as stored deadlines, fired
-before each call and by a reaper — is :mod:`fedcore.state.database`. This module holds
-nodes, messages, replies and leases; runs, claims, bundles, contexts and logs are
-:mod:`fedcore.state.sqlite_runs`; contents are :mod:`fedcore.state.sqlite_contents`.
+It keeps and schedules; what happens is :mod:`fedcore.state.ledger`'s, as in memory (the
+conformance suites check both stores alike). The file's machinery — one connection off
+the event loop, the calls that queue up committed together (each undone alone if it
+fails) and judged at the time they arrived, ``synchronous=FULL`` commits, timers kept as
+stored deadlines, fired before each call and by a reaper — is
+:mod:`fedcore.state.database`. This module holds nodes, messages, replies and leases;
+runs, claims, bundles, contexts and logs are :mod:`fedcore.state.sqlite_runs`; contents
+are :mod:`fedcore.state.sqlite_contents`.
 
 **Timers.** Those due at one instant fire in this order: expired messages get error
 replies (code 3), silent nodes' open messages too (code 5), lapsed leases make their
 messages pending again, runs whose claim ran out while ``starting`` go back to pending
-(failed after :data:`~fedcore.state.base.MAX_CLAIM_ATTEMPTS` claims), and running runs
+(failed after :data:`~fedcore.state.ledger.MAX_CLAIM_ATTEMPTS` claims), and running runs
 whose ServerApp went silent fail. A heartbeat counts at the time it arrived: one sent
 in time keeps its node (or run) alive however long it then waits for its transaction.
 Node and ServerApp heartbeats alone commit without syncing (``durable=False``): losing
@@ -58,7 +59,6 @@ from fedcore.clock import Clock, SystemClock
 from fedcore.domain import (
     SERVER_NODE_ID,
     Error,
-    ErrorCode,
     LogLine,
     Message,
     MessageStatus,
@@ -67,30 +67,19 @@ from fedcore.domain import (
     RecordDict,
     Run,
     RunStatus,
-    transition,
 )
 from fedcore.domain.message import assemble_message
-from fedcore.errors import (
-    ConflictError,
-    MessageNotFoundError,
-    NodeNotFoundError,
-    ReplyRejectedError,
-)
-from fedcore.state.base import (
-    DEFAULT_HEARTBEAT_PATIENCE,
-    LinkState,
-    RunClaim,
+from fedcore.errors import NodeNotFoundError
+from fedcore.state import ledger
+from fedcore.state.base import DEFAULT_HEARTBEAT_PATIENCE, LinkState, RunClaim
+from fedcore.state.database import INT64, Database
+from fedcore.state.ledger import (
+    Answer,
     check_heartbeat_interval,
     check_lease,
-    check_message_id,
-    check_reply_type,
     check_retirement,
-    check_takes_messages,
     new_id,
-    new_message_id,
-    unknown_message_reply,
 )
-from fedcore.state.database import INT64, Database
 from fedcore.state.notify import Subscription, Topic
 from fedcore.state.sqlite_contents import SqliteContents, digest_of
 from fedcore.state.sqlite_runs import SqliteRuns
@@ -148,20 +137,16 @@ class SqliteLinkState(LinkState):
     def _fire(self, due: float, now: float) -> bool:
         expiring = self._db.rows("messages_expiring_at", deadline=due)
         for message in expiring:
-            self._answer_with_error(
-                message,
-                now,
-                ErrorCode.MESSAGE_UNAVAILABLE,
-                f"message expired: no reply within its TTL of {message['ttl']:g} s",
-            )
+            self._answer(message, now, ledger.expired(message["ttl"]))
         silent = self._db.rows("nodes_silent_at", deadline=due)
         for (node_id,) in silent:
             self._db.execute("set_offline", node_id=node_id)
-            self._fail_open_messages(node_id, now, "node went offline: no heartbeat in time")
+            self._fail_open_messages(node_id, now, ledger.NODE_SILENT)
             self._db.notify(partial(self._node_topic.publish, node_id, node_id))
         ending = self._db.rows("leases_ending_at", deadline=due)
-        for message_id, node_id in ending:
-            self._db.execute("end_lease", message_id=message_id)
+        for message_id, node_id, status in ending:
+            status = ledger.lease_ends(MessageStatus(status))
+            self._db.execute("end_lease", message_id=message_id, status=status.value)
             self._db.notify(partial(self._message_topic.publish, node_id, node_id))
         fired_runs = self._runs.fire(due, now)
         return bool(expiring or silent or ending) or fired_runs
@@ -189,7 +174,7 @@ class SqliteLinkState(LinkState):
         return await self._db.transact(partial(self._create_nodes, count, heartbeat_interval))
 
     def _create_nodes(self, count: int, heartbeat_interval: float, now: float) -> list[int]:
-        online_until = now + self._patience * heartbeat_interval
+        online_until = ledger.silent_at(now, self._patience, heartbeat_interval)
         created = []
         for _ in range(count):
             node_id = self._new_node_id()
@@ -232,7 +217,7 @@ class SqliteLinkState(LinkState):
     def _delete_node(self, node_id: int, now: float) -> None:
         if node_id not in INT64 or self._db.execute("delete_node", node_id=node_id) == 0:
             raise NodeNotFoundError(f"no node {node_id}")
-        self._fail_open_messages(node_id, now, "node was deleted")
+        self._fail_open_messages(node_id, now, ledger.NODE_DELETED)
         self._db.notify(partial(self._node_topic.publish, node_id, node_id))
 
     async def retire_nodes(self, *, offline_for: float) -> list[int]:
@@ -257,7 +242,7 @@ class SqliteLinkState(LinkState):
         if node_id not in INT64:
             raise NodeNotFoundError(f"no node {node_id}")
         # The timers fired first: a node past its deadline is offline by now.
-        online_until = now + self._patience * heartbeat_interval
+        online_until = ledger.silent_at(now, self._patience, heartbeat_interval)
         params = {"heartbeat_interval": heartbeat_interval, "online_until": online_until}
         # Nearly every heartbeat is from a node online: one statement, as each one costs
         # the database's thread the GIL (see fedcore.state.database).
@@ -356,7 +341,7 @@ class SqliteLinkState(LinkState):
         return await self._db.transact(partial(self._push_messages, run_id, list(messages)))
 
     def _push_messages(self, run_id: int, messages: list[Message], now: float) -> list[str]:
-        check_takes_messages(run_id, self._runs.status(run_id))
+        ledger.check_takes_messages(run_id, self._runs.status(run_id))
         for message in messages:
             if message.metadata.dst_node_id not in INT64:
                 raise ValueError(
@@ -373,8 +358,7 @@ class SqliteLinkState(LinkState):
                 ids.append(meta.message_id)
                 continue
             digest = next(digests)
-            meta.run_id, meta.src_node_id, meta.created_at = run_id, SERVER_NODE_ID, now
-            meta.message_id = meta.message_id or self._new_message_id()
+            ledger.stamp_message(meta, run_id, now, meta.message_id or self._new_message_id())
             self._db.execute(
                 "insert_message",
                 message_id=meta.message_id,
@@ -388,13 +372,10 @@ class SqliteLinkState(LinkState):
                 content_sha256=digest,
             )
             ids.append(meta.message_id)
-            if self._db.row("node_is_online", node_id=meta.dst_node_id, now=now) is None:
-                self._answer_with_error(
-                    _message_row(meta),
-                    now,
-                    ErrorCode.NODE_UNAVAILABLE,
-                    f"node {meta.dst_node_id} is not online",
-                )
+            online = self._db.row("node_is_online", node_id=meta.dst_node_id, now=now) is not None
+            answer = ledger.on_arrival(meta.dst_node_id, online)
+            if answer is not None:
+                self._answer_to(meta, MessageStatus.PENDING, now, answer)
                 continue
             self._db.watch(meta.expires_at)
             self._db.notify(
@@ -409,16 +390,13 @@ class SqliteLinkState(LinkState):
             chosen = message.metadata.message_id
             if not chosen:
                 continue
-            check_message_id(chosen)
             owner = self._db.row("message_id_owner", id=chosen)
-            if owner is not None and owner["run_id"] != run_id:
-                raise ConflictError(f"message id {chosen} is taken")
-            if owner is not None:
+            if ledger.check_chosen_id(run_id, chosen, None if owner is None else owner["run_id"]):
                 retried.add(chosen)
         return retried
 
     def _new_message_id(self) -> str:
-        return new_message_id(
+        return ledger.new_message_id(
             self._ids, lambda candidate: self._db.row("message_id_taken", id=candidate) is not None
         )
 
@@ -434,7 +412,7 @@ class SqliteLinkState(LinkState):
         for message_id in message_ids:
             row = self._db.row("message_and_reply", message_id=message_id)
             if row is None or row["run_id"] != run_id:
-                replies.append(unknown_message_reply(run_id, message_id))
+                replies.append(ledger.unknown_message_reply(run_id, message_id))
             elif row["reply_id"] is not None:
                 replies.append(self._reply_from(row))
         return replies
@@ -468,7 +446,7 @@ class SqliteLinkState(LinkState):
             if row is None or row["run_id"] != run_id:
                 continue
             # Check them all before deleting any: a refused ack changes nothing.
-            transition(MessageStatus(row["status"]), MessageStatus.ACKNOWLEDGED)
+            ledger.acknowledged(MessageStatus(row["status"]))
             known[message_id] = None
         for message_id in known:
             self._db.execute("delete_message", message_id=message_id)
@@ -520,9 +498,14 @@ class SqliteLinkState(LinkState):
             limit=-1 if limit is None else max(limit, 0),  # SQLite: a negative LIMIT is none
         )
         lease_until = None if lease is None else now + lease
+        status = ledger.lease(MessageStatus.PENDING).value  # the rows are pending
         for row in rows:
-            transition(MessageStatus.PENDING, MessageStatus.LEASED)
-            self._db.execute("lease_message", message_id=row["message_id"], lease_until=lease_until)
+            self._db.execute(
+                "lease_message",
+                message_id=row["message_id"],
+                status=status,
+                lease_until=lease_until,
+            )
         if rows and lease_until is not None:
             self._db.watch(lease_until)
         return [_message_from(row, self._contents.load(row["content_sha256"])) for row in rows]
@@ -531,63 +514,55 @@ class SqliteLinkState(LinkState):
         return await self._db.transact(partial(self._push_reply, node_id, reply))
 
     def _push_reply(self, node_id: int, reply: Message, now: float) -> str:
-        reply_to = reply.metadata.reply_to_message_id
-        row = self._db.row("message_and_reply", message_id=reply_to)
-        if row is None or row["dst_node_id"] != node_id:
-            raise MessageNotFoundError(f"node {node_id} has no message {reply_to!r} to reply to")
-        check_reply_type(reply, row["message_type"])
+        row = self._db.row("message_and_reply", message_id=reply.metadata.reply_to_message_id)
+        message = ledger.check_reply(node_id, None if row is None else _sent(row), reply)
+        assert row is not None
         if row["reply_id"] is not None:
-            return _repeated_reply(row, reply)
-        transition(MessageStatus(row["status"]), MessageStatus.REPLIED)
+            answered = row["error_reason"] if row["generated"] else None
+            same = _same_reply(row, reply)
+            return ledger.repeated_reply(message.message_id, row["reply_id"], answered, same)
+        status = ledger.replied(MessageStatus(row["status"]))
         content = self._contents.store(reply.content) if reply.has_content() else None
-        error = reply.error if reply.has_error() else None
+        ledger.stamp_reply(reply.metadata, message, now, self._new_message_id())
+        self._store_reply(reply, status, content, generated=False)
+        return reply.metadata.message_id
+
+    def _store_reply(
+        self, reply: Message, status: MessageStatus, content: bytes | None, *, generated: bool
+    ) -> None:
+        """Keep a stamped reply (its content stored already as ``content``); the message
+        it answers goes ``status``."""
         meta = reply.metadata
-        meta.run_id, meta.src_node_id, meta.dst_node_id = row["run_id"], node_id, SERVER_NODE_ID
-        meta.group_id, meta.created_at = row["group_id"], now
-        meta.ttl = min(meta.ttl, row["expires_at"] - now)
-        meta.message_id = self._new_message_id()
+        error = reply.error if reply.has_error() else None
         self._db.execute(
             "insert_reply",
-            message_id=reply_to,
+            message_id=meta.reply_to_message_id,
             reply_id=meta.message_id,
-            src_node_id=node_id,
-            created_at=now,
+            src_node_id=meta.src_node_id,
+            created_at=meta.created_at,
             ttl=meta.ttl,
-            generated=False,
+            generated=generated,
             error_code=None if error is None else error.code,
             error_reason=None if error is None else error.reason,
             content_sha256=content,
         )
-        self._mark_replied(reply_to, meta.run_id)
-        return meta.message_id
+        self._db.execute("mark_replied", message_id=meta.reply_to_message_id, status=status.value)
+        self._db.notify(partial(self._reply_topic.publish, meta.run_id, meta.reply_to_message_id))
 
-    def _mark_replied(self, message_id: str, run_id: int) -> None:
-        self._db.execute("mark_replied", message_id=message_id)
-        self._db.notify(partial(self._reply_topic.publish, run_id, message_id))
+    def _answer(self, message: sqlite3.Row, now: float, answer: Answer) -> None:
+        """Store fedcore's answer to an open message (a row of its columns and status)."""
+        self._answer_to(_message_metadata(message), MessageStatus(message["status"]), now, answer)
 
-    def _answer_with_error(
-        self, message: sqlite3.Row | dict[str, Any], now: float, code: ErrorCode, reason: str
+    def _answer_to(
+        self, message: Metadata, status: MessageStatus, now: float, answer: Answer
     ) -> None:
-        """Store fedcore's error reply to an open message (its run, id, node and ttl)."""
-        self._db.execute(
-            "insert_reply",
-            message_id=message["message_id"],
-            reply_id=self._new_message_id(),
-            src_node_id=message["dst_node_id"],
-            created_at=now,
-            ttl=message["ttl"],
-            generated=True,
-            error_code=int(code),
-            error_reason=reason,
-            content_sha256=None,
-        )
-        self._mark_replied(message["message_id"], message["run_id"])
+        replied = ledger.replied(status)
+        reply = ledger.answer_reply(message, answer, now, self._new_message_id())
+        self._store_reply(reply, replied, None, generated=True)
 
-    def _fail_open_messages(self, node_id: int, now: float, reason: str) -> None:
+    def _fail_open_messages(self, node_id: int, now: float, why: str) -> None:
         for message in self._db.rows("open_messages_of_node", node_id=node_id):
-            self._answer_with_error(
-                message, now, ErrorCode.NODE_UNAVAILABLE, f"{reason} ({node_id})"
-            )
+            self._answer(message, now, ledger.node_gone(node_id, why))
 
     # Notifications ---------------------------------------------------------------
 
@@ -603,18 +578,9 @@ class SqliteLinkState(LinkState):
         return self._node_topic.subscribe(callback)
 
 
-def _message_row(meta: Metadata) -> dict[str, Any]:
-    """The columns of a stored message that an error reply to it is made from."""
-    return {
-        "message_id": meta.message_id,
-        "run_id": meta.run_id,
-        "dst_node_id": meta.dst_node_id,
-        "ttl": meta.ttl,
-    }
-
-
-def _message_from(row: sqlite3.Row, content: RecordDict) -> Message:
-    metadata = Metadata(
+def _message_metadata(row: sqlite3.Row) -> Metadata:
+    """The metadata of a stored message, from its columns."""
+    return Metadata(
         run_id=row["run_id"],
         message_id=row["message_id"],
         src_node_id=SERVER_NODE_ID,
@@ -624,18 +590,28 @@ def _message_from(row: sqlite3.Row, content: RecordDict) -> Message:
         ttl=row["ttl"],
         message_type=row["message_type"],
     )
-    return assemble_message(metadata, content=content)
 
 
-def _repeated_reply(row: sqlite3.Row, reply: Message) -> str:
-    """The stored reply's id if ``reply`` repeats it; else why it cannot be stored."""
-    if row["generated"]:
-        raise ReplyRejectedError(f"message already answered by fedcore: {row['error_reason']}")
+def _sent(row: sqlite3.Row) -> Metadata:
+    """The metadata of the message of a ``message_and_reply`` row."""
+    return Metadata(
+        run_id=row["run_id"],
+        message_id=row["message_id"],
+        src_node_id=SERVER_NODE_ID,
+        dst_node_id=row["dst_node_id"],
+        group_id=row["group_id"],
+        created_at=row["message_created_at"],
+        ttl=row["message_ttl"],
+        message_type=row["message_type"],
+    )
+
+
+def _message_from(row: sqlite3.Row, content: RecordDict) -> Message:
+    return assemble_message(_message_metadata(row), content=content)
+
+
+def _same_reply(row: sqlite3.Row, reply: Message) -> bool:
+    """Whether ``reply`` repeats the stored reply of a ``message_and_reply`` row."""
     if row["error_code"] is None:
-        same = reply.has_content() and digest_of(reply.content) == row["content_sha256"]
-    else:
-        same = reply.has_error() and reply.error == Error(row["error_code"], row["error_reason"])
-    if not same:
-        raise ConflictError(f"message {row['message_id']!r} already has a different reply")
-    reply_id: str = row["reply_id"]
-    return reply_id
+        return reply.has_content() and digest_of(reply.content) == row["content_sha256"]
+    return reply.has_error() and reply.error == Error(row["error_code"], row["error_reason"])

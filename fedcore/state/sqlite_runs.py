@@ -3,16 +3,11 @@ metrics and artifacts.
 
 :class:`~fedcore.state.sqlite.SqliteLinkState` answers these methods with a
 :class:`SqliteRuns` on its :class:`~fedcore.state.database.Database`, and fires its
-timers: a claim running out while its run is ``starting`` (back to ``pending``, or
-``finished:failed`` after :data:`~fedcore.state.base.MAX_CLAIM_ATTEMPTS` claims), a
-running run's ServerApp missing its heartbeat deadline (``finished:failed``). Each
+timers (a claim running out while its run is ``starting``, a running run's ServerApp
+missing its heartbeat deadline); each move is :mod:`fedcore.state.ledger`'s. Each
 public method here is one transaction; the private ones run inside one, in its thread.
-
 A claim is three columns of the run: its fencing token (from a one-row counter, so
 tokens only grow, across restarts too), its end, and the SHA-256 of its launch secret.
-Finishing a run clears the token, so its exec's calls are refused, but keeps the
-secret's hash, so its ServerApp can still log and learn that the run is over; moving
-the run back to ``pending`` clears both.
 """
 
 from __future__ import annotations
@@ -25,25 +20,29 @@ from functools import partial
 from typing import Any
 
 from fedcore.domain import ConfigRecord, LogLine, MetricsLine, RecordDict, Run, RunStatus
-from fedcore.domain.lifecycle import transition
 from fedcore.errors import NotFoundError, RunNotFoundError
-from fedcore.state.base import (
-    RunClaim,
-    after_claim_expired,
+from fedcore.state.base import RunClaim
+from fedcore.state.database import INT64, Database
+from fedcore.state.ledger import (
+    RunMove,
     check_artifact_name,
     check_claim_token,
     check_heartbeat_interval,
     check_lease,
     check_running,
+    claim_expired,
+    claimed,
     decode_metrics,
     encode_metrics,
     missing_artifact,
+    move_run,
     new_id,
     new_launch_secret,
     secret_matches,
-    silent_serverapp_reason,
+    serverapp_silent,
+    silent_at,
+    started,
 )
-from fedcore.state.database import INT64, Database
 from fedcore.state.notify import Subscription, Topic
 from fedcore.wire import (
     STORED_LIMITS,
@@ -74,12 +73,11 @@ class SqliteRuns:
         say if there were."""
         ending = self._db.rows("claims_ending_at", deadline=due)
         for run_id, attempts in ending:
-            status, reason = after_claim_expired(attempts)
-            self._move(run_id, RunStatus.STARTING, status, reason, now)
+            self._move(run_id, claim_expired(RunStatus.STARTING, attempts, now))
         silent = self._db.rows("server_apps_silent_at", deadline=due)
         for run_id, heartbeat_interval in silent:
-            reason = silent_serverapp_reason(self._patience, heartbeat_interval)
-            self._move(run_id, RunStatus.RUNNING, RunStatus.FAILED, reason, now)
+            move = serverapp_silent(RunStatus.RUNNING, self._patience, heartbeat_interval, now)
+            self._move(run_id, move)
         return bool(ending or silent)
 
     def rearm(self, since: float, now: float) -> None:
@@ -157,24 +155,21 @@ class SqliteRuns:
         row = self._run_row(run_id)
         if token is not None:
             check_claim_token(run_id, row["claim_token"], token)
-        self._move(run_id, RunStatus(row["status"]), status, reason, now)
+        self._move(run_id, move_run(RunStatus(row["status"]), status, reason, now))
         return self._get_run(run_id)
 
-    def _move(
-        self, run_id: int, current: RunStatus, status: RunStatus, reason: str, now: float
-    ) -> None:
-        """Move a run from ``current`` at ``now`` and do what its new status asks."""
-        transition(current, status)
+    def _move(self, run_id: int, move: RunMove) -> None:
+        """Keep a run's move and do what its new status asks."""
         self._db.execute(
             "update_run_status",
             run_id=run_id,
-            status=status.value,
-            reason=reason,
-            finished_at=now if status.finished else None,
+            status=move.status.value,
+            reason=move.reason,
+            finished_at=move.finished_at,
         )
-        if status is RunStatus.PENDING:
+        if move.drop_claim:
             self._db.execute("drop_claim", run_id=run_id)
-        if status.finished:
+        if move.end_claim:
             self._db.execute("end_claim", run_id=run_id)
             self._db.execute("delete_run_messages", run_id=run_id)
         self._db.notify(partial(self._run_topic.publish, run_id, run_id))
@@ -193,14 +188,20 @@ class SqliteRuns:
     def _claim_runs(self, limit: int, lease: float, now: float) -> list[RunClaim]:
         claims = []
         for (run_id,) in self._db.rows("pending_run_ids", limit=limit):
-            transition(RunStatus.PENDING, RunStatus.STARTING)
+            move = claimed(RunStatus.PENDING, now)
             next_token = self._db.row("next_token")
             assert next_token is not None  # the counter's one row, from the migration
             token: int = next_token[0]
             secret, digest = new_launch_secret()
             claim_until = now + lease
             self._db.execute(
-                "claim_run", run_id=run_id, token=token, claim_until=claim_until, secret_hash=digest
+                "claim_run",
+                run_id=run_id,
+                status=move.status.value,
+                reason=move.reason,
+                token=token,
+                claim_until=claim_until,
+                secret_hash=digest,
             )
             self._db.watch(claim_until)
             self._db.notify(partial(self._run_topic.publish, run_id, run_id))
@@ -227,8 +228,9 @@ class SqliteRuns:
         row = self._run_row(run_id)
         check_claim_token(run_id, row["claim_token"], token)
         status = RunStatus(row["status"])
-        if status is not RunStatus.RUNNING:  # else a retry: nothing to do
-            self._move(run_id, status, RunStatus.RUNNING, "", now)
+        move = started(status, now)
+        if move is not None:
+            self._move(run_id, move)
             self._watch_server_app(run_id, heartbeat_interval, now)
             # The claimant has just started the process: it vouches for it until its
             # claim runs out, when its next renewal is due at the latest.
@@ -247,7 +249,7 @@ class SqliteRuns:
         return self._get_run(run_id)
 
     def _watch_server_app(self, run_id: int, heartbeat_interval: float, now: float) -> None:
-        alive_until = now + self._patience * heartbeat_interval
+        alive_until = silent_at(now, self._patience, heartbeat_interval)
         self._db.execute(
             "watch_server_app",
             run_id=run_id,

@@ -3,12 +3,13 @@
 :class:`FakeFleet` keeps the promises of :class:`~fedcore.transport.fleet.FleetService`
 that a node relies on, simply: pulls lease messages and wait for new ones by event,
 heartbeats extend leases, an identical reply is a duplicate and a different one a
-conflict, payloads are checked against their digest before they are kept, and
-content over the inline limit goes out as a payload. A test plays the ServerApp
-with :meth:`FakeFleet.add_run` and :meth:`FakeFleet.send`, and reads what nodes
-did in :attr:`FakeFleet.nodes`, :attr:`FakeFleet.replies` and
-:attr:`FakeFleet.payloads`. It is no LinkState: nodes never go offline by
-themselves, and a waiting pull is woken by new messages, not by expiring leases.
+conflict (messages and replies are stamped, and repeats judged, by the link's own rules,
+:mod:`fedcore.state.ledger`), payloads are checked against their digest before they are
+kept, and content over the inline limit goes out as a payload. A test plays the
+ServerApp with :meth:`FakeFleet.add_run` and :meth:`FakeFleet.send`, and reads what
+nodes did in :attr:`FakeFleet.nodes`, :attr:`FakeFleet.replies` and
+:attr:`FakeFleet.payloads`. It is no LinkState: nodes never go offline by themselves,
+and a waiting pull is woken by new messages, not by expiring leases.
 """
 
 from __future__ import annotations
@@ -24,10 +25,9 @@ from typing import Any
 import anyio
 
 from fedcore.clock import Clock, SystemClock
-from fedcore.domain import SERVER_NODE_ID, Error, ErrorCode, Message, Run
+from fedcore.domain import Message, Run
 from fedcore.domain.message import assemble_message
 from fedcore.errors import (
-    ConflictError,
     DecodeError,
     MessageNotFoundError,
     NodeNotFoundError,
@@ -35,6 +35,14 @@ from fedcore.errors import (
     ReplyRejectedError,
     RunFinishedError,
     RunNotFoundError,
+)
+from fedcore.state.ledger import (
+    NODE_DELETED,
+    answer_reply,
+    node_gone,
+    repeated_reply,
+    stamp_message,
+    stamp_reply,
 )
 from fedcore.transport.fleet import Buffer, FleetService, Transfer, each_chunk, sliced
 from fedcore.wire import DEFAULT_LIMITS, pack_recorddict_parts, parts_size
@@ -60,6 +68,8 @@ class StoredReply:
     payload: PayloadRef | None
     body: tuple[Any, ...]
     """What makes two replies identical: the error, or the content's SHA-256."""
+    generated: bool = False
+    """Whether the reply is fedcore's own answer (its node was unregistered)."""
 
 
 @dataclass
@@ -120,13 +130,8 @@ class FakeFleet(FleetService):
         """
         if run_id not in self.runs:
             raise RunNotFoundError(f"no run {run_id}")
-        metadata = replace(
-            message.metadata,
-            run_id=run_id,
-            message_id=uuid.uuid4().hex,
-            src_node_id=SERVER_NODE_ID,
-            created_at=self.clock.now(),
-        )
+        metadata = replace(message.metadata)
+        stamp_message(metadata, run_id, self.clock.now(), uuid.uuid4().hex)
         stamped = assemble_message(metadata, content=message.content)
         payload_id = None
         parts = pack_recorddict_parts(message.content)
@@ -170,8 +175,9 @@ class FakeFleet(FleetService):
             return
         for message_id, entry in self._messages.items():
             if entry.message.metadata.dst_node_id == node_id and entry.reply is None:
-                error = Error(ErrorCode.NODE_UNAVAILABLE, f"node {node_id} unregistered")
-                self._store(message_id, entry, Message(error=error, reply_to=entry.message), None)
+                answer = node_gone(node_id, NODE_DELETED)
+                reply = answer_reply(entry.message.metadata, answer, self.clock.now(), "")
+                self._store(message_id, entry, reply, None, generated=True)
 
     async def heartbeat(
         self,
@@ -221,9 +227,11 @@ class FakeFleet(FleetService):
             raise RunFinishedError(f"run {run.run_id} has finished")
         body = self._body(message_id, reply, payload)
         if entry.reply is not None:
-            if entry.reply.body != body:
-                raise ConflictError(f"message {message_id!r} has a different reply")
-            return PushedReply(entry.reply.reply.metadata.message_id, duplicate=True)
+            stored = entry.reply.reply
+            answered = stored.error.reason if entry.reply.generated else None
+            same = entry.reply.body == body
+            stored_id = repeated_reply(message_id, stored.metadata.message_id, answered, same)
+            return PushedReply(stored_id, duplicate=True)
         if entry.message.metadata.expires_at <= self.clock.now():
             raise ReplyRejectedError(f"message {message_id!r} expired")
         return PushedReply(self._store(message_id, entry, reply, payload), duplicate=False)
@@ -317,20 +325,21 @@ class FakeFleet(FleetService):
         return ("content", Digest.of(pack_recorddict_parts(reply.content)).sha256)
 
     def _store(
-        self, message_id: str, entry: _Entry, reply: Message, payload: PayloadRef | None
+        self,
+        message_id: str,
+        entry: _Entry,
+        reply: Message,
+        payload: PayloadRef | None,
+        *,
+        generated: bool = False,
     ) -> str:
-        original = entry.message.metadata
-        metadata = replace(
-            reply.metadata,
-            run_id=original.run_id,
-            message_id=uuid.uuid4().hex,
-            src_node_id=original.dst_node_id,
-            dst_node_id=SERVER_NODE_ID,
-            created_at=self.clock.now(),
-        )
+        metadata = replace(reply.metadata)
+        stamp_reply(metadata, entry.message.metadata, self.clock.now(), uuid.uuid4().hex)
         body = reply.error if reply.has_error() else None
         content = None if body is not None else reply.content
         stamped = assemble_message(metadata, content=content, error=body)
-        entry.reply = StoredReply(stamped, payload, self._body(message_id, reply, payload))
+        entry.reply = StoredReply(
+            stamped, payload, self._body(message_id, reply, payload), generated
+        )
         self.replies[message_id] = entry.reply
         return metadata.message_id

@@ -1,4 +1,5 @@
-"""The LinkState conformance suite: the contract of :mod:`fedcore.state.base`, as tests.
+"""The LinkState conformance suite: the contract of its nodes, messages and replies
+(:class:`~fedcore.state.base.MessageState`), as tests.
 
 Every LinkState implementation, fedcore's own and any other, must pass it. To run it
 against one, subclass :class:`LinkStateConformance` in a test module and provide the
@@ -799,6 +800,24 @@ class LinkStateConformance:
             await heard.wait_for(pending)
         answers = await state.get_replies(run_id, [replied, leased, pending])
         assert [error_code(a) for a in answers] == [None, NODE_UNAVAILABLE, NODE_UNAVAILABLE]
+
+    async def test_fedcores_answer_never_outlives_its_message(
+        self, state: LinkState, fake_clock: FakeClock, run_id: int
+    ) -> None:
+        """An error reply is stamped as a node's reply is: when it was made, with a ttl
+        bounded by what remained of its message's."""
+        node_id = await state.create_node(heartbeat_interval=math.inf)
+        message_id = await push(state, run_id, node_id, ttl=100.0, group_id="g")
+        sent = await pull_one(state, node_id)
+        await advance(fake_clock, 40.0)
+        await state.delete_node(node_id)
+        answer = await the_reply(state, run_id, message_id)
+        assert error_code(answer) == NODE_UNAVAILABLE
+        meta = answer.metadata
+        assert meta.created_at == pytest.approx(sent.metadata.created_at + 40.0, abs=1e-6)
+        assert meta.expires_at == pytest.approx(sent.metadata.expires_at, abs=1e-6)
+        assert (meta.run_id, meta.group_id, meta.message_type) == (run_id, "g", "train")
+        assert meta.message_id not in ("", message_id)
 
     async def test_a_node_going_offline_spares_other_nodes_messages(
         self, state: LinkState, fake_clock: FakeClock, run_id: int, node_id: int

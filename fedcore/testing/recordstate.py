@@ -1,6 +1,6 @@
 """The LinkState conformance suite for a run's record: when it finished, metrics, artifacts.
 
-The third part of the contract of :mod:`fedcore.state.base`, beside
+The contract of :class:`~fedcore.state.base.RecordState`, beside
 :mod:`fedcore.testing.linkstate` and :mod:`fedcore.testing.runstate`; a LinkState
 must pass all three. Subclass :class:`RunRecordConformance` and provide the same
 ``state`` fixture (a new, entered LinkState on the ``fake_clock`` fixture with

@@ -1,6 +1,6 @@
 """The LinkState conformance suite for deployment: runs, claims, bundles, contexts, logs.
 
-The second half of the contract of :mod:`fedcore.state.base`, next to
+The contract of :class:`~fedcore.state.base.RunState`, next to
 :mod:`fedcore.testing.linkstate` (nodes, messages, replies): a LinkState must pass
 both. Subclass :class:`RunStateConformance` and provide the same ``state`` fixture as
 for :class:`~fedcore.testing.linkstate.LinkStateConformance` — a new, entered
@@ -17,7 +17,7 @@ What it checks: runs listed oldest first with their creation time and bundle; bu
 stored once by hash; contexts saved and replaced per node; logs numbered from 1, paged
 and announced; and the exec's claims (R5, R6: docs/reliability.md) — exclusive, oldest first,
 fenced by strictly increasing tokens, sent back to ``pending`` when they run out (at
-most :data:`~fedcore.state.base.MAX_CLAIM_ATTEMPTS` times, then ``finished:failed``),
+most :data:`~fedcore.state.ledger.MAX_CLAIM_ATTEMPTS` times, then ``finished:failed``),
 and a running run failed once its ServerApp misses ``patience × interval`` of
 heartbeats, not before. Also ``renew_leases``, the node's side of long messages.
 """
@@ -39,7 +39,8 @@ from fedcore.errors import (
     RunFinishedError,
     RunNotFoundError,
 )
-from fedcore.state.base import MAX_CLAIM_ATTEMPTS, LinkState, RunClaim
+from fedcore.state.base import LinkState, RunClaim
+from fedcore.state.ledger import MAX_CLAIM_ATTEMPTS
 from fedcore.testing.clock import FakeClock
 from fedcore.testing.linkstate import (
     EPSILON,

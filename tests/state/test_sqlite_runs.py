@@ -18,7 +18,7 @@ from sqlite_helpers import state_on
 
 from fedcore.domain import ConfigRecord, Message, RecordDict, RunStatus
 from fedcore.errors import ClaimLostError
-from fedcore.state.base import MAX_CLAIM_ATTEMPTS
+from fedcore.state.ledger import MAX_CLAIM_ATTEMPTS
 from fedcore.state.sql import MIGRATIONS, SCHEMA_VERSION
 from fedcore.testing import FakeClock
 from fedcore.testing.linkstate import PATIENCE

@@ -23,7 +23,9 @@ SELECT min(deadline) FROM (
 );
 
 -- name: messages_expiring_at
-SELECT message_id, run_id, dst_node_id, ttl FROM messages
+SELECT
+    message_id, run_id, dst_node_id, message_type, group_id, created_at, ttl, status
+FROM messages
 WHERE status IN ('pending', 'leased') AND expires_at = :deadline
 ORDER BY position;
 
@@ -31,12 +33,12 @@ ORDER BY position;
 SELECT node_id FROM nodes WHERE online = 1 AND online_until = :deadline ORDER BY position;
 
 -- name: leases_ending_at
-SELECT message_id, dst_node_id FROM messages
+SELECT message_id, dst_node_id, status FROM messages
 WHERE status = 'leased' AND lease_until = :deadline
 ORDER BY position;
 
 -- name: end_lease
-UPDATE messages SET status = 'pending', lease_until = NULL WHERE message_id = :message_id;
+UPDATE messages SET status = :status, lease_until = NULL WHERE message_id = :message_id;
 
 -- name: claims_ending_at
 SELECT run_id, attempts FROM runs
@@ -177,7 +179,7 @@ UPDATE fencing SET last_token = last_token + 1 RETURNING last_token;
 
 -- name: claim_run
 UPDATE runs SET
-    status = 'starting', reason = '', attempts = attempts + 1, claim_token = :token,
+    status = :status, reason = :reason, attempts = attempts + 1, claim_token = :token,
     claim_until = :claim_until, secret_hash = :secret_hash
 WHERE run_id = :run_id;
 
@@ -315,7 +317,7 @@ ORDER BY position
 LIMIT :limit;
 
 -- name: lease_message
-UPDATE messages SET status = 'leased', lease_until = :lease_until
+UPDATE messages SET status = :status, lease_until = :lease_until
 WHERE message_id = :message_id;
 
 -- name: renew_lease
@@ -324,7 +326,9 @@ UPDATE messages SET lease_until = :lease_until
 WHERE message_id = :message_id AND dst_node_id = :node_id AND status = 'leased';
 
 -- name: open_messages_of_node
-SELECT message_id, run_id, dst_node_id, ttl FROM messages
+SELECT
+    message_id, run_id, dst_node_id, message_type, group_id, created_at, ttl, status
+FROM messages
 WHERE dst_node_id = :node_id AND status IN ('pending', 'leased')
 ORDER BY position;
 
@@ -332,7 +336,7 @@ ORDER BY position;
 -- A message with its reply, if it has one yet (reply_id is NULL when not).
 SELECT
     m.message_id, m.run_id, m.dst_node_id, m.message_type, m.group_id, m.expires_at,
-    m.status,
+    m.status, m.created_at AS message_created_at, m.ttl AS message_ttl,
     r.reply_id, r.src_node_id, r.created_at, r.ttl, r.generated, r.error_code,
     r.error_reason, r.content_sha256
 FROM messages AS m LEFT JOIN replies AS r ON r.message_id = m.message_id
@@ -360,7 +364,7 @@ INSERT INTO replies (
 );
 
 -- name: mark_replied
-UPDATE messages SET status = 'replied', lease_until = NULL WHERE message_id = :message_id;
+UPDATE messages SET status = :status, lease_until = NULL WHERE message_id = :message_id;
 
 -- name: delete_message
 -- Its reply goes with it (ON DELETE CASCADE), and their contents if no other message

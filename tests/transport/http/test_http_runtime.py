@@ -29,7 +29,7 @@ from fedcore.errors import (
     RunFinishedError,
     RunNotFoundError,
 )
-from fedcore.state.base import missing_artifact
+from fedcore.state.ledger import missing_artifact
 from fedcore.testing import FakeClock
 from fedcore.testing.arrays import backing
 from fedcore.testing.network import closed_port
