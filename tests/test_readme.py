@@ -47,10 +47,17 @@ def test_readme_example_runs_as_a_script(tmp_path: Path) -> None:
     assert "readme example ok" in completed.stdout
 
 
-def test_readme_interactive_examples_print_what_they_show() -> None:
-    blocks = re.findall(r"```\n(>>> .*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
-    assert blocks, "README.md has no >>> examples"
+DOCTEST_PAGES = [README, *sorted((README.parent / "docs").glob("*.md"))]
+
+
+def test_interactive_examples_print_what_they_show() -> None:
+    """The ``>>>`` examples of the README and docs/ (the partitioners' table)."""
     runner = doctest.DocTestRunner()
-    for block in blocks:
-        runner.run(doctest.DocTestParser().get_doctest(block, {}, "README", str(README), 0))
+    found = 0
+    for page in DOCTEST_PAGES:
+        text = page.read_text(encoding="utf-8")
+        for block in re.findall(r"```\n(>>> .*?)```", text, re.DOTALL):
+            found += 1
+            runner.run(doctest.DocTestParser().get_doctest(block, {}, page.name, str(page), 0))
+    assert found, "no >>> examples in the README or docs/"
     assert runner.summarize(verbose=False).failed == 0
