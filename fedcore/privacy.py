@@ -1,25 +1,17 @@
 """Differential-privacy math on ArrayRecords: update norms, clipping, Gaussian noise.
 
-Central differential privacy with fixed clipping (McMahan et al., 2018,
-"Learning Differentially Private Recurrent Language Models"; Geyer et al., 2017,
-"Differentially Private Federated Learning: A Client Level Perspective") bounds
-how far any one node can move the aggregate: each node's *update* — the arrays it
-replied with minus the arrays it was sent — is scaled down to an L2 norm of at
-most ``clipping_norm`` C, and Gaussian noise of standard deviation
-``noise_multiplier × C / m`` is added to the mean of the m = ``num_sampled_clients``
-clipped updates (:func:`noise_std`). The norm is taken over every element of
-every array together, as if the model were one flat vector.
+Central DP with fixed clipping (McMahan et al., 2018; Geyer et al., 2017) bounds how
+far one node can move the aggregate: each node's *update* (the arrays it replied with
+minus those it was sent) is scaled to an L2 norm of at most ``clipping_norm`` C, the
+norm taken over every element of every array as one flat vector, and Gaussian noise of
+standard deviation ``noise_multiplier × C / m`` is added to the mean of the m clipped
+updates (:func:`noise_std`). Pure numpy and no state, so that the DP strategies and
+mods share one implementation and a test can call it with hand-made records.
 
-Pure numpy and no state: the strategies in
-:mod:`fedcore.strategy.dp_fixed_clipping` and the mods in :mod:`fedcore.mods`
-call these functions; a test can call them with hand-made records.
-
-Arithmetic is in float64 and each result is cast back to its array's dtype:
-integer arrays (counters such as a batch-norm ``num_batches_tracked``) are
-rounded to the nearest value the dtype holds, booleans thresholded at one half,
-so for them the bound holds only up to that rounding; float32 and float16 arrays
-meet it up to their own rounding. Complex arrays are refused (``TypeError``):
-real Gaussian noise on them would protect only their real parts.
+Arithmetic is in float64, each result cast back to its array's dtype: integer arrays
+are rounded and booleans thresholded at one half, so for them the bound holds only up
+to that rounding. Complex arrays are refused (``TypeError``): real noise would protect
+only their real parts.
 """
 
 from __future__ import annotations

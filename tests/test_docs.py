@@ -1,4 +1,4 @@
-"""The design pages under docs/ and the README point at things the repository has.
+"""The pages under docs/, the README and CONTRIBUTING.md point at things the repository has.
 
 docs/ cites modules, tests and test names as the place each claim is kept; a file
 moved or a test renamed would leave the page pointing at nothing, so each citation is
@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted((ROOT / "docs").glob("*.md"))
-DOCUMENTS = [ROOT / "README.md", *PAGES]
+DOCUMENTS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *PAGES]
 
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 CODE = re.compile(r"`([^`\s]+)`")
@@ -96,7 +96,15 @@ def missing_documents(document: Path) -> list[str]:
 
 
 def test_there_are_design_pages_and_the_readme_links_them() -> None:
-    assert {page.name for page in PAGES} >= {"README.md", "architecture.md", "reliability.md"}
+    assert {page.name for page in PAGES} >= {
+        "README.md",
+        "architecture.md",
+        "reliability.md",
+        "apps.md",
+        "cli.md",
+        "deployment.md",
+        "benchmarks.md",
+    }
     assert "(docs/README.md)" in (ROOT / "README.md").read_text(encoding="utf-8")
 
 

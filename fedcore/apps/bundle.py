@@ -3,57 +3,10 @@
 ``fedcore run`` packs an app directory into a bundle and submits it with the run;
 each node fetches the bundle once per run, checks its SHA-256 and unpacks it into a
 cache directory named after that hash, so all runs of the same code share one copy.
-
-**Packing is deterministic**: the same files give the same bytes, hence the same hash,
-whatever their timestamps, permissions, or the order the file system lists them in.
-Entries are sorted by path; each is a regular file dated 1980-01-01 00:00 with mode
-0644 (an executable bit is not kept); each is deflated at one fixed level, or stored
-when deflating would not shrink it, or would shrink it more than
-``MAX_COMPRESSION_RATIO`` times, which unpacking refuses as a bomb. Empty directories
-are not kept. (The same bytes need the same zlib; another zlib may deflate
-differently, which only costs a second cache entry.)
-
-**What is left out**, at any depth: ``__pycache__``, ``*.pyc``, ``.git``, ``.hg``,
-``.svn``, ``.mypy_cache``, ``.pytest_cache``, ``.ruff_cache``, ``.hypothesis``,
-``*.egg-info``, ``.venv``, ``venv`` and any directory holding a ``pyvenv.cfg`` (a
-virtual environment under another name); at the top of the app directory only,
-``build`` and ``dist``. A ``.fedcoreignore`` file at the top leaves out more, one
-pattern per line (blank lines and ``#`` comments skipped, surrounding whitespace
-ignored):
-
-- a pattern without ``/`` is matched against each file and directory *name*, at any
-  depth: ``*.csv``, ``data``;
-- a pattern with ``/`` is matched against the whole path from the app directory
-  (a leading ``/`` changes nothing): ``data/raw``, ``notebooks/*.ipynb``; there ``*``
-  also matches across ``/``;
-- a trailing ``/`` makes a pattern match directories only: ``logs/``;
-- ``*``, ``?`` and ``[abc]`` are the only wildcards, matched case-sensitively; a
-  left-out directory's whole content is left out; a symlink counts as a file.
-  Re-including (``!``) is refused.
-
-**Symlinks are refused** wherever they point (unless left out): following one would
-pack files from outside the app, and skipping one would make a file go missing on
-the node, a worse surprise than an error here. Sockets, FIFOs and devices likewise.
-
-**Unpacking trusts nothing** in the bundle. The hash is checked before the zip is
-read. Then, before anything is written: no entry name may be absolute, contain
-``..``, ``.`` or empty components, a backslash, a colon (drive letters, Windows
-streams) or a control character; no two names may be equal ignoring case and Unicode
-normalisation (they would collide on macOS and Windows), nor a file lie on another
-file's path; every entry must be a plain file or directory (the mode bits of
-``external_attr`` say symlink or device otherwise), unencrypted, stored or deflated;
-the archive must have no comment, no zip64 records and at most ``max_files`` entries
-(counted from the raw central directory, before :mod:`zipfile` builds an object per
-entry). The size limits are enforced on the bytes actually inflated, chunk by chunk,
-never on what the headers claim: at most ``max_bytes`` in total and at most
-``max_ratio`` times each entry's compressed size. Files are written into a temporary
-directory inside the cache, which is renamed to ``<cache>/<sha256>`` only when
-complete and accepted by the caller's ``check`` (the link's: is it an app?); a
-refusal, for any reason and with any exception, removes it. The rename is atomic,
-so of several threads or processes unpacking one bundle at once, one wins and the
-others use its directory.
-A process killed while unpacking leaves a hidden ``.<hash prefix>-*`` directory in
-the cache, never a ``<sha256>`` one.
+Packing is deterministic so that unchanged code has the same hash; unpacking trusts
+nothing in the bundle, which is whatever a run's submitter sent. What is
+left out, the ``.fedcoreignore`` patterns and every check unpacking makes are listed in
+docs/deployment.md ("App bundles").
 
 Both functions block (file I/O, compression): async code calls them through
 ``anyio.to_thread.run_sync``.

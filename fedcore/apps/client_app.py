@@ -1,33 +1,13 @@
 """ClientApp: the code that runs on a node, one handler per message type.
 
-A ClientApp is a routing table from message types (``train``, ``evaluate``,
-``query``, or ``train.<action>``) to handlers ``(msg, context) -> Message``.
-Handlers may be ``def`` or ``async def``. A lifespan (:meth:`ClientApp.lifespan`)
-without arguments runs once per worker process around all the messages that
-worker serves: the place to load a dataset or a model once, not once per message.
-One that takes a ``Context`` (Flower's form) runs around every message instead,
-with that message's context, as Flower runs it. ClientApps stay ephemeral all the
-same — per-node state lives only in ``Context.state``.
-
-Mods (``ClientApp(mods=[...])``) are middleware in Flower's shape: a plain ``def``
-``mod(msg, context, call_next) -> Message``, where ``call_next(msg, context)`` runs
-the next mod or, last, the handler; the first mod in the list is the outermost.
-A handler's own mods (``@client.train(mods=[...])``) run inside the app's.
-Mods wrap the registered handlers only: a message no handler answers gets its
-"no handler" error reply without passing through them (as in Flower). What
-``call_next`` returns is always a reply to the message given to it — a handler or
-inner mod that returns anything else is turned into an error reply on the spot —
-while exceptions pass through the mods, which may catch them, to become an error
-reply at the top. The chain runs where a plain handler would (see :meth:`handle`);
-an ``async def`` handler at its end is run to completion by ``call_next``.
-
-:meth:`ClientApp.handle` is the single
-entry point every backend calls: it never raises for the app's own failures — a
-missing handler, an exception, a wrong return value — but answers with an error
-reply, so a broken ClientApp costs one failed reply, never a hung round. Calling
-the app, ``client(msg, context)`` (Flower's form, for tests and for code that runs
-it by hand), runs the same chain here and now and lets everything through: what the
-handler returns, and what it raises.
+A ClientApp routes message types (``train``, ``evaluate``, ``query``,
+``train.<action>``) to ``def`` or ``async def`` handlers, wrapped by mods in Flower's
+shape, with a lifespan for per-worker setup (docs/apps.md says what each offers).
+:meth:`ClientApp.handle` is the one entry every backend calls, and it never raises for
+the app's own failures: a missing handler, an exception or a wrong return value
+becomes an error reply, so a broken ClientApp costs one failed reply, never a hung
+round. Calling the app, ``client(msg, context)`` (Flower's form), runs the same chain
+and lets everything through.
 """
 
 from __future__ import annotations

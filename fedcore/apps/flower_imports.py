@@ -1,25 +1,14 @@
 """``import flwr…`` in an app, answered by fedcore: Flower's public names mapped onto fedcore's.
 
-A Flower app imports ``from flwr.app import ArrayRecord``; fedcore runs it as it is by
-answering those imports with its own objects. :func:`install_flower_imports` puts a
-finder first on ``sys.meta_path`` that serves every ``flwr`` module in
-:data:`FLOWER_NAMES` as a module of fedcore's making, whether or not Flower is
-installed. App loading (:mod:`fedcore.apps.loading`) installs it, so it is in place
-in each process that imports an app — the simulation engine, every pool worker, a
-deployment's ServerApp and ClientApp processes — and nowhere else: fedcore ships no
-``flwr`` package and no ``.pth`` file, and ``import flwr`` in any other program means
-what it meant before.
-
-:data:`FLOWER_NAMES` is the one table: each ``flwr`` module, the names it offers, and
-the ``module:attr`` of the fedcore object behind each. The shim modules resolve a name
-when it is first imported, so an app pays for the strategies it uses only, and a name
-fedcore does not provide — absent from the table, or whose fedcore object does not
-exist yet — fails at the import statement with a :class:`FlowerImportError` naming it,
-not rounds later.
-
-If Flower itself is already imported in the process (a program that imported ``flwr``
-and then loads an app in-process), the finder is not installed: that program's
-``flwr`` stays Flower's, and a warning says the app's imports get Flower's objects.
+A Flower app runs as it is because its ``flwr`` imports are answered with fedcore's
+objects: :func:`install_flower_imports` puts a finder first on ``sys.meta_path`` that
+serves every ``flwr`` module of :data:`FLOWER_NAMES`, the one table of ``flwr``
+modules, their names and the fedcore object behind each. App loading installs it, so
+it is in place only in processes that import an app; fedcore ships no ``flwr``
+package and no ``.pth`` file. A name is resolved when first imported, so an app pays
+for what it uses, and a name fedcore lacks fails at the import with a
+:class:`FlowerImportError` naming it, not rounds later. Where Flower itself is already
+imported, the finder is not installed and a warning says the app gets Flower's objects.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """Loading an app from what a user typed: ``module:attr`` or an app directory.
 
 ``module:attr`` imports ``module`` (the current directory is importable) and takes
-``attr``, which must be an :class:`~fedcore.apps.app.App`. An app directory has a
-``pyproject.toml`` naming the two halves and the run-config defaults, read by
-:mod:`fedcore.apps.project` (fedcore's tables, or a Flower app's)::
-
-    [tool.fedcore.app]
-    server = "quickstart.app:server"
-    client = "quickstart.app:client"
-    [tool.fedcore.app.config]
-    num-server-rounds = 3
-
-Before it imports anything of the app, loading installs the ``flwr`` shim
-(:mod:`fedcore.apps.flower_imports`), so the app's ``import flwr…`` get fedcore's names.
-
-Every failure is an :class:`~fedcore.errors.AppLoadError` with a one-line message
-that names the target and, for an import that raised, where in the user's code.
+``attr``, which must be an :class:`~fedcore.apps.app.App`; an app directory's
+``pyproject.toml`` is read by :mod:`fedcore.apps.project`. Before it imports anything
+of the app, loading installs the ``flwr`` shim (:mod:`fedcore.apps.flower_imports`),
+so the app's ``import flwr…`` get fedcore's names. Every failure is an
+:class:`~fedcore.errors.AppLoadError` with a one-line message that names the target
+and, for an import that raised, where in the user's code.
 """
 
 from __future__ import annotations

@@ -2,29 +2,12 @@
 
 An app directory names its two halves, its run-config defaults and, for
 ``fedcore simulate``, how many nodes to simulate and what each ClientApp needs.
-fedcore's own tables come first; a Flower app's tables stand in for any part they
-leave out, so a Flower app directory is an app directory as it is::
-
-    [tool.fedcore.app]                  [tool.flwr.app.components]
-    server = "pkg.server_app:app"       serverapp = "pkg.server_app:app"
-    client = "pkg.client_app:app"       clientapp = "pkg.client_app:app"
-    [tool.fedcore.app.config]           [tool.flwr.app.config]
-    num-server-rounds = 3               num-server-rounds = 3
-    [tool.fedcore.app.simulation]       [tool.flwr.federations]
-    nodes = 10                          default = "local-sim"
-    num-cpus = 2                        [tool.flwr.federations.local-sim]
-    num-gpus = 0.25                     options.num-supernodes = 10
-                                        options.backend.client-resources.num-cpus = 2
-                                        options.backend.client-resources.num-gpus = 0.25
-
-Each of ``server``, ``client``, the config table and each simulation key is taken
-from fedcore's table when it has it, else from Flower's. Flower's federation is the
-one ``default`` names, or the one asked for by name; one that declares an address
-instead of options (a remote SuperLink) supplies nothing. Reading never imports the
-app: the link checks bundles with it, and ``fedcore run`` packs with it.
-
-Every failure is an :class:`~fedcore.errors.AppLoadError` of one line naming the file
-and the table.
+fedcore's own tables come first, and a Flower app's tables stand in for any part they
+leave out, so that a Flower app directory is an app directory as it is (the tables
+side by side, and which wins: docs/from-flower.md, "How the app directory is read").
+Reading never imports the app: the link checks bundles with it, and ``fedcore run``
+packs with it. Every failure is an :class:`~fedcore.errors.AppLoadError` of one line
+naming the file and the table.
 """
 
 from __future__ import annotations

@@ -1,23 +1,14 @@
 """Quantity skew: partitions of unequal size, each with an IID label mix.
 
 Real federations are unbalanced: a few nodes hold most of the data. These partitioners
-isolate that one effect. The samples are shuffled (seeded) and cut into consecutive
-runs whose sizes follow a fixed law of the partition id, so the label mix of every
-partition is a random sample of the whole and only the sizes differ. Every law grows
-with the id, so partition 0 is the smallest and partition ``num_partitions - 1`` the
-largest (as in flwr-datasets' linear and exponential partitioners):
-
-- :class:`LinearPartitioner`: size ∝ ``i + 1``;
-- :class:`ExponentialPartitioner`: size ∝ ``base ** i``;
-- :class:`PowerLawPartitioner`: size ∝ ``(num_partitions - i) ** -exponent``, the
-  rank-size (Zipf) law with the largest partition last.
-
-Sizes are deterministic (the seed only decides which samples go where): partition i
-gets the floor of its exact share ``n × w_i / Σw``, and the few samples left over go one
-each to the partitions with the largest fractional parts (the largest-remainder method,
-ties to the larger id), so every size is within one sample of its exact share and sizes
-never decrease with the id. Every sample is used. Every partition must get at least one
-sample; a law too steep for the number of samples is a ``ValueError``.
+isolate that one effect: the samples are shuffled (seeded) and cut into consecutive
+runs whose sizes follow a fixed law of the partition id (:class:`LinearPartitioner`
+∝ ``i + 1``, :class:`ExponentialPartitioner` ∝ ``base ** i``,
+:class:`PowerLawPartitioner` ∝ ``(num_partitions - i) ** -exponent``), so partition 0
+is the smallest and the last the largest, as in flwr-datasets. Sizes are deterministic
+(largest-remainder rounding, ties to the larger id: each within one sample of its exact
+share, never decreasing with the id); every sample is used, and a law too steep for
+the number of samples, leaving a partition empty, is a ``ValueError``.
 """
 
 from __future__ import annotations

@@ -1,32 +1,14 @@
 """A Message's content as the legacy API's ``*Ins``/``*Res``, and back.
 
-Two shapes of content meet here. The **legacy shape** is Flower's own
-(``flwr.common.recorddict_compat``, by its names and record keys): a FitIns travels
-as ``fitins.parameters`` (an ArrayRecord, ``"0"``, ``"1"``, … or ``_empty`` for no
-tensors) and ``fitins.config``; a FitRes as ``fitres.parameters``,
-``fitres.num_examples``, ``fitres.metrics`` and ``fitres.status``; and so on for
-evaluate, get_parameters and get_properties. The **Message-API shape** is what
-fedcore's and Flower's Message-API strategies send and read: one ArrayRecord
-(``arrays``) and one ConfigRecord (``config``) out; ``arrays`` and a MetricRecord
-``metrics`` with ``num-examples`` back.
-
-So that a legacy client answers a Message-API strategy and a Message-API handler
-answers the legacy server, each shape is translated to the other here, and only
-here (docs/from-flower.md, "The legacy API"):
-
-- Message-API content to a FitIns/EvaluateIns: the ArrayRecord's arrays in order,
-  its ConfigRecord as the config; the FitRes back under the names the arrays were
-  sent with, ``num_examples`` as ``num-examples`` in ``metrics``, with the client's
-  metrics that a MetricRecord holds (int, float); the others (bool, str, bytes) in a
-  ConfigRecord ``other-metrics``. An EvaluateRes adds its ``loss`` to ``metrics``.
-- legacy content to Message-API content: ``fitins.parameters`` as ``arrays`` (keys
-  ``"0"``, ``"1"``, …), ``fitins.config`` as ``config``; the reply's ``arrays``,
-  ``num-examples`` and other metrics back as a FitRes, its ``loss`` (or
-  ``eval_loss``) as an EvaluateRes's.
-
-Tensors of ``tensor_type`` ``"numpy.ndarray"`` become plain arrays in the record (what
-fedcore's records, wire and strategies hold); any other serialisation is kept as given
-(an ``Array(dtype, shape, stype, data)`` of :mod:`fedcore.domain.array`), as Flower does.
+Two shapes of content meet here: the **legacy shape**, Flower's own
+(``flwr.common.recorddict_compat``: ``fitins.parameters``, ``fitres.num_examples``, …),
+and the **Message-API shape** that Message-API strategies send and read (``arrays``
+and ``config`` out; ``arrays`` and ``metrics`` with ``num-examples`` back). So that a
+legacy client answers a Message-API strategy and a Message-API handler answers the
+legacy server, each is translated to the other here, and only here; the mapping, key
+by key, is in docs/from-flower.md ("The legacy API: the client side"). Tensors of
+``tensor_type`` ``"numpy.ndarray"`` become plain arrays; any other serialisation is
+kept as given, as Flower does.
 """
 
 from __future__ import annotations

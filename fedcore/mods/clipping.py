@@ -1,22 +1,15 @@
 """The node's half of central DP with client-side clipping: fixed or adaptive.
 
-On the server, ``DifferentialPrivacyClientSideFixedClipping`` (in
-:mod:`fedcore.strategy.dp_fixed_clipping`) puts the clipping norm into every
+The server's wrapper (:mod:`fedcore.strategy.dp_fixed_clipping`,
+:mod:`fedcore.strategy.dp_adaptive_clipping`) puts the clipping norm into every
 training message's config under ``"clipping_norm"``
 (:data:`~fedcore.privacy.CLIPPING_NORM_KEY`, Flower's key) and adds the noise after
-aggregating. :func:`fixedclipping_mod`, on the node, runs the handler and clips the
-update — the reply's arrays minus the arrays the message brought — to that norm, so
-an update longer than the norm never leaves the node.
-
-``DifferentialPrivacyClientSideAdaptiveClipping`` (in
-:mod:`fedcore.strategy.dp_adaptive_clipping`) sends a norm that changes every round
-and needs to know whether each node clipped: :func:`adaptiveclipping_mod` clips the
-same way and adds ``"norm_bit"`` (1 if it clipped, else 0) to the reply's one
-MetricRecord.
-
-Both act on training messages (``train`` and ``train.<action>``) and pass every
-other message through. Put it before (outside) any mod that changes arrays in the
-list, so that it compares the arrays that arrived with the arrays that leave.
+aggregating; the mods here clip the update (the reply's arrays minus the arrays the
+message brought) on the node, so an update longer than the norm never leaves it.
+:func:`adaptiveclipping_mod` also adds ``"norm_bit"`` (1 if it clipped, else 0) to the
+reply's one MetricRecord, which the adaptive strategy needs to move its norm. Both act
+on training messages only; put them before (outside) any mod that changes arrays, so
+they compare the arrays that arrived with the arrays that leave.
 """
 
 from __future__ import annotations

@@ -4,22 +4,16 @@ Unlike central DP (:mod:`fedcore.strategy.dp_fixed_clipping`), nothing is truste
 the server: before a training reply leaves the node, its update (the reply's arrays
 minus the arrays the message brought) is clipped to an L2 norm of at most
 ``clipping_norm``, and Gaussian noise of standard deviation
-σ = ``sensitivity`` × √(2 ln(1.25 / ``delta``)) / ``epsilon`` — the classical Gaussian
-mechanism (Dwork and Roth, 2014, theorem A.1) — is added to every element. Arguments
-follow Flower 1.42's ``LocalDpMod``, which is an instance used as a mod::
-
-    client = ClientApp(mods=[LocalDpMod(clipping_norm=1.0, sensitivity=1.0,
-                                        epsilon=1.0, delta=1e-5)])
-
-The mechanism's guarantee is (ε, δ) per reply for ε < 1; choose ``sensitivity`` to
-bound how much one record of the node's data can move its update (with clipping
-alone, 2 × ``clipping_norm`` bounds any change of the whole update).
-
-It acts on training messages (``train`` and ``train.<action>``), which must bring one
-ArrayRecord; every ArrayRecord of the reply is clipped and noised, error replies and
-other messages pass untouched. Noise comes from a generator per mod, seeded with
-``seed`` when given (reproducible runs, in tests), else from OS entropy — which is
-what privacy needs.
+σ = ``sensitivity`` × √(2 ln(1.25 / ``delta``)) / ``epsilon`` (the classical Gaussian
+mechanism, Dwork and Roth, 2014, theorem A.1; (ε, δ) per reply for ε < 1) is added to
+every element. Arguments follow Flower 1.42's ``LocalDpMod``, an instance used as a
+mod: ``ClientApp(mods=[LocalDpMod(clipping_norm=1.0, sensitivity=1.0, epsilon=1.0,
+delta=1e-5)])``. Choose ``sensitivity`` to bound how much one record of the node's
+data can move its update (clipping alone bounds any change of the whole update by
+2 × ``clipping_norm``). It acts on training messages, which must bring one
+ArrayRecord, and clips and noises every ArrayRecord of the reply; other messages and
+error replies pass untouched. Noise comes from a generator per mod,
+seeded with ``seed`` when given (tests), else from OS entropy, which privacy needs.
 """
 
 from __future__ import annotations

@@ -2,18 +2,11 @@
 
 ``fedcore simulate --track NAME[=WHERE]`` (``fc.simulate(track=[...])``) adds a run's
 record to a tracker besides its results directory, under the results directory's
-name. Each tracker is an optional extra, and its library is imported only when it is
-asked for, by its module here (:mod:`.mlflow`, :mod:`.tensorboard`, :mod:`.wandb`);
-without it the command ends at once with the one line that says what to install.
-``WHERE`` is each tracker's own:
-
-- ``mlflow=URI``: the tracking URI (a server, ``sqlite:///mlflow.db``, a file store);
-  default ``$MLFLOW_TRACKING_URI``, else MLflow's own default;
-- ``tensorboard=DIR``: a log directory the run's events go under, in a folder named
-  after the run; default ``<results dir>/tensorboard``;
-- ``wandb=PROJECT``: the W&B project; default ``$WANDB_PROJECT``, else the app's name.
-
-The interface they share is :mod:`.base`; :mod:`.feed` calls them off the event loop.
+name; what ``WHERE`` means for each is in docs/cli.md (``--track``). Each tracker is an
+optional extra whose library is imported only when it is asked for, by its module here
+(:mod:`.mlflow`, :mod:`.tensorboard`, :mod:`.wandb`), so that fedcore needs none of
+them. The interface they share is :mod:`.base`; :mod:`.feed` calls them off the event
+loop.
 """
 
 from __future__ import annotations

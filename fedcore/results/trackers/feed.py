@@ -1,25 +1,16 @@
 """Feeding a run's trackers from a thread of their own: :class:`Trackers`.
 
-Trackers do I/O — MLflow's client may call a server over HTTP, with retries; W&B
-talks to its service process — and the round driver logs each round on the event
-loop, so a tracker is never called where a round is reported. :meth:`Trackers.log_round`
-only queues the round; one thread, the feed's own, calls every tracker in order,
-which also suits libraries that are not thread-safe (TensorBoard's writer): each
-tracker sees all its calls from that one thread.
-
-Failures. :meth:`Trackers.start` waits for every tracker to start and raises the
-first refusal as a :class:`~fedcore.errors.TrackerError`, after closing the ones
-already started: the run has not begun, and the command ends with that one line. A
-tracker that raises later is dropped with one warning, naming the round; the others
-and the run go on, and the results directory keeps every round. :meth:`Trackers.finish`
-waits at most ``finish_timeout`` seconds for the queue to drain, then leaves a tracker
-still busy (a tracking server that stopped answering) to its daemon thread, with a
-warning, rather than hold the end of the run.
+Trackers do I/O (MLflow's client over HTTP, W&B's service process) and the round
+driver reports rounds on the event loop, so :meth:`Trackers.log_round` only queues a
+round, and one thread, the feed's own, calls every tracker in order: each tracker sees
+all its calls from that thread, which also suits libraries that are not thread-safe.
+A tracker that cannot start ends the command before the run; one that fails later is
+dropped with a warning, and the run goes on (docs/cli.md, ``--track``).
+:meth:`Trackers.finish` waits at most ``finish_timeout`` seconds, so a tracking server
+that stopped answering cannot hold the end of the run.
 
 :class:`TrackingHandler` is the simulation's adapter: a logging handler that passes
-each round report of the run's log on as its ``metrics.jsonl`` line, as the results
-directory's recorder sees it. A deployment's streamed round lines can be handed to
-:meth:`Trackers.log_round` as they are.
+each round report on as its ``metrics.jsonl`` line.
 """
 
 from __future__ import annotations
