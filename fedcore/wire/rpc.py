@@ -13,12 +13,12 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from enum import Enum
 
 import betterproto
 
 from fedcore.domain import Message, RecordDict, Run
+from fedcore.domain.fleet import LeasedMessage, PulledMessages
 from fedcore.domain.message import assemble_message
 from fedcore.errors import FedcoreError, NodeNotFoundError
 from fedcore.wire._pb.fedcore import v1 as pb
@@ -101,30 +101,6 @@ REQUEST_CAPS: dict[FleetMethod, int] = {
 it is read. A registration's node config is small; a reply's content over
 :data:`~fedcore.wire.fleet.MAX_INLINE_CONTENT` travels as a payload, whose chunks alone
 fill a whole frame. The 64 KiB over the inline limit hold a reply's metadata."""
-
-
-@dataclass(frozen=True, slots=True)
-class LeasedMessage:
-    """A message handed to a node under a lease that ends at ``lease_expires_at``.
-
-    When ``payload`` is set, the content travels separately as that payload
-    (PullPayload): on the sending side ``message.content`` is not sent, and on the
-    receiving side it is an empty RecordDict until the node fetches the payload and
-    decodes it with :func:`fedcore.wire.unpack_recorddict`. Keeping the fetch out of
-    the pull lets the node stream a large payload on instead of holding it whole.
-    """
-
-    message: Message
-    lease_expires_at: float
-    payload: PayloadRef | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class PulledMessages:
-    """What a pull got: the link's clock when it answered, and the leased messages."""
-
-    now: float
-    messages: tuple[LeasedMessage, ...]
 
 
 def _node_id(value: int) -> int:
