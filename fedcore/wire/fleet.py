@@ -24,7 +24,7 @@ from typing import Any
 import betterproto
 
 from fedcore.domain import Error, Message, Run, RunStatus, UserConfigValue
-from fedcore.domain.fleet import PayloadRef, PushedReply
+from fedcore.domain.fleet import Digest, PayloadRef, PushedReply
 from fedcore.domain.message import assemble_message
 from fedcore.errors import (
     ConflictError,
@@ -36,7 +36,7 @@ from fedcore.errors import (
     RunFinishedError,
 )
 from fedcore.wire._pb.fedcore import v1 as pb
-from fedcore.wire.chunks import Digest, digest_of_fields
+from fedcore.wire.chunks import digest_of_fields
 from fedcore.wire.frame import DEFAULT_LIMITS, MAX_DETAIL, Buffer, DecodeLimits, parts_size
 from fedcore.wire.message import METADATA_FIELDS, decode_metadata, encode_metadata
 from fedcore.wire.protobuf import (

@@ -17,18 +17,15 @@ from enum import Enum
 
 import betterproto
 
-from fedcore.domain import Message, RecordDict, Run
-from fedcore.domain.fleet import LeasedMessage, PulledMessages
+from fedcore.domain import Message, RecordDict, Run, UserConfigValue
+from fedcore.domain.fleet import Digest, LeasedMessage, PayloadRef, PulledMessages, PushedReply
 from fedcore.domain.message import assemble_message
 from fedcore.errors import FedcoreError, NodeNotFoundError
 from fedcore.wire._pb.fedcore import v1 as pb
-from fedcore.wire.chunks import CHUNK_SIZE, ChunkVerifier, Digest
+from fedcore.wire.chunks import CHUNK_SIZE, ChunkVerifier
 from fedcore.wire.flat import FlatCodec
 from fedcore.wire.fleet import (
     MAX_INLINE_CONTENT,
-    ConfigValue,
-    PayloadRef,
-    PushedReply,
     message_from_pb,
     message_to_pb,
     payload_ref,
@@ -133,7 +130,7 @@ def encode_register_node_request(
     return bytes(registration_to_pb(node_config, heartbeat_interval))
 
 
-def decode_register_node_request(frame: Buffer) -> tuple[dict[str, ConfigValue], float]:
+def decode_register_node_request(frame: Buffer) -> tuple[dict[str, UserConfigValue], float]:
     """The node config and heartbeat interval of a request to join."""
     return registration_from_pb(parse(pb.RegisterNodeRequest, frame, max_fields=MAX_CONFIG_ENTRIES))
 
