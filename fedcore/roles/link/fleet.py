@@ -38,8 +38,8 @@ from fedcore.domain.fleet import Digest, LeasedMessage, PayloadRef, PulledMessag
 from fedcore.domain.message import assemble_message
 from fedcore.errors import DecodeError, MessageNotFoundError, NodeNotFoundError, RunNotFoundError
 from fedcore.roles.link.payloads import Incoming, Outgoing
-from fedcore.roles.link.waiting import look_until
 from fedcore.state.base import LinkState
+from fedcore.state.waiting import look_until
 from fedcore.transport.fleet import Buffer, FleetService, Transfer, sliced
 from fedcore.transport.off_loop import decoded
 from fedcore.wire import DEFAULT_LIMITS, MAX_VALUE_LEN, DecodeLimits, unpack_recorddict
