@@ -14,7 +14,7 @@ from fedcore.domain import ErrorCode, Run, RunStatus
 from fedcore.errors import NotEnoughNodesError
 from fedcore.state.memory import InMemoryLinkState
 from fedcore.testing import FakeClock
-from fedcore.transport.inproc.grid import InProcGrid
+from fedcore.transport.grid import LinkGrid
 
 pytestmark = pytest.mark.anyio
 
@@ -33,8 +33,8 @@ async def run(state: InMemoryLinkState) -> Run:
 
 
 @pytest.fixture
-def grid(state: InMemoryLinkState, run: Run, fake_clock: FakeClock) -> InProcGrid:
-    return InProcGrid(state, run, fake_clock)
+def grid(state: InMemoryLinkState, run: Run, fake_clock: FakeClock) -> LinkGrid:
+    return LinkGrid.in_process(state, run, fake_clock)
 
 
 def _message(node_id: int, value: int = 0) -> Message:
@@ -47,7 +47,7 @@ async def _answer(state: InMemoryLinkState, node_id: int, value: int) -> None:
     await state.push_reply(node_id, Message(reply, reply_to=message))
 
 
-async def test_receive_yields_in_arrival_order(state: InMemoryLinkState, grid: InProcGrid) -> None:
+async def test_receive_yields_in_arrival_order(state: InMemoryLinkState, grid: LinkGrid) -> None:
     nodes = await state.create_nodes(3, heartbeat_interval=math.inf)
     ids = await grid.push_messages([_message(n) for n in nodes])
     order = [nodes[2], nodes[0], nodes[1]]
@@ -66,7 +66,7 @@ async def test_receive_yields_in_arrival_order(state: InMemoryLinkState, grid: I
 
 
 async def test_replies_stored_before_receive_are_yielded(
-    state: InMemoryLinkState, grid: InProcGrid
+    state: InMemoryLinkState, grid: LinkGrid
 ) -> None:
     (node,) = await state.create_nodes(1, heartbeat_interval=math.inf)
     ids = await grid.push_messages([_message(node)])
@@ -76,7 +76,7 @@ async def test_replies_stored_before_receive_are_yielded(
 
 
 async def test_receive_times_out_on_the_injected_clock(
-    state: InMemoryLinkState, grid: InProcGrid, fake_clock: FakeClock
+    state: InMemoryLinkState, grid: LinkGrid, fake_clock: FakeClock
 ) -> None:
     nodes = await state.create_nodes(2, heartbeat_interval=math.inf)
     ids = await grid.push_messages([_message(n) for n in nodes])
@@ -97,13 +97,13 @@ async def test_receive_times_out_on_the_injected_clock(
     assert [reply.metadata.src_node_id for reply in replies] == [nodes[0]]
 
 
-async def test_unknown_ids_end_with_error_replies(grid: InProcGrid) -> None:
+async def test_unknown_ids_end_with_error_replies(grid: LinkGrid) -> None:
     replies = [reply async for reply in grid.receive(["nope"])]
     assert [reply.error.code for reply in replies] == [ErrorCode.MESSAGE_UNAVAILABLE]
 
 
 async def test_expired_messages_end_receive_with_errors(
-    state: InMemoryLinkState, grid: InProcGrid, fake_clock: FakeClock
+    state: InMemoryLinkState, grid: LinkGrid, fake_clock: FakeClock
 ) -> None:
     (node,) = await state.create_nodes(1, heartbeat_interval=math.inf)
     message = Message(RecordDict(), node, "train", ttl=10)
@@ -121,7 +121,7 @@ async def test_expired_messages_end_receive_with_errors(
 
 
 async def test_pull_messages_hands_each_reply_out_once(
-    state: InMemoryLinkState, grid: InProcGrid
+    state: InMemoryLinkState, grid: LinkGrid
 ) -> None:
     (node,) = await state.create_nodes(1, heartbeat_interval=math.inf)
     ids = await grid.push_messages([_message(node)])
@@ -133,7 +133,7 @@ async def test_pull_messages_hands_each_reply_out_once(
     assert again.error.code == ErrorCode.MESSAGE_UNAVAILABLE
 
 
-async def test_push_messages_checks_its_input(state: InMemoryLinkState, grid: InProcGrid) -> None:
+async def test_push_messages_checks_its_input(state: InMemoryLinkState, grid: LinkGrid) -> None:
     (node,) = await state.create_nodes(1, heartbeat_interval=math.inf)
     message = _message(node)
     (message_id,) = await grid.push_messages([message])
@@ -154,7 +154,7 @@ async def _serve_one(state: InMemoryLinkState, node_id: int, value: int) -> None
     await _answer(state, node_id, value)
 
 
-async def test_send_and_receive(state: InMemoryLinkState, grid: InProcGrid) -> None:
+async def test_send_and_receive(state: InMemoryLinkState, grid: LinkGrid) -> None:
     nodes = await state.create_nodes(2, heartbeat_interval=math.inf)
     async with anyio.create_task_group() as tg:
         for value, node in enumerate(nodes):
@@ -165,7 +165,7 @@ async def test_send_and_receive(state: InMemoryLinkState, grid: InProcGrid) -> N
 
 
 async def test_wait_for_nodes_wakes_on_registration(
-    state: InMemoryLinkState, grid: InProcGrid
+    state: InMemoryLinkState, grid: LinkGrid
 ) -> None:
     await state.create_nodes(1, heartbeat_interval=math.inf)
     found: list[int] = []
@@ -183,7 +183,7 @@ async def test_wait_for_nodes_wakes_on_registration(
 
 async def test_wait_for_nodes_times_out_and_says_why(
     state: InMemoryLinkState,
-    grid: InProcGrid,
+    grid: LinkGrid,
     fake_clock: FakeClock,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -209,7 +209,7 @@ async def test_wait_for_nodes_times_out_and_says_why(
 
 
 async def test_sync_grid_blocks_in_a_worker_thread(
-    state: InMemoryLinkState, grid: InProcGrid
+    state: InMemoryLinkState, grid: LinkGrid
 ) -> None:
     nodes = await state.create_nodes(2, heartbeat_interval=math.inf)
 
