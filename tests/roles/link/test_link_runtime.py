@@ -297,7 +297,7 @@ async def test_pulling_ids_already_received_answers_code_3_as_the_simulation_doe
     assert answers == [(ErrorCode.MESSAGE_UNAVAILABLE, "system")] * 2
 
 
-@pytest.mark.parametrize("deployed", [True, False], ids=["LinkGrid", "LinkGrid"])
+@pytest.mark.parametrize("deployed", [True, False], ids=["deployed", "in_process"])
 async def test_replies_are_stamped_when_the_grid_hands_them_over(
     runtime: LinkRuntime,
     state: InMemoryLinkState,
@@ -352,7 +352,7 @@ async def test_pull_replies_without_ids_waits_for_any_reply_of_its_run(
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
-@pytest.mark.parametrize("deployed", [True, False], ids=["LinkGrid", "LinkGrid"])
+@pytest.mark.parametrize("deployed", [True, False], ids=["deployed", "in_process"])
 async def test_pulling_without_ids_hands_out_every_reply_once_in_both_grids(
     kind: str, deployed: bool, fake_clock: FakeClock, tmp_path: Path
 ) -> None:

@@ -1,4 +1,6 @@
-"""The in-process Grid: event-driven receive, timeouts on the injected clock, the sync facade."""
+"""The one Grid, over both channels: event-driven receive, timeouts on the injected clock,
+the sync facade. ``deployed`` runs it over the link's runtime API called directly, the
+service a deployed ServerApp reaches over HTTP."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import pytest
 from fedcore import ConfigRecord, Message, RecordDict, SyncGrid
 from fedcore.domain import ErrorCode, Run, RunStatus
 from fedcore.errors import NotEnoughNodesError
+from fedcore.roles.link.runtime import LinkRuntime
 from fedcore.state.memory import InMemoryLinkState
 from fedcore.testing import FakeClock
 from fedcore.transport.grid import LinkGrid
@@ -32,8 +35,12 @@ async def run(state: InMemoryLinkState) -> Run:
     return await state.update_run_status(run.run_id, RunStatus.RUNNING)
 
 
-@pytest.fixture
-def grid(state: InMemoryLinkState, run: Run, fake_clock: FakeClock) -> LinkGrid:
+@pytest.fixture(params=["in_process", "deployed"])
+def grid(
+    request: pytest.FixtureRequest, state: InMemoryLinkState, run: Run, fake_clock: FakeClock
+) -> LinkGrid:
+    if request.param == "deployed":
+        return LinkGrid.deployed(LinkRuntime(state, fake_clock), run, fake_clock)
     return LinkGrid.in_process(state, run, fake_clock)
 
 
