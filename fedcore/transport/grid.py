@@ -54,9 +54,9 @@ LINK_PATIENCE = 120.0
 LINK_BACKOFF = BackoffPolicy(initial=0.05, maximum=5.0)
 """How a call spaces its retries while the link is unavailable."""
 
+# Where the cap on one value is set, for the error a push over it raises.
 DEPLOYED_CAP = "the deployment's cap: fedcore serve --max-value-bytes, of the link and its nodes"
 SIMULATED_CAP = "the simulation's cap: simulate(max_value_bytes=...), --max-value-bytes"
-"""Where the cap on one value is set, for the error a push over it raises."""
 
 
 class ReplyFeed(ABC):

@@ -5,7 +5,7 @@ service a deployed ServerApp reaches over HTTP."""
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 
 import anyio
 import anyio.to_thread
@@ -70,6 +70,37 @@ async def test_receive_yields_in_arrival_order(state: InMemoryLinkState, grid: L
         async for reply in grid.receive(ids):
             received.append(reply.metadata.src_node_id)
     assert received == order
+
+
+async def test_in_process_receive_looks_only_at_the_replies_announced(
+    state: InMemoryLinkState, run: Run, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After its first look, a wait in process asks the state only for the replies it
+    heard of: a round of n replies costs n lookups, not n² (the LinkState is in this
+    process, so nothing stops it from hearing them)."""
+    grid = LinkGrid.in_process(state, run, fake_clock)
+    nodes = await state.create_nodes(3, heartbeat_interval=math.inf)
+    ids = await grid.push_messages([_message(n) for n in nodes])
+    looked: list[list[str] | None] = []
+    get_replies = state.get_replies
+
+    async def spy(run_id: int, message_ids: Iterable[str] | None) -> list[Message]:
+        asked = None if message_ids is None else list(message_ids)
+        looked.append(asked)
+        return await get_replies(run_id, asked)
+
+    monkeypatch.setattr(state, "get_replies", spy)
+
+    async def nodes_answer() -> None:
+        for value, node_id in enumerate(nodes):
+            await anyio.wait_all_tasks_blocked()
+            await _answer(state, node_id, value)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(nodes_answer)
+        received = [reply.metadata.reply_to_message_id async for reply in grid.receive(ids)]
+    assert received == ids
+    assert looked == [ids, [ids[0]], [ids[1]], [ids[2]]]
 
 
 async def test_replies_stored_before_receive_are_yielded(

@@ -639,10 +639,3 @@ def test_a_total_over_the_cap_is_refused_before_anything_is_buffered() -> None:
     with pytest.raises(DecodeError, match="over the cap"):
         transfer(chunks_of(DATA, chunk_size=100), max_size=1000)
     assert transfer(chunks_of(DATA, chunk_size=100), max_size=1024) == DATA
-
-
-def test_digests_check_their_fields() -> None:
-    with pytest.raises(ValueError, match="size"):
-        Digest(-1, bytes(32))
-    with pytest.raises(ValueError, match="sha256"):
-        Digest(0, bytes(31))
