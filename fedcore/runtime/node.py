@@ -48,7 +48,7 @@ import anyio.abc
 
 from fedcore.apps.environment import app_environment
 from fedcore.clock import Clock, SystemClock
-from fedcore.domain import Context, Message, Run
+from fedcore.domain import Context, Message, Run, UserConfigValue
 from fedcore.errors import UsageError
 from fedcore.roles.exec.app_user import AppUser, remove_copy, same_user_warning
 from fedcore.roles.node import ClientAppRunner, Node, RunnerFactory
@@ -67,7 +67,6 @@ from fedcore.simulation.backends.threads import thread_count
 from fedcore.transport.grpc.client import GrpcFleetClient
 from fedcore.transport.spawn import spawn_remote
 from fedcore.wire import MAX_VALUE_LEN
-from fedcore.wire.fleet import ConfigValue
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +80,7 @@ class NodeOptions:
     """Everything ``fedcore serve --role node`` takes."""
 
     link: Address
-    node_config: dict[str, ConfigValue]
+    node_config: dict[str, UserConfigValue]
     work_dir: Path = Path(".fedcore-node")
     heartbeat_interval: float = 5.0
     max_concurrent: int = 1

@@ -8,7 +8,7 @@ for as long as the process lives, nor on the command line. Before it reads the s
 the process makes itself non-dumpable (:mod:`fedcore.non_dumpable`), so that another
 run's ServerApp of the same user cannot read the secret out of its memory; the secret
 is read and the pipe closed before the app's code is imported. It loads the app, runs ``main``
-against a :class:`~fedcore.transport.runtime_grid.RuntimeGrid`, and ends the run
+against a :class:`~fedcore.transport.grid.LinkGrid`, and ends the run
 itself: ``finished:completed`` when ``main`` returns, ``finished:failed`` with the
 exception when it raises. Meanwhile it heartbeats, so the link fails the run if this
 process dies, and a heartbeat refused because the run has finished (an operator
@@ -86,8 +86,8 @@ from fedcore.runtime.addresses import parse_address
 from fedcore.runtime.logship import LogShipper, Shipper
 from fedcore.strategy.checkpoint import Checkpoint, RoundCheckpoints, checkpointing
 from fedcore.strategy.result import LastRound, RoundReport, unfinished_reason
+from fedcore.transport.grid import LinkGrid
 from fedcore.transport.http.runtime import HttpRuntimeClient
-from fedcore.transport.runtime_grid import RuntimeGrid
 from fedcore.wire import MAX_VALUE_LEN
 
 log = logging.getLogger("fedcore.serverapp")
@@ -117,7 +117,7 @@ async def serve_run(
         target.host, target.port, secret=secret, max_value_len=max_value_len
     ) as client:
         run = await client.authenticate(run_id, secret)
-        grid = RuntimeGrid(client, run, clock, max_value_len=max_value_len)
+        grid = LinkGrid.deployed(client, run, clock, max_value_len=max_value_len)
 
         async def ship(lines: list[str], batch: str) -> None:
             await grid.call(lambda: client.append_logs(run_id, lines, batch=batch))
@@ -173,7 +173,7 @@ async def serve_run(
 
 
 async def _header(
-    grid: RuntimeGrid, client: HttpRuntimeClient, run: Run, app_dir: Path
+    grid: LinkGrid, client: HttpRuntimeClient, run: Run, app_dir: Path
 ) -> dict[str, Any]:
     """The run's first metrics line: :func:`~fedcore.results.metrics.run_header`'s, and
     what ``run.json`` says of a deployed run besides: its app, and the nodes online."""
@@ -200,7 +200,7 @@ def _outcome(failure: Exception | None, last: RoundReport | None) -> tuple[RunSt
 
 
 async def _main(
-    grid: RuntimeGrid,
+    grid: LinkGrid,
     client: HttpRuntimeClient,
     context: Context,
     app_dir: Path,
@@ -229,9 +229,7 @@ async def _main(
     return None, value
 
 
-async def _heartbeat(
-    grid: RuntimeGrid, client: HttpRuntimeClient, run_id: int, every: float
-) -> None:
+async def _heartbeat(grid: LinkGrid, client: HttpRuntimeClient, run_id: int, every: float) -> None:
     """Heartbeat on a fixed cadence: a slow answer does not push the next beat later."""
     clock = grid.clock
     next_beat = clock.now()
@@ -249,7 +247,7 @@ class _LinkCheckpoints:
 
     def __init__(
         self,
-        grid: RuntimeGrid,
+        grid: LinkGrid,
         client: HttpRuntimeClient,
         run_id: int,
         metrics: Shipper[tuple[str, dict[str, Any]]],

@@ -39,7 +39,7 @@ from fedcore.domain import (
 from fedcore.errors import CheckpointError, StateError, ValueTooLargeError
 from fedcore.simulation.backends.base import Backend
 from fedcore.state.base import LinkState
-from fedcore.transport.inproc.grid import InProcGrid
+from fedcore.transport.grid import LinkGrid
 from fedcore.wire import MAX_VALUE_LEN
 from fedcore.wire.records import check_value_sizes
 
@@ -126,7 +126,7 @@ class SimulationEngine:
             await task_group.start(self._dispatch, run)
             try:
                 grid_run = dataclasses.replace(run, round_timeout=round_timeout)
-                grid = InProcGrid(
+                grid = LinkGrid.in_process(
                     self._state, grid_run, self._clock, max_value_len=self._max_value_len
                 )
                 value = await server.run(grid, context)

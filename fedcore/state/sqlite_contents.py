@@ -24,10 +24,10 @@ import weakref
 from collections.abc import Sequence
 
 from fedcore.domain import Message, RecordDict
+from fedcore.domain.fleet import Digest
 from fedcore.errors import StateError
 from fedcore.state.database import Database
 from fedcore.wire import STORED_LIMITS, pack_recorddict_parts, unpack_recorddict
-from fedcore.wire.chunks import Digest
 
 
 class SqliteContents:

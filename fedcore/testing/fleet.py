@@ -25,7 +25,8 @@ from typing import Any
 import anyio
 
 from fedcore.clock import Clock, SystemClock
-from fedcore.domain import Message, Run
+from fedcore.domain import Message, Run, UserConfigValue
+from fedcore.domain.fleet import Digest, LeasedMessage, PayloadRef, PulledMessages, PushedReply
 from fedcore.domain.message import assemble_message
 from fedcore.errors import (
     DecodeError,
@@ -46,16 +47,15 @@ from fedcore.state.ledger import (
 )
 from fedcore.transport.fleet import Buffer, FleetService, Transfer, each_chunk, sliced
 from fedcore.wire import DEFAULT_LIMITS, pack_recorddict_parts, parts_size
-from fedcore.wire.chunks import CHUNK_SIZE, Digest
-from fedcore.wire.fleet import MAX_INLINE_CONTENT, ConfigValue, PayloadRef, PushedReply
-from fedcore.wire.rpc import LeasedMessage, PulledMessages
+from fedcore.wire.chunks import CHUNK_SIZE
+from fedcore.wire.fleet import MAX_INLINE_CONTENT
 
 
 @dataclass
 class FakeNode:
     """A registered node: what it said about itself, and when it last heartbeated."""
 
-    node_config: dict[str, ConfigValue]
+    node_config: dict[str, UserConfigValue]
     heartbeat_interval: float
     last_heartbeat: float
 
@@ -149,7 +149,7 @@ class FakeFleet(FleetService):
 
     async def register_node(
         self,
-        node_config: Mapping[str, ConfigValue],
+        node_config: Mapping[str, UserConfigValue],
         heartbeat_interval: float,
         public_key: bytes | None = None,
     ) -> int:

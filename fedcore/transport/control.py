@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING
 from fedcore.domain import LogLine, MetricsLine, Run
 
 if TYPE_CHECKING:  # types only: the fleet codec (betterproto) stays out of `fedcore ls`,
-    from fedcore.domain import RecordDict  # and records (numpy) out of `fedcore log`
-    from fedcore.wire.fleet import ConfigValue
+    from fedcore.domain import (
+        RecordDict,  # and records (numpy) out of `fedcore log`
+        UserConfigValue,
+    )
 
 __all__ = ["ControlService", "Health", "LogLine", "MetricsLine", "NodeInfo"]
 
@@ -46,7 +48,7 @@ class ControlService(ABC):
     """The link's side of the control API."""
 
     @abstractmethod
-    async def submit_run(self, bundle: bytes, run_config: Mapping[str, ConfigValue]) -> Run:
+    async def submit_run(self, bundle: bytes, run_config: Mapping[str, UserConfigValue]) -> Run:
         """Store ``bundle`` (a packed app directory) and create a pending run of it.
 
         ``run_config`` is the complete run config (the app's defaults with the

@@ -28,12 +28,10 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Seq
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
-from fedcore.domain import Message, Run
-from fedcore.wire.chunks import Digest
-from fedcore.wire.fleet import ConfigValue, PayloadRef, PushedReply
+from fedcore.domain import Message, Run, UserConfigValue
+from fedcore.domain.fleet import Digest, LeasedMessage, PayloadRef, PulledMessages, PushedReply
 from fedcore.wire.frame import Buffer, slices
 from fedcore.wire.keys import PublicKey
-from fedcore.wire.rpc import LeasedMessage, PulledMessages
 from fedcore.wire.sessions import FrameSeal, MacRequest
 from fedcore.wire.signatures import SignedRequest
 
@@ -154,7 +152,7 @@ class FleetService(ABC):
     @abstractmethod
     async def register_node(
         self,
-        node_config: Mapping[str, ConfigValue],
+        node_config: Mapping[str, UserConfigValue],
         heartbeat_interval: float,
         public_key: bytes | None = None,
     ) -> int:

@@ -16,45 +16,15 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
+from fedcore.domain.fleet import Digest
 from fedcore.wire._pb.fedcore import v1 as pb
 from fedcore.wire.frame import DEFAULT_LIMITS, Buffer, Parts
-from fedcore.wire.protobuf import FRAME_CAP, UINT64_MAX, invalid
+from fedcore.wire.protobuf import FRAME_CAP, invalid
 
 CHUNK_SIZE = FRAME_CAP - 64 * 1024
 """The most bytes of data in one chunk. The 64 KiB left of a frame hold the fields
 around the data (ids, sizes, hashes, a message's metadata)."""
-SHA256_SIZE = 32
-
-
-@dataclass(frozen=True, slots=True)
-class Digest:
-    """The size and SHA-256 of a payload or app bundle: what its receiver checks it against."""
-
-    size: int
-    sha256: bytes
-
-    def __post_init__(self) -> None:
-        if type(self.size) is not int or not 0 <= self.size <= UINT64_MAX:
-            raise ValueError(f"Digest.size must be an int from 0 to 2**64-1, got {self.size!r}")
-        if type(self.sha256) is not bytes or len(self.sha256) != SHA256_SIZE:
-            got = (
-                f"{len(self.sha256)} bytes"
-                if isinstance(self.sha256, bytes)
-                else "a " + type(self.sha256).__name__
-            )
-            raise ValueError(f"Digest.sha256 must be {SHA256_SIZE} bytes, got {got}")
-
-    @classmethod
-    def of(cls, data: Buffer | Sequence[Buffer]) -> Digest:
-        """The digest of ``data``, or of the payload that ``data``'s parts make."""
-        hasher = hashlib.sha256()
-        size = 0
-        for view in _views(data):
-            hasher.update(view)
-            size += len(view)
-        return cls(size, hasher.digest())
 
 
 def digest_of_fields(size: int, sha256: bytes, what: str) -> Digest:

@@ -6,24 +6,25 @@ RecordDict encoding (:mod:`fedcore.wire.records`). This module, with
 :mod:`fedcore.wire.protobuf` (untrusted bytes in), :mod:`fedcore.wire.chunks`
 (payloads over the frame cap) and :mod:`fedcore.wire.rpc` (each RPC's frames as
 bytes), is the door to the generated code in ``fedcore.wire._pb``; the rest of
-fedcore sees domain objects and the few small types defined here.
+fedcore sees domain objects, the fleet's among them (:mod:`fedcore.domain.fleet`).
 
 Decoding checks every field and raises :class:`~fedcore.errors.DecodeError` for
 anything invalid. Encoding raises ``TypeError``/``ValueError`` for what the wire
 cannot carry (a negative id, an int past 64 bits), so a bad message fails at its
 sender. Content whose encoding is over :data:`MAX_INLINE_CONTENT` travels as a
-payload in chunks, referenced from the message by a :class:`PayloadRef`.
+payload in chunks, referenced from the message by a
+:class:`~fedcore.domain.fleet.PayloadRef`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import betterproto
 
-from fedcore.domain import Error, Message, Run, RunStatus
+from fedcore.domain import Error, Message, Run, RunStatus, UserConfigValue
+from fedcore.domain.fleet import Digest, PayloadRef, PushedReply
 from fedcore.domain.message import assemble_message
 from fedcore.errors import (
     ConflictError,
@@ -35,7 +36,7 @@ from fedcore.errors import (
     RunFinishedError,
 )
 from fedcore.wire._pb.fedcore import v1 as pb
-from fedcore.wire.chunks import Digest, digest_of_fields
+from fedcore.wire.chunks import digest_of_fields
 from fedcore.wire.frame import DEFAULT_LIMITS, MAX_DETAIL, Buffer, DecodeLimits, parts_size
 from fedcore.wire.message import METADATA_FIELDS, decode_metadata, encode_metadata
 from fedcore.wire.protobuf import (
@@ -56,14 +57,6 @@ Small, because inline content goes through protobuf messages nested three deep,
 and each level of betterproto's encoding copies it (about 7 ms per MB each way,
 measured); a payload's chunks are copied once into their frame. Below this size a
 payload's extra round trip would cost more than the copies save."""
-
-
-@dataclass(frozen=True, slots=True)
-class PayloadRef:
-    """Where a message's content is when it travels as a payload, and what it must be."""
-
-    payload_id: str
-    digest: Digest
 
 
 # Messages ------------------------------------------------------------------------
@@ -157,7 +150,6 @@ def message_from_pb(
 
 # Configs, runs and nodes -----------------------------------------------------------
 
-ConfigValue = bool | int | float | str
 _RUN_STATUSES: dict[RunStatus, int] = {
     RunStatus.PENDING: pb.RunStatus.PENDING,
     RunStatus.STARTING: pb.RunStatus.STARTING,
@@ -192,9 +184,9 @@ def config_to_pb(config: Mapping[str, object]) -> list[pb.ConfigEntry]:
     return entries
 
 
-def config_from_pb(entries: Sequence[pb.ConfigEntry]) -> dict[str, ConfigValue]:
+def config_from_pb(entries: Sequence[pb.ConfigEntry]) -> dict[str, UserConfigValue]:
     """The config that ``entries`` carry; keys must be unique and each have a value."""
-    config: dict[str, ConfigValue] = {}
+    config: dict[str, UserConfigValue] = {}
     for entry in entries:
         if entry.key in config:
             invalid(f"duplicate config key {entry.key!r}")
@@ -250,7 +242,9 @@ def registration_to_pb(
     )
 
 
-def registration_from_pb(request: pb.RegisterNodeRequest) -> tuple[dict[str, ConfigValue], float]:
+def registration_from_pb(
+    request: pb.RegisterNodeRequest,
+) -> tuple[dict[str, UserConfigValue], float]:
     """The node config and heartbeat interval of a request to join."""
     try:
         interval = seconds("heartbeat_interval", request.heartbeat_interval)
@@ -269,15 +263,6 @@ _REJECTIONS: tuple[tuple[type[FedcoreError], int], ...] = (
     (ReplyRejectedError, pb.RejectReason.CLOSED),
     (RunFinishedError, pb.RejectReason.RUN_FINISHED),
 )
-
-
-@dataclass(frozen=True, slots=True)
-class PushedReply:
-    """The link holds the reply durably: the node may forget it."""
-
-    reply_id: str
-    duplicate: bool
-    """True when an identical reply was stored before (the push was a retry)."""
 
 
 def push_reply_response(pushed: PushedReply) -> pb.PushReplyResponse:

@@ -13,22 +13,19 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from enum import Enum
 
 import betterproto
 
-from fedcore.domain import Message, RecordDict, Run
+from fedcore.domain import Message, RecordDict, Run, UserConfigValue
+from fedcore.domain.fleet import Digest, LeasedMessage, PayloadRef, PulledMessages, PushedReply
 from fedcore.domain.message import assemble_message
 from fedcore.errors import FedcoreError, NodeNotFoundError
 from fedcore.wire._pb.fedcore import v1 as pb
-from fedcore.wire.chunks import CHUNK_SIZE, ChunkVerifier, Digest
+from fedcore.wire.chunks import CHUNK_SIZE, ChunkVerifier
 from fedcore.wire.flat import FlatCodec
 from fedcore.wire.fleet import (
     MAX_INLINE_CONTENT,
-    ConfigValue,
-    PayloadRef,
-    PushedReply,
     message_from_pb,
     message_to_pb,
     payload_ref,
@@ -103,30 +100,6 @@ it is read. A registration's node config is small; a reply's content over
 fill a whole frame. The 64 KiB over the inline limit hold a reply's metadata."""
 
 
-@dataclass(frozen=True, slots=True)
-class LeasedMessage:
-    """A message handed to a node under a lease that ends at ``lease_expires_at``.
-
-    When ``payload`` is set, the content travels separately as that payload
-    (PullPayload): on the sending side ``message.content`` is not sent, and on the
-    receiving side it is an empty RecordDict until the node fetches the payload and
-    decodes it with :func:`fedcore.wire.unpack_recorddict`. Keeping the fetch out of
-    the pull lets the node stream a large payload on instead of holding it whole.
-    """
-
-    message: Message
-    lease_expires_at: float
-    payload: PayloadRef | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class PulledMessages:
-    """What a pull got: the link's clock when it answered, and the leased messages."""
-
-    now: float
-    messages: tuple[LeasedMessage, ...]
-
-
 def _node_id(value: int) -> int:
     return int_in("node_id", value, 1, INT64_MAX)
 
@@ -157,7 +130,7 @@ def encode_register_node_request(
     return bytes(registration_to_pb(node_config, heartbeat_interval))
 
 
-def decode_register_node_request(frame: Buffer) -> tuple[dict[str, ConfigValue], float]:
+def decode_register_node_request(frame: Buffer) -> tuple[dict[str, UserConfigValue], float]:
     """The node config and heartbeat interval of a request to join."""
     return registration_from_pb(parse(pb.RegisterNodeRequest, frame, max_fields=MAX_CONFIG_ENTRIES))
 

@@ -22,11 +22,10 @@ import anyio.to_thread
 import pytest
 
 from fedcore.domain import Message, MetricRecord, RecordDict
+from fedcore.domain.fleet import Digest, PayloadRef
 from fedcore.errors import DecodeError
 from fedcore.testing.deployment import Deployment
 from fedcore.transport.grpc.client import GrpcFleetClient
-from fedcore.wire.chunks import Digest
-from fedcore.wire.fleet import PayloadRef
 
 CHAOS_APP = Path(__file__).resolve().parent / "chaos_app"
 MiB = 1024 * 1024

@@ -20,6 +20,7 @@ from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 
 from fedcore.domain import Message, Metadata, RecordDict
+from fedcore.domain.fleet import Digest
 from fedcore.domain.message import assemble_message
 from fedcore.errors import AuthenticationError, NodeNotFoundError
 from fedcore.runtime.addresses import parse_address
@@ -29,7 +30,6 @@ from fedcore.testing.stranger import link_name
 from fedcore.transport.grpc import GrpcFleetClient
 from fedcore.transport.grpc.frames import RawCodec
 from fedcore.wire import rpc as wire
-from fedcore.wire.chunks import Digest
 from fedcore.wire.keys import NodeKey
 from fedcore.wire.rpc import FleetMethod
 from fedcore.wire.signatures import sign

@@ -20,6 +20,7 @@ from grpclib.exceptions import GRPCError
 
 from fedcore.clock import SystemClock
 from fedcore.domain import Error, ErrorCode, Message, Run, RunStatus
+from fedcore.domain.fleet import Digest, PayloadRef
 from fedcore.domain.records import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from fedcore.errors import (
     AuthenticationError,
@@ -38,12 +39,12 @@ from fedcore.testing import FakeClock
 from fedcore.testing.fleet import FakeFleet
 from fedcore.testing.network import closed_port
 from fedcore.testing.stranger import raw_fleet_call
-from fedcore.transport.fleet import Admission, Buffer, PayloadRef, Transfer
+from fedcore.transport.fleet import Admission, Buffer, Transfer
 from fedcore.transport.fleet_gate import NodeGate
 from fedcore.transport.grpc import GrpcFleetClient, serve_fleet
 from fedcore.wire import rpc as wire
 from fedcore.wire import unpack_recorddict
-from fedcore.wire.chunks import CHUNK_SIZE, Digest
+from fedcore.wire.chunks import CHUNK_SIZE
 from fedcore.wire.protobuf import FRAME_CAP
 from fedcore.wire.rpc import REQUEST_CAPS, FleetMethod
 from fedcore.wire.sessions import MacRequest

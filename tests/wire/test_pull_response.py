@@ -5,16 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from fedcore import ArrayRecord, Message, RecordDict
+from fedcore.domain.fleet import Digest, LeasedMessage, PayloadRef, PulledMessages
 from fedcore.wire._pb.fedcore import v1 as pb
-from fedcore.wire.chunks import Digest
-from fedcore.wire.fleet import MAX_INLINE_CONTENT, PayloadRef
+from fedcore.wire.fleet import MAX_INLINE_CONTENT
 from fedcore.wire.protobuf import FRAME_CAP, parse
-from fedcore.wire.rpc import (
-    LeasedMessage,
-    PulledMessages,
-    decode_pull_messages_response,
-    encode_pull_messages_response,
-)
+from fedcore.wire.rpc import decode_pull_messages_response, encode_pull_messages_response
 
 
 def _leased(index: int, floats: int, *, payload: PayloadRef | None = None) -> LeasedMessage:

@@ -129,7 +129,7 @@ class LaunchSettings:
     what the ServerApps push and decode (``--max-value-bytes``; the link's own cap).
     ``leave_apps_running``: leaving the launcher (its link stopped) leaves the ServerApp
     processes of runs in progress running, as a kill would, rather than ending them:
-    they wait for the link (:data:`~fedcore.transport.runtime_grid.LINK_PATIENCE` a
+    they wait for the link (:data:`~fedcore.transport.grid.LINK_PATIENCE` a
     call) and go on with it when it is back.
     """
 

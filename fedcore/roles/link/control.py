@@ -21,12 +21,11 @@ import anyio.to_thread
 
 from fedcore.apps.bundle import unpack_bundle
 from fedcore.apps.project import read_project
-from fedcore.domain import LogLine, MetricsLine, RecordDict, Run, RunStatus
+from fedcore.domain import LogLine, MetricsLine, RecordDict, Run, RunStatus, UserConfigValue
 from fedcore.errors import AppLoadError, BundleError, UsageError
 from fedcore.state.base import LinkState
 from fedcore.state.notify import Subscription
 from fedcore.transport.control import ControlService, Health, NodeInfo
-from fedcore.wire.fleet import ConfigValue
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +76,7 @@ class LinkControl(ControlService):
         self._version = version
         self._authorized = authorized
 
-    async def submit_run(self, bundle: bytes, run_config: Mapping[str, ConfigValue]) -> Run:
+    async def submit_run(self, bundle: bytes, run_config: Mapping[str, UserConfigValue]) -> Run:
         bundle_hash = await anyio.to_thread.run_sync(bundle_sha256, bundle)
         await anyio.to_thread.run_sync(check_app_bundle, bundle, bundle_hash, self._bundle_cache)
         await self._state.put_bundle(bundle)

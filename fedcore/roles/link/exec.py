@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 from fedcore.clock import Clock
 from fedcore.domain import Run, RunStatus
-from fedcore.roles.link.waiting import look_until
 from fedcore.state.base import LinkState, RunClaim
+from fedcore.state.waiting import look_until
 from fedcore.transport.exec import ExecService
 
 

@@ -33,18 +33,18 @@ from contextlib import asynccontextmanager
 from functools import partial
 
 from fedcore.clock import Clock
-from fedcore.domain import Message, Run
+from fedcore.domain import Message, Run, UserConfigValue
+from fedcore.domain.fleet import Digest, LeasedMessage, PayloadRef, PulledMessages, PushedReply
 from fedcore.domain.message import assemble_message
 from fedcore.errors import DecodeError, MessageNotFoundError, NodeNotFoundError, RunNotFoundError
 from fedcore.roles.link.payloads import Incoming, Outgoing
-from fedcore.roles.link.waiting import look_until
 from fedcore.state.base import LinkState
+from fedcore.state.waiting import look_until
 from fedcore.transport.fleet import Buffer, FleetService, Transfer, sliced
 from fedcore.transport.off_loop import decoded
 from fedcore.wire import DEFAULT_LIMITS, MAX_VALUE_LEN, DecodeLimits, unpack_recorddict
-from fedcore.wire.chunks import CHUNK_SIZE, Digest
-from fedcore.wire.fleet import MAX_INLINE_CONTENT, ConfigValue, PayloadRef, PushedReply
-from fedcore.wire.rpc import LeasedMessage, PulledMessages
+from fedcore.wire.chunks import CHUNK_SIZE
+from fedcore.wire.fleet import MAX_INLINE_CONTENT
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class LinkFleet(FleetService):
 
     async def register_node(
         self,
-        node_config: Mapping[str, ConfigValue],
+        node_config: Mapping[str, UserConfigValue],
         heartbeat_interval: float,
         public_key: bytes | None = None,
     ) -> int:
@@ -244,5 +244,5 @@ class LinkFleet(FleetService):
         return True
 
 
-def _describe(node_config: Mapping[str, ConfigValue]) -> str:
+def _describe(node_config: Mapping[str, UserConfigValue]) -> str:
     return " ".join(f"{key}={value!r}" for key, value in node_config.items()) or "no node config"

@@ -2,7 +2,7 @@
 
 Downward (ServerApp → node), a content larger than
 :data:`~fedcore.wire.fleet.MAX_INLINE_CONTENT` is leased out as a
-:class:`~fedcore.wire.fleet.PayloadRef` and streamed by ``PullPayload``.
+:class:`~fedcore.domain.fleet.PayloadRef` and streamed by ``PullPayload``.
 :class:`Outgoing` keeps the encoded parts (views of the arrays, not copies) under
 their SHA-256, so a model sent to 500 nodes is encoded and hashed once, and
 forgets them once no lease that handed them out is alive.
@@ -31,10 +31,11 @@ from dataclasses import dataclass, field
 import anyio.to_thread
 
 from fedcore.domain import RecordDict
+from fedcore.domain.fleet import Digest
 from fedcore.errors import DecodeError, NotFoundError
 from fedcore.transport.fleet import each_chunk, sliced
 from fedcore.wire import pack_recorddict_parts, parts_size
-from fedcore.wire.chunks import CHUNK_SIZE, Digest
+from fedcore.wire.chunks import CHUNK_SIZE
 from fedcore.wire.frame import Buffer, Parts
 from fedcore.wire.spool import Spool
 

@@ -20,8 +20,8 @@ from typing import Any
 from fedcore.clock import Clock
 from fedcore.domain import SERVER_NODE_ID, Message, RecordDict, Run, RunStatus
 from fedcore.errors import InvalidTransitionError
-from fedcore.roles.link.waiting import look_until
 from fedcore.state.base import LinkState
+from fedcore.state.waiting import look_until
 from fedcore.transport.runtime import RuntimeService
 
 log = logging.getLogger(__name__)

@@ -16,9 +16,9 @@ import anyio.to_thread
 
 from fedcore.apps.bundle import MAX_BUNDLE_BYTES, bundle_dir, unpack_bundle
 from fedcore.apps.project import read_project
+from fedcore.domain.fleet import Digest
 from fedcore.errors import BundleError
 from fedcore.transport.fleet import FleetService
-from fedcore.wire.chunks import Digest
 
 MAX_DOWNLOAD = 2 * MAX_BUNDLE_BYTES
 """The largest bundle a node downloads. Packing caps the files' total size at

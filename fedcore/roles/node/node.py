@@ -48,7 +48,8 @@ import anyio.abc
 
 from fedcore.backoff import DEFAULT_BACKOFF, BackoffPolicy
 from fedcore.clock import Clock
-from fedcore.domain import Error, ErrorCode, Message
+from fedcore.domain import Error, ErrorCode, Message, UserConfigValue
+from fedcore.domain.fleet import LeasedMessage, PulledMessages
 from fedcore.errors import (
     FedcoreError,
     LinkUnavailableError,
@@ -63,9 +64,8 @@ from fedcore.roles.node.retry import Retrier, asked_wait
 from fedcore.roles.node.runner import RunnerFactory
 from fedcore.roles.node.runs import RunCache
 from fedcore.roles.node.work import InFlight
-from fedcore.transport.fleet import FleetService, LeasedMessage, PulledMessages
+from fedcore.transport.fleet import FleetService
 from fedcore.wire import MAX_VALUE_LEN, DecodeLimits
-from fedcore.wire.fleet import ConfigValue
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ class Node:
         self,
         fleet: FleetService,
         *,
-        node_config: Mapping[str, ConfigValue],
+        node_config: Mapping[str, UserConfigValue],
         cache_dir: Path,
         runner_factory: RunnerFactory,
         clock: Clock,

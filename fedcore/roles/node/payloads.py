@@ -1,7 +1,7 @@
 """A leased message's content that travels as a payload: streamed into place, decoded as views.
 
 The link leases a message whose content is over the inline limit with a
-:class:`~fedcore.wire.fleet.PayloadRef` instead of the content. The node streams the
+:class:`~fedcore.domain.fleet.PayloadRef` instead of the content. The node streams the
 payload's chunks into a :class:`PayloadSink` of the announced size, each at its
 offset (never grown, never copied again), and decodes it there: the arrays the
 ClientApp gets are read-only views of the sink's memory, so a 200 MB model costs
@@ -26,11 +26,11 @@ from functools import partial
 from typing import Protocol
 
 from fedcore.domain import Message, RecordDict
+from fedcore.domain.fleet import PayloadRef
 from fedcore.errors import DecodeError
 from fedcore.transport.fleet import Buffer, FleetService, Transfer
 from fedcore.transport.off_loop import decoded_from
 from fedcore.wire import DEFAULT_LIMITS, DecodeLimits, unpack_recorddict
-from fedcore.wire.fleet import PayloadRef
 
 
 class PayloadSink(Protocol):

@@ -19,12 +19,12 @@ from __future__ import annotations
 import anyio.to_thread
 
 from fedcore.domain import Message
+from fedcore.domain.fleet import Digest, PayloadRef, PushedReply
 from fedcore.errors import DecodeError
 from fedcore.roles.node.retry import Retrier
 from fedcore.transport.fleet import FleetService
 from fedcore.wire import Parts, pack_recorddict_parts, parts_size
-from fedcore.wire.chunks import Digest
-from fedcore.wire.fleet import MAX_INLINE_CONTENT, PayloadRef, PushedReply
+from fedcore.wire.fleet import MAX_INLINE_CONTENT
 
 
 class OutgoingReply:

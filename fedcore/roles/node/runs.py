@@ -38,13 +38,12 @@ import anyio.abc
 import anyio.to_thread
 
 from fedcore.clock import Clock
-from fedcore.domain import Context, Error, ErrorCode, Message, RecordDict, Run
+from fedcore.domain import Context, Error, ErrorCode, Message, RecordDict, Run, UserConfigValue
 from fedcore.errors import FedcoreError, NotFoundError, RunFinishedError, RunNotFoundError
 from fedcore.roles.node.bundles import client_reference, fetch_bundle
 from fedcore.roles.node.retry import Retrier
 from fedcore.roles.node.runner import ClientAppRunner, RunnerFactory
 from fedcore.transport.fleet import FleetService
-from fedcore.wire.fleet import ConfigValue
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +77,7 @@ class RunCache:
         self,
         fleet: FleetService,
         *,
-        node_config: Mapping[str, ConfigValue],
+        node_config: Mapping[str, UserConfigValue],
         cache_dir: Path,
         runner_factory: RunnerFactory,
         clock: Clock,

@@ -35,7 +35,8 @@ import grpclib.const
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
 from fedcore.clock import Clock, SystemClock
-from fedcore.domain import Message, Run
+from fedcore.domain import Message, Run, UserConfigValue
+from fedcore.domain.fleet import Digest, PayloadRef, PulledMessages, PushedReply
 from fedcore.errors import (
     AuthenticationError,
     DecodeError,
@@ -53,10 +54,8 @@ from fedcore.transport.fleet import Buffer, FleetService, Transfer, each_chunk
 from fedcore.transport.grpc.frames import ERROR_TRAILER, RETRY_TRAILER, RawCodec, cardinality
 from fedcore.transport.grpc.heartbeats import HeartbeatCall
 from fedcore.wire import rpc as wire
-from fedcore.wire.chunks import Digest
-from fedcore.wire.fleet import ConfigValue, PayloadRef, PushedReply
 from fedcore.wire.keys import NodeKey
-from fedcore.wire.rpc import ChunkReader, ChunkWriter, FleetMethod, PulledMessages
+from fedcore.wire.rpc import ChunkReader, ChunkWriter, FleetMethod
 from fedcore.wire.sessions import ClientSession, Offer
 from fedcore.wire.signatures import LINK, check_link_name, sign
 from fedcore.wire.stamps import NO_LINK_YET
@@ -148,7 +147,7 @@ class GrpcFleetClient(FleetService):
 
     async def register_node(
         self,
-        node_config: Mapping[str, ConfigValue],
+        node_config: Mapping[str, UserConfigValue],
         heartbeat_interval: float,
         public_key: bytes | None = None,
     ) -> int:

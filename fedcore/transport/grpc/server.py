@@ -49,6 +49,7 @@ import grpclib.server
 import h2.exceptions
 from grpclib.protocol import Connection
 
+from fedcore.domain.fleet import PushedReply
 from fedcore.errors import (
     AuthenticationError,
     ConflictError,
@@ -80,7 +81,6 @@ from fedcore.transport.grpc.guard import (
 from fedcore.transport.off_loop import decoded
 from fedcore.wire import DEFAULT_LIMITS
 from fedcore.wire import rpc as wire
-from fedcore.wire.fleet import PushedReply
 from fedcore.wire.frame import MAX_DETAIL
 from fedcore.wire.protobuf import FRAME_CAP
 from fedcore.wire.rpc import REQUEST_CAPS, ChunkReader, ChunkWriter, FleetMethod

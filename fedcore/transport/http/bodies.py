@@ -29,7 +29,7 @@ from fedcore.wire.frame import MAX_DETAIL, Buffer
 from fedcore.wire.spool import SPOOL_THRESHOLD, Spool
 
 if TYPE_CHECKING:  # a type only: the fleet codec (betterproto) stays out of `fedcore ls`
-    from fedcore.wire.fleet import ConfigValue
+    from fedcore.domain import UserConfigValue
 
 MAX_JSON_BYTES = 16 * 2**20
 """The largest JSON body either side reads (also the longest line of a log stream)."""
@@ -210,9 +210,9 @@ def ids_from_json(document: Mapping[str, Any], name: str) -> list[int]:
 # Run configs -----------------------------------------------------------------------
 
 
-def config_to_json(config: Mapping[str, Any]) -> dict[str, ConfigValue]:
+def config_to_json(config: Mapping[str, Any]) -> dict[str, UserConfigValue]:
     """A run config as an object: bool, int (64-bit), float and str values only."""
-    document: dict[str, ConfigValue] = {}
+    document: dict[str, UserConfigValue] = {}
     for key, value in config.items():
         if not isinstance(key, str) or not isinstance(value, bool | int | float | str):
             raise TypeError(
@@ -225,8 +225,8 @@ def config_to_json(config: Mapping[str, Any]) -> dict[str, ConfigValue]:
     return document
 
 
-def config_from_json(document: object) -> dict[str, ConfigValue]:
-    config: dict[str, ConfigValue] = {}
+def config_from_json(document: object) -> dict[str, UserConfigValue]:
+    config: dict[str, UserConfigValue] = {}
     for key, value in fields(document, "a run config").items():
         if type(value) not in (bool, int, float, str):
             invalid(f"run config {key!r} must be a bool, number or string, got {_kind(value)}")

@@ -93,8 +93,10 @@ from fedcore.transport.http.server import (
 from fedcore.transport.http.session import TIMEOUT, Body, Session, SessionClient
 
 if TYPE_CHECKING:  # types only: the fleet codec (betterproto) stays out of `fedcore ls`,
-    from fedcore.domain import RecordDict  # and records (numpy) out of `fedcore log`
-    from fedcore.wire.fleet import ConfigValue
+    from fedcore.domain import (
+        RecordDict,  # and records (numpy) out of `fedcore log`
+        UserConfigValue,
+    )
 
 __all__ = ["HttpControlClient", "control_app"]
 
@@ -369,7 +371,7 @@ class HttpControlClient(SessionClient, ControlService):
         self._session = Session(host, port, ssl=ssl, timeout=timeout, api="control API")
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
 
-    async def submit_run(self, bundle: bytes, run_config: Mapping[str, ConfigValue]) -> Run:
+    async def submit_run(self, bundle: bytes, run_config: Mapping[str, UserConfigValue]) -> Run:
         with aiohttp.MultipartWriter("form-data") as body:
             config = body.append(dumps(bodies.config_to_json(run_config)), {"Content-Type": JSON})
             config.set_content_disposition("form-data", name="config")

@@ -16,6 +16,7 @@ import pytest
 
 from fedcore import ArrayRecord, ConfigRecord, Message, RecordDict
 from fedcore.domain import Run, RunStatus
+from fedcore.domain.fleet import Digest, PayloadRef
 from fedcore.errors import (
     ConflictError,
     DecodeError,
@@ -30,8 +31,6 @@ from fedcore.state.memory import InMemoryLinkState
 from fedcore.testing import FakeClock
 from fedcore.testing.arrays import backing
 from fedcore.wire import pack_recorddict_parts, unpack_recorddict
-from fedcore.wire.chunks import Digest
-from fedcore.wire.fleet import PayloadRef
 
 pytestmark = pytest.mark.anyio
 

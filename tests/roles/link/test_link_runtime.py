@@ -1,4 +1,4 @@
-"""The link's runtime API over a LinkState, and the RuntimeGrid a deployed ServerApp uses."""
+"""The link's runtime API over a LinkState, and the LinkGrid a deployed ServerApp uses."""
 
 from __future__ import annotations
 
@@ -23,9 +23,8 @@ from fedcore.roles.link.runtime import LinkRuntime
 from fedcore.state.memory import InMemoryLinkState
 from fedcore.state.sqlite import SqliteLinkState
 from fedcore.testing import FakeClock
+from fedcore.transport.grid import LinkGrid
 from fedcore.transport.http import HttpRuntimeClient, runtime_app, serve_http
-from fedcore.transport.inproc.grid import InProcGrid
-from fedcore.transport.runtime_grid import RuntimeGrid
 
 pytestmark = pytest.mark.anyio
 
@@ -131,7 +130,7 @@ async def test_the_runtime_grid_sends_and_receives_through_the_service(
     runtime: LinkRuntime, state: InMemoryLinkState, claimed: tuple[Run, str], fake_clock: FakeClock
 ) -> None:
     run, _ = claimed
-    grid = RuntimeGrid(runtime, run, fake_clock)
+    grid = LinkGrid.deployed(runtime, run, fake_clock)
     nodes = await state.create_nodes(3, heartbeat_interval=math.inf)
     assert sorted(await grid.wait_for_nodes(3, timeout=1.0)) == sorted(nodes)
 
@@ -158,7 +157,7 @@ async def test_the_runtime_grid_refuses_a_push_with_a_value_over_its_cap(
 ) -> None:
     run, _ = claimed
     cap = 1000
-    grid = RuntimeGrid(runtime, run, fake_clock, max_value_len=cap)
+    grid = LinkGrid.deployed(runtime, run, fake_clock, max_value_len=cap)
     (node,) = await state.create_nodes(1, heartbeat_interval=math.inf)
     fits = Message(RecordDict({"c": ConfigRecord({"s": "x" * cap})}), node, "train")
     over = Message(RecordDict({"c": ConfigRecord({"b": b"x" * (cap + 1)})}), node, "train")
@@ -179,7 +178,7 @@ async def test_the_runtime_grid_gives_up_waiting_for_nodes_at_its_timeout(
     runtime: LinkRuntime, claimed: tuple[Run, str], fake_clock: FakeClock
 ) -> None:
     run, _ = claimed
-    grid = RuntimeGrid(runtime, run, fake_clock, long_poll=1.0)
+    grid = LinkGrid.deployed(runtime, run, fake_clock, long_poll=1.0)
     async with anyio.create_task_group() as tasks:
 
         async def tick() -> None:
@@ -223,9 +222,9 @@ async def test_the_runtime_grid_rides_out_a_link_restart_within_its_patience(
                 fake_clock.advance(1.0)
 
         tasks.start_soon(tick)
-        grid = RuntimeGrid(_Flaky(state, fake_clock, failures=5), run, fake_clock)
+        grid = LinkGrid.deployed(_Flaky(state, fake_clock, failures=5), run, fake_clock)
         assert await grid.get_node_ids() == []
-        impatient = RuntimeGrid(
+        impatient = LinkGrid.deployed(
             _Flaky(state, fake_clock, failures=1000), run, fake_clock, link_patience=10.0
         )
         with pytest.raises(LinkUnavailableError):
@@ -283,9 +282,9 @@ async def test_pulling_ids_already_received_answers_code_3_as_the_simulation_doe
             run = await state.start_run(claim.run.run_id, claim.token, heartbeat_interval=100.0)
             async with HttpRuntimeClient("127.0.0.1", port, secret=claim.secret) as client:
                 grid: Grid = (
-                    RuntimeGrid(client, run, fake_clock)
+                    LinkGrid.deployed(client, run, fake_clock)
                     if deployed
-                    else InProcGrid(state, run, fake_clock)
+                    else LinkGrid.in_process(state, run, fake_clock)
                 )
                 (message_id,) = await grid.push_messages([_message(node, 1)])
                 (pulled,) = await state.pull_messages(node)
@@ -298,7 +297,7 @@ async def test_pulling_ids_already_received_answers_code_3_as_the_simulation_doe
     assert answers == [(ErrorCode.MESSAGE_UNAVAILABLE, "system")] * 2
 
 
-@pytest.mark.parametrize("deployed", [True, False], ids=["RuntimeGrid", "InProcGrid"])
+@pytest.mark.parametrize("deployed", [True, False], ids=["deployed", "in_process"])
 async def test_replies_are_stamped_when_the_grid_hands_them_over(
     runtime: LinkRuntime,
     state: InMemoryLinkState,
@@ -308,7 +307,9 @@ async def test_replies_are_stamped_when_the_grid_hands_them_over(
 ) -> None:
     run, _ = claimed
     grid: Grid = (
-        RuntimeGrid(runtime, run, fake_clock) if deployed else InProcGrid(state, run, fake_clock)
+        LinkGrid.deployed(runtime, run, fake_clock)
+        if deployed
+        else LinkGrid.in_process(state, run, fake_clock)
     )
     (node,) = await state.create_nodes(1, heartbeat_interval=math.inf)
     ids = await grid.push_messages([_message(node, 1), _message(node, 2)])
@@ -351,7 +352,7 @@ async def test_pull_replies_without_ids_waits_for_any_reply_of_its_run(
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
-@pytest.mark.parametrize("deployed", [True, False], ids=["RuntimeGrid", "InProcGrid"])
+@pytest.mark.parametrize("deployed", [True, False], ids=["deployed", "in_process"])
 async def test_pulling_without_ids_hands_out_every_reply_once_in_both_grids(
     kind: str, deployed: bool, fake_clock: FakeClock, tmp_path: Path
 ) -> None:
@@ -372,9 +373,9 @@ async def test_pulling_without_ids_hands_out_every_reply_once_in_both_grids(
         await state.push_messages(bystander.run_id, [_message(node, 0)])
         async with HttpRuntimeClient("127.0.0.1", port, secret=claim.secret) as client:
             grid: Grid = (
-                RuntimeGrid(client, run, fake_clock)
+                LinkGrid.deployed(client, run, fake_clock)
                 if deployed
-                else InProcGrid(state, run, fake_clock)
+                else LinkGrid.in_process(state, run, fake_clock)
             )
             ids = await grid.push_messages([_message(node, value) for value in (1, 2, 3)])
             theirs, *ours = await state.pull_messages(node)

@@ -18,7 +18,8 @@ import numpy as np
 from fedcore.apps.bundle import Bundle, pack_bundle
 from fedcore.apps.client_app import ClientApp
 from fedcore.clock import Clock
-from fedcore.domain import Context, Message, RecordDict, Run, RunStatus
+from fedcore.domain import Context, Message, RecordDict, Run, RunStatus, UserConfigValue
+from fedcore.domain.fleet import Digest, PayloadRef, PulledMessages, PushedReply
 from fedcore.errors import AppLoadError, LinkBusyError, LinkUnavailableError
 from fedcore.roles.node import Node
 from fedcore.simulation.backends.inline import InlineBackend
@@ -26,9 +27,6 @@ from fedcore.testing import FakeClock
 from fedcore.testing.fleet import FakeFleet
 from fedcore.transport.fleet import Buffer, FleetService, Transfer
 from fedcore.wire import unpack_recorddict
-from fedcore.wire.chunks import Digest
-from fedcore.wire.fleet import ConfigValue, PayloadRef, PushedReply
-from fedcore.wire.rpc import PulledMessages
 
 NODE_CONFIG = {"partition-id": 3, "num-partitions": 4}
 
@@ -74,7 +72,7 @@ class FlakyFleet(FleetService):
 
     async def register_node(
         self,
-        node_config: Mapping[str, ConfigValue],
+        node_config: Mapping[str, UserConfigValue],
         heartbeat_interval: float,
         public_key: bytes | None = None,
     ) -> int:

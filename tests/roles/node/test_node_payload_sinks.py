@@ -19,16 +19,15 @@ from node_helpers import Runners, add_run, make_bundle, node, train, until
 
 from fedcore.apps.client_app import ClientApp
 from fedcore.domain import ArrayRecord, ConfigRecord, Context, ErrorCode, Message, RecordDict
+from fedcore.domain.fleet import Digest, LeasedMessage, PayloadRef
 from fedcore.errors import DecodeError, ResourceError
 from fedcore.roles.node.payloads import MemoryPayloads, PayloadStore, with_payload
 from fedcore.simulation.backends import shared_memory
 from fedcore.simulation.backends.shared_memory import SegmentSpace
 from fedcore.testing import FakeClock
 from fedcore.testing.fleet import FakeFleet
-from fedcore.transport.fleet import LeasedMessage
 from fedcore.wire import DEFAULT_LIMITS
-from fedcore.wire.chunks import Digest
-from fedcore.wire.fleet import MAX_INLINE_CONTENT, PayloadRef
+from fedcore.wire.fleet import MAX_INLINE_CONTENT
 
 pytestmark = pytest.mark.anyio
 

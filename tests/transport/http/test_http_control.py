@@ -17,7 +17,15 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fedcore.domain import ArrayRecord, LogLine, MetricsLine, RecordDict, Run, RunStatus
+from fedcore.domain import (
+    ArrayRecord,
+    LogLine,
+    MetricsLine,
+    RecordDict,
+    Run,
+    RunStatus,
+    UserConfigValue,
+)
 from fedcore.errors import (
     AuthenticationError,
     BundleError,
@@ -42,7 +50,6 @@ from fedcore.testing.network import closed_port
 from fedcore.transport.control import ControlService, Health, NodeInfo
 from fedcore.transport.http import HttpControlClient, control_app, page, serve_http
 from fedcore.transport.http.session import Body
-from fedcore.wire.fleet import ConfigValue
 
 pytestmark = pytest.mark.anyio
 
@@ -68,7 +75,7 @@ class FakeControl(ControlService):
         """Raised by ``logs`` after the lines stored so far."""
         self._changed = anyio.Event()
 
-    def add_run(self, status: RunStatus = RunStatus.RUNNING, **config: ConfigValue) -> Run:
+    def add_run(self, status: RunStatus = RunStatus.RUNNING, **config: UserConfigValue) -> Run:
         run = Run(BIG_ID + len(self.runs), dict(config), status, seed=-(2**60), created_at=2.5)
         run.bundle_hash = "ab" * 32
         self.runs[run.run_id] = run
@@ -104,7 +111,7 @@ class FakeControl(ControlService):
             raise RunNotFoundError(f"no run {run_id}")
         return self.runs[run_id]
 
-    async def submit_run(self, bundle: bytes, run_config: Mapping[str, ConfigValue]) -> Run:
+    async def submit_run(self, bundle: bytes, run_config: Mapping[str, UserConfigValue]) -> Run:
         self._check()
         if not bundle.startswith(b"PK"):
             raise BundleError("the bundle is not a zip archive")
@@ -222,7 +229,7 @@ def multipart(*parts: tuple[str, bytes, str]) -> aiohttp.MultipartWriter:
 
 async def test_a_submitted_run_keeps_its_config_and_bundle_exactly() -> None:
     fake = FakeControl()
-    config: dict[str, ConfigValue] = {"rounds": 3, "lr": 0.25, "big": 2**63 - 1, "on": True}
+    config: dict[str, UserConfigValue] = {"rounds": 3, "lr": 0.25, "big": 2**63 - 1, "on": True}
     config["name"] = "ünï"
     async with served(fake) as (client, _):
         run = await client.submit_run(ZIP, config)

@@ -1,9 +1,11 @@
-"""The in-process Grid: event-driven receive, timeouts on the injected clock, the sync facade."""
+"""The one Grid, over both channels: event-driven receive, timeouts on the injected clock,
+the sync facade. ``deployed`` runs it over the link's runtime API called directly, the
+service a deployed ServerApp reaches over HTTP."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 
 import anyio
 import anyio.to_thread
@@ -12,9 +14,10 @@ import pytest
 from fedcore import ConfigRecord, Message, RecordDict, SyncGrid
 from fedcore.domain import ErrorCode, Run, RunStatus
 from fedcore.errors import NotEnoughNodesError
+from fedcore.roles.link.runtime import LinkRuntime
 from fedcore.state.memory import InMemoryLinkState
 from fedcore.testing import FakeClock
-from fedcore.transport.inproc.grid import InProcGrid
+from fedcore.transport.grid import LinkGrid
 
 pytestmark = pytest.mark.anyio
 
@@ -32,9 +35,13 @@ async def run(state: InMemoryLinkState) -> Run:
     return await state.update_run_status(run.run_id, RunStatus.RUNNING)
 
 
-@pytest.fixture
-def grid(state: InMemoryLinkState, run: Run, fake_clock: FakeClock) -> InProcGrid:
-    return InProcGrid(state, run, fake_clock)
+@pytest.fixture(params=["in_process", "deployed"])
+def grid(
+    request: pytest.FixtureRequest, state: InMemoryLinkState, run: Run, fake_clock: FakeClock
+) -> LinkGrid:
+    if request.param == "deployed":
+        return LinkGrid.deployed(LinkRuntime(state, fake_clock), run, fake_clock)
+    return LinkGrid.in_process(state, run, fake_clock)
 
 
 def _message(node_id: int, value: int = 0) -> Message:
@@ -47,7 +54,7 @@ async def _answer(state: InMemoryLinkState, node_id: int, value: int) -> None:
     await state.push_reply(node_id, Message(reply, reply_to=message))
 
 
-async def test_receive_yields_in_arrival_order(state: InMemoryLinkState, grid: InProcGrid) -> None:
+async def test_receive_yields_in_arrival_order(state: InMemoryLinkState, grid: LinkGrid) -> None:
     nodes = await state.create_nodes(3, heartbeat_interval=math.inf)
     ids = await grid.push_messages([_message(n) for n in nodes])
     order = [nodes[2], nodes[0], nodes[1]]
@@ -65,8 +72,39 @@ async def test_receive_yields_in_arrival_order(state: InMemoryLinkState, grid: I
     assert received == order
 
 
+async def test_in_process_receive_looks_only_at_the_replies_announced(
+    state: InMemoryLinkState, run: Run, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After its first look, a wait in process asks the state only for the replies it
+    heard of: a round of n replies costs n lookups, not n² (the LinkState is in this
+    process, so nothing stops it from hearing them)."""
+    grid = LinkGrid.in_process(state, run, fake_clock)
+    nodes = await state.create_nodes(3, heartbeat_interval=math.inf)
+    ids = await grid.push_messages([_message(n) for n in nodes])
+    looked: list[list[str] | None] = []
+    get_replies = state.get_replies
+
+    async def spy(run_id: int, message_ids: Iterable[str] | None) -> list[Message]:
+        asked = None if message_ids is None else list(message_ids)
+        looked.append(asked)
+        return await get_replies(run_id, asked)
+
+    monkeypatch.setattr(state, "get_replies", spy)
+
+    async def nodes_answer() -> None:
+        for value, node_id in enumerate(nodes):
+            await anyio.wait_all_tasks_blocked()
+            await _answer(state, node_id, value)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(nodes_answer)
+        received = [reply.metadata.reply_to_message_id async for reply in grid.receive(ids)]
+    assert received == ids
+    assert looked == [ids, [ids[0]], [ids[1]], [ids[2]]]
+
+
 async def test_replies_stored_before_receive_are_yielded(
-    state: InMemoryLinkState, grid: InProcGrid
+    state: InMemoryLinkState, grid: LinkGrid
 ) -> None:
     (node,) = await state.create_nodes(1, heartbeat_interval=math.inf)
     ids = await grid.push_messages([_message(node)])
@@ -76,7 +114,7 @@ async def test_replies_stored_before_receive_are_yielded(
 
 
 async def test_receive_times_out_on_the_injected_clock(
-    state: InMemoryLinkState, grid: InProcGrid, fake_clock: FakeClock
+    state: InMemoryLinkState, grid: LinkGrid, fake_clock: FakeClock
 ) -> None:
     nodes = await state.create_nodes(2, heartbeat_interval=math.inf)
     ids = await grid.push_messages([_message(n) for n in nodes])
@@ -97,13 +135,13 @@ async def test_receive_times_out_on_the_injected_clock(
     assert [reply.metadata.src_node_id for reply in replies] == [nodes[0]]
 
 
-async def test_unknown_ids_end_with_error_replies(grid: InProcGrid) -> None:
+async def test_unknown_ids_end_with_error_replies(grid: LinkGrid) -> None:
     replies = [reply async for reply in grid.receive(["nope"])]
     assert [reply.error.code for reply in replies] == [ErrorCode.MESSAGE_UNAVAILABLE]
 
 
 async def test_expired_messages_end_receive_with_errors(
-    state: InMemoryLinkState, grid: InProcGrid, fake_clock: FakeClock
+    state: InMemoryLinkState, grid: LinkGrid, fake_clock: FakeClock
 ) -> None:
     (node,) = await state.create_nodes(1, heartbeat_interval=math.inf)
     message = Message(RecordDict(), node, "train", ttl=10)
@@ -121,7 +159,7 @@ async def test_expired_messages_end_receive_with_errors(
 
 
 async def test_pull_messages_hands_each_reply_out_once(
-    state: InMemoryLinkState, grid: InProcGrid
+    state: InMemoryLinkState, grid: LinkGrid
 ) -> None:
     (node,) = await state.create_nodes(1, heartbeat_interval=math.inf)
     ids = await grid.push_messages([_message(node)])
@@ -133,7 +171,7 @@ async def test_pull_messages_hands_each_reply_out_once(
     assert again.error.code == ErrorCode.MESSAGE_UNAVAILABLE
 
 
-async def test_push_messages_checks_its_input(state: InMemoryLinkState, grid: InProcGrid) -> None:
+async def test_push_messages_checks_its_input(state: InMemoryLinkState, grid: LinkGrid) -> None:
     (node,) = await state.create_nodes(1, heartbeat_interval=math.inf)
     message = _message(node)
     (message_id,) = await grid.push_messages([message])
@@ -154,7 +192,7 @@ async def _serve_one(state: InMemoryLinkState, node_id: int, value: int) -> None
     await _answer(state, node_id, value)
 
 
-async def test_send_and_receive(state: InMemoryLinkState, grid: InProcGrid) -> None:
+async def test_send_and_receive(state: InMemoryLinkState, grid: LinkGrid) -> None:
     nodes = await state.create_nodes(2, heartbeat_interval=math.inf)
     async with anyio.create_task_group() as tg:
         for value, node in enumerate(nodes):
@@ -165,7 +203,7 @@ async def test_send_and_receive(state: InMemoryLinkState, grid: InProcGrid) -> N
 
 
 async def test_wait_for_nodes_wakes_on_registration(
-    state: InMemoryLinkState, grid: InProcGrid
+    state: InMemoryLinkState, grid: LinkGrid
 ) -> None:
     await state.create_nodes(1, heartbeat_interval=math.inf)
     found: list[int] = []
@@ -183,7 +221,7 @@ async def test_wait_for_nodes_wakes_on_registration(
 
 async def test_wait_for_nodes_times_out_and_says_why(
     state: InMemoryLinkState,
-    grid: InProcGrid,
+    grid: LinkGrid,
     fake_clock: FakeClock,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -209,7 +247,7 @@ async def test_wait_for_nodes_times_out_and_says_why(
 
 
 async def test_sync_grid_blocks_in_a_worker_thread(
-    state: InMemoryLinkState, grid: InProcGrid
+    state: InMemoryLinkState, grid: LinkGrid
 ) -> None:
     nodes = await state.create_nodes(2, heartbeat_interval=math.inf)
 
