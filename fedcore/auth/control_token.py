@@ -3,7 +3,7 @@
 The control API runs code on the link and on every node (a run is an app), so it is
 closed by default: on its first start the link writes a random token to
 ``control.token`` in its work directory (or to ``--control-token-file``), mode 0600
-(:func:`~fedcore.runtime.secret_files.read_secret`), and wants it on every request.
+(:func:`~fedcore.auth.secret_files.read_secret`), and wants it on every request.
 ``fedcore run / ls / log / stop`` send the first of (:func:`client_token`):
 
 1. the token in the file ``--token-file`` names;
@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from fedcore.auth.secret_files import read_existing_secret
 from fedcore.runtime.addresses import Address
-from fedcore.runtime.secret_files import read_existing_secret
 
 TOKEN_ENV = "FEDCORE_CONTROL_TOKEN"
 TOKEN_FILE = "control.token"

@@ -14,17 +14,17 @@ nonce, the link's name, and the SHA-256 of the body in hex (of no bytes for a
 request without one). The separators keep the fields apart: no two different
 requests sign the same text.
 
-The link's name is new at each start of the link (:mod:`fedcore.wire.stamps`), so a
+The link's name is new at each start of the link (:mod:`fedcore.auth.stamps`), so a
 request captured before a restart, or at another link that shares the secret, is
 refused although the nonces seen before died with the process. The refusal of a
 request that names another link carries the link's name in its own
 ``X-Fedcore-Link`` header; a :class:`Signer` starts with none
-(:data:`~fedcore.wire.stamps.NO_LINK_YET`) and learns it so (:meth:`Signer.learn`).
+(:data:`~fedcore.auth.stamps.NO_LINK_YET`) and learns it so (:meth:`Signer.learn`).
 
 :class:`Signer` makes the headers. :class:`Verifier` checks them: present and well
 formed, a timestamp within ``max_skew`` seconds of its own clock (read before the
 body), the signature (compared in constant time), and a nonce it has not accepted
-before (:class:`~fedcore.transport.replay.ReplayGuard`, which the fleet API's node
+before (:class:`~fedcore.auth.replay.ReplayGuard`, which the fleet API's node
 signatures use too). Every refusal raises :class:`~fedcore.errors.AuthenticationError`
 saying why — for the server's log; the answer to the peer is the same whatever the
 cause.
@@ -39,10 +39,10 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from fedcore.auth.replay import MAX_NONCES, MAX_SKEW, ReplayGuard
+from fedcore.auth.stamps import NO_LINK_YET, is_link_name, new_link_name
 from fedcore.clock import Clock
 from fedcore.errors import AuthenticationError, WrongLinkError
-from fedcore.transport.replay import MAX_NONCES, MAX_SKEW, ReplayGuard
-from fedcore.wire.stamps import NO_LINK_YET, is_link_name, new_link_name
 
 __all__ = ["LINK", "MAX_SKEW", "NONCE", "SIGNATURE", "TIMESTAMP", "Signer", "Verifier"]
 

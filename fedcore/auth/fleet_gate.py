@@ -1,6 +1,6 @@
 """Who the link lets speak for a node: signatures checked, keys admitted, ids bound to keys.
 
-Every fleet request is signed with its node's key (:mod:`fedcore.wire.signatures`).
+Every fleet request is signed with its node's key (:mod:`fedcore.auth.signatures`).
 :class:`NodeGate` is the link's :class:`~fedcore.transport.fleet.FleetGate`:
 
 - **admit**, before anything of the request is decoded: the timestamp is within the
@@ -10,13 +10,13 @@ Every fleet request is signed with its node's key (:mod:`fedcore.wire.signatures
   an authorized list is set: trust on first use otherwise), the signature signs this
   method, this body and this link's name, and the nonce is new. A request that fails
   any of these costs the link one signature check at most, and nothing of it is kept.
-  A signed request may open a session (:mod:`fedcore.wire.sessions`); a request MAC'd
+  A signed request may open a session (:mod:`fedcore.auth.sessions`); a request MAC'd
   in one is admitted the same way, with the session's key for the signer's, at the
   cost of an HMAC. The gate holds
   up to :data:`SESSIONS_PER_KEY` sessions per node key (a node calls on two
   connections, each with its own) and :data:`MAX_SESSIONS` in all — the oldest go
   first: their node signs again — each for
-  :data:`~fedcore.wire.sessions.SESSION_SECONDS`.
+  :data:`~fedcore.auth.sessions.SESSION_SECONDS`.
 - **check_session**, before each later frame of a long call in a session: the
   session is still held and its key still admitted.
 - **check_speaks_for**, once the request's node id is read: the signer's key is the
@@ -38,13 +38,9 @@ from typing import Protocol
 
 import anyio.to_thread
 
-from fedcore.clock import Clock
-from fedcore.errors import AuthenticationError, UnknownSessionError, WrongLinkError
-from fedcore.transport.fleet import Admission, FleetGate
-from fedcore.transport.replay import MAX_SKEW, ReplayGuard
-from fedcore.wire.frame import Buffer
-from fedcore.wire.keys import PublicKey
-from fedcore.wire.sessions import (
+from fedcore.auth.keys import PublicKey
+from fedcore.auth.replay import MAX_SKEW, ReplayGuard
+from fedcore.auth.sessions import (
     SESSION,
     SESSION_KEY,
     SESSION_SECONDS,
@@ -55,8 +51,12 @@ from fedcore.wire.sessions import (
     new_session_id,
     session_key,
 )
-from fedcore.wire.signatures import SignedRequest, check_link_name
-from fedcore.wire.stamps import NO_LINK_YET, new_link_name
+from fedcore.auth.signatures import SignedRequest, check_link_name
+from fedcore.auth.stamps import NO_LINK_YET, new_link_name
+from fedcore.clock import Clock
+from fedcore.errors import AuthenticationError, UnknownSessionError, WrongLinkError
+from fedcore.transport.fleet import Admission, FleetGate
+from fedcore.wire.frame import Buffer
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ the node's later unary calls carry instead of a signature::
     fedcore-nonce       as a signed call's
     fedcore-mac         base64 of HMAC-SHA256 over the text below
 
-The text is :mod:`fedcore.wire.stamps`' covered text with ``fedcore-session-v1``
+The text is :mod:`fedcore.auth.stamps`' covered text with ``fedcore-session-v1``
 first and the session id for the claimant. So a MAC is good for one method, one body, one
 moment and one session, and costs microseconds to check.
 
@@ -49,9 +49,9 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from fedcore.auth.stamps import NONCE, TIMESTAMP, covered_text, new_stamp, well_stamped
 from fedcore.errors import AuthenticationError
 from fedcore.wire.frame import Buffer
-from fedcore.wire.stamps import NONCE, TIMESTAMP, covered_text, new_stamp, well_stamped
 
 SESSION = "fedcore-session"
 SESSION_KEY = "fedcore-session-key"

@@ -14,8 +14,8 @@ front and chunks that arrive one at a time, so no side holds more than a chunk
 unless it wants the whole.
 
 On the network every request is signed with the node's key
-(:mod:`fedcore.wire.signatures`), or MAC'd in a session a signed request opened
-(:mod:`fedcore.wire.sessions`), and a :class:`FleetGate` decides, before anything
+(:mod:`fedcore.auth.signatures`), or MAC'd in a session a signed request opened
+(:mod:`fedcore.auth.sessions`), and a :class:`FleetGate` decides, before anything
 of the request is decoded, whether that admits it, and then whether the key it
 proves may speak for the node the request names. The service itself trusts the
 ``node_id`` it is given: the transport has checked it.
@@ -28,14 +28,14 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Seq
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
+from fedcore.auth.keys import PublicKey
+from fedcore.auth.sessions import FrameSeal, MacRequest
+from fedcore.auth.signatures import SignedRequest
 from fedcore.domain import Message, Run
 from fedcore.wire.chunks import Digest
 from fedcore.wire.fleet import ConfigValue, PayloadRef, PushedReply
 from fedcore.wire.frame import Buffer, slices
-from fedcore.wire.keys import PublicKey
 from fedcore.wire.rpc import LeasedMessage, PulledMessages
-from fedcore.wire.sessions import FrameSeal, MacRequest
-from fedcore.wire.signatures import SignedRequest
 
 __all__ = [
     "Admission",
@@ -92,7 +92,7 @@ async def sliced(parts: Sequence[Buffer], chunk_size: int) -> AsyncIterator[Buff
 class Admission:
     """An admitted call: the node key it proved, and headers for the response, if any
     (the answer to a session offer). A call MAC'd in a session also has the session's
-    id and the seal its later frames carry (:class:`~fedcore.wire.sessions.FrameSeal`)."""
+    id and the seal its later frames carry (:class:`~fedcore.auth.sessions.FrameSeal`)."""
 
     public_key: PublicKey
     headers: tuple[tuple[str, str], ...] = ()

@@ -3,7 +3,7 @@
 Each RPC handler is an adapter: it reads request frames (capped before they are
 buffered, :func:`~fedcore.transport.grpc.frames.receive`), has the
 :class:`~fedcore.transport.fleet.FleetGate` admit the call's signature over its
-first frame before decoding anything (:mod:`fedcore.wire.signatures`), decodes the
+first frame before decoding anything (:mod:`fedcore.auth.signatures`), decodes the
 frame with :mod:`fedcore.wire.fleet`, has the gate check that the signer is the node
 the request names, calls the service, and encodes its answer. Errors end the call
 with a status, as ``fleet.proto`` says: AuthenticationError is UNAUTHENTICATED
@@ -49,6 +49,7 @@ import grpclib.server
 import h2.exceptions
 from grpclib.protocol import Connection
 
+from fedcore.auth.signatures import LINK, credentials
 from fedcore.errors import (
     AuthenticationError,
     ConflictError,
@@ -84,7 +85,6 @@ from fedcore.wire.fleet import PushedReply
 from fedcore.wire.frame import MAX_DETAIL
 from fedcore.wire.protobuf import FRAME_CAP
 from fedcore.wire.rpc import REQUEST_CAPS, ChunkReader, ChunkWriter, FleetMethod
-from fedcore.wire.signatures import LINK, credentials
 
 log = logging.getLogger(__name__)
 

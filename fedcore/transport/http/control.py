@@ -36,7 +36,7 @@
 A metrics document travels as the ServerApp wrote it, a diverged loss as ``NaN``
 (Python's JSON, and ``metrics.jsonl``'s); the page reads that too.
 
-With a token (the link always has one: :mod:`fedcore.runtime.control_token`), every
+With a token (the link always has one: :mod:`fedcore.auth.control_token`), every
 route requires ``Authorization: Bearer <token>`` (401 otherwise, with a one-line
 reason), health included, save that health asked with no credential at all answers
 that the link is up and nothing else — what a load balancer's probe needs, and no

@@ -2,7 +2,7 @@
 
 :func:`exec_app` serves any :class:`~fedcore.transport.exec.ExecService`;
 :class:`HttpExecClient` is one, remotely. Every request is signed with the secret
-the exec shares with the link, for the link's name (:mod:`fedcore.transport.http.signing`);
+the exec shares with the link, for the link's name (:mod:`fedcore.auth.exec_signatures`);
 a request without a valid signature is answered 401 before its handler runs,
 whatever was wrong with it — the refusal of one signed for another link's name (or
 this link's before a restart) carries the link's name in ``X-Fedcore-Link``, and the
@@ -39,6 +39,7 @@ from typing import Any
 from aiohttp import web
 
 from fedcore.apps.bundle import MAX_BUNDLE_BYTES
+from fedcore.auth.exec_signatures import LINK, MAX_SKEW, Signer, Verifier
 from fedcore.clock import Clock, SystemClock
 from fedcore.domain import Run
 from fedcore.errors import AuthenticationError, DecodeError, WrongLinkError
@@ -49,7 +50,6 @@ from fedcore.transport.http.bodies import JSON, dumps, loads
 from fedcore.transport.http.errors import error_document
 from fedcore.transport.http.server import Handler, guarded, request_body
 from fedcore.transport.http.session import TIMEOUT, Session, SessionClient
-from fedcore.transport.http.signing import LINK, MAX_SKEW, Signer, Verifier
 
 __all__ = ["HttpExecClient", "exec_app"]
 
