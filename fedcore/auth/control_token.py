@@ -22,9 +22,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from fedcore.auth.secret_files import read_existing_secret
-from fedcore.runtime.addresses import Address
 
 TOKEN_ENV = "FEDCORE_CONTROL_TOKEN"
 TOKEN_FILE = "control.token"
@@ -41,6 +41,13 @@ FIX = (
 def link_token_file(work_dir: Path, token_file: Path | None = None) -> Path:
     """Where a link with ``work_dir`` keeps its token: ``token_file`` if given."""
     return token_file if token_file is not None else work_dir / TOKEN_FILE
+
+
+class LinkAddress(Protocol):
+    """Where a command finds the link: all the token's choice needs of an address."""
+
+    @property
+    def is_loopback(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -62,7 +69,7 @@ class ClientToken:
 def client_token(
     token_file: Path | None,
     *,
-    link: Address,
+    link: LinkAddress,
     environ: Mapping[str, str] = os.environ,
     cwd: Path | None = None,
 ) -> ClientToken:

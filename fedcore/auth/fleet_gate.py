@@ -1,7 +1,7 @@
 """Who the link lets speak for a node: signatures checked, keys admitted, ids bound to keys.
 
 Every fleet request is signed with its node's key (:mod:`fedcore.auth.signatures`).
-:class:`NodeGate` is the link's :class:`~fedcore.transport.fleet.FleetGate`:
+:class:`NodeGate` is the link's :class:`FleetGate`:
 
 - **admit**, before anything of the request is decoded: the timestamp is within the
   window, the request names this link (:attr:`NodeGate.link`, new at each start: so
@@ -32,6 +32,7 @@ replies as B, unregister B or fetch B's runs; and node A's key cannot speak for 
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
@@ -44,6 +45,7 @@ from fedcore.auth.sessions import (
     SESSION,
     SESSION_KEY,
     SESSION_SECONDS,
+    FrameSeal,
     MacRequest,
     encode_key,
     exchange,
@@ -55,7 +57,6 @@ from fedcore.auth.signatures import SignedRequest, check_link_name
 from fedcore.auth.stamps import NO_LINK_YET, new_link_name
 from fedcore.clock import Clock
 from fedcore.errors import AuthenticationError, UnknownSessionError, WrongLinkError
-from fedcore.transport.fleet import Admission, FleetGate
 from fedcore.wire.frame import Buffer
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,60 @@ class _Session:
     public_key: PublicKey
     key: bytes
     ends: float
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """An admitted call: the node key it proved, and headers for the response, if any
+    (the answer to a session offer). A call MAC'd in a session also has the session's
+    id and the seal its later frames carry (:class:`~fedcore.auth.sessions.FrameSeal`)."""
+
+    public_key: PublicKey
+    headers: tuple[tuple[str, str], ...] = ()
+    session_id: str | None = None
+    seal: FrameSeal | None = None
+
+
+class FleetGate(ABC):
+    """Who may call the fleet API, and for which node: the link decides, the transport asks."""
+
+    @abstractmethod
+    async def admit(
+        self, method: str, frame: Buffer, presented: SignedRequest | MacRequest
+    ) -> Admission:
+        """Admit ``frame`` as the first request of a call to ``method``, or raise.
+
+        Called before the frame is decoded. Raises
+        :class:`~fedcore.errors.AuthenticationError` for a bad signature or MAC, a
+        stale timestamp, a replayed nonce or a key the link does not admit,
+        :class:`~fedcore.errors.WrongLinkError` for a signature meant for another link
+        (or this one before a restart), and
+        :class:`~fedcore.errors.UnknownSessionError` for a session it does not hold.
+        """
+
+    @abstractmethod
+    def check_session(self, admission: Admission) -> None:
+        """Return if the session an admitted call was MAC'd in still admits calls now.
+
+        A long call asks before each frame after its first: the session may have
+        ended, been replaced, or its key been taken off the authorized list since.
+        Raises :class:`~fedcore.errors.UnknownSessionError` for a session the gate no
+        longer holds, :class:`~fedcore.errors.AuthenticationError` for a key it no
+        longer admits.
+        """
+
+    @abstractmethod
+    async def check_speaks_for(self, key: PublicKey, node_id: int) -> None:
+        """Return if ``key``, proved by an admitted request, is node ``node_id``'s.
+
+        Raises ``NodeNotFoundError`` when the key belongs to no node (it must
+        register), and :class:`~fedcore.errors.AuthenticationError` when it belongs to
+        another node than ``node_id``.
+        """
+
+    @abstractmethod
+    def registered(self, key: PublicKey, node_id: int) -> None:
+        """Note that ``key``, proved by an admitted registration, is node ``node_id``'s."""
 
 
 class KeyBindings(Protocol):

@@ -18,7 +18,7 @@ import pytest
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
-from fedcore.auth.fleet_gate import NodeGate
+from fedcore.auth.fleet_gate import Admission, NodeGate
 from fedcore.auth.sessions import MacRequest
 from fedcore.clock import SystemClock
 from fedcore.domain import Error, ErrorCode, Message, Run, RunStatus
@@ -40,7 +40,7 @@ from fedcore.testing import FakeClock
 from fedcore.testing.fleet import FakeFleet
 from fedcore.testing.network import closed_port
 from fedcore.testing.stranger import raw_fleet_call
-from fedcore.transport.fleet import Admission, Buffer, PayloadRef, Transfer
+from fedcore.transport.fleet import Buffer, PayloadRef, Transfer
 from fedcore.transport.grpc import GrpcFleetClient, serve_fleet
 from fedcore.wire import rpc as wire
 from fedcore.wire import unpack_recorddict

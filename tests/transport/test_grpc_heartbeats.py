@@ -19,7 +19,7 @@ from grpclib.client import Channel
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 
-from fedcore.auth.fleet_gate import NodeGate
+from fedcore.auth.fleet_gate import Admission, NodeGate
 from fedcore.auth.keys import NodeKey
 from fedcore.auth.sessions import ClientSession, MacRequest
 from fedcore.auth.signatures import sign
@@ -27,7 +27,7 @@ from fedcore.auth.stamps import new_stamp
 from fedcore.clock import SystemClock
 from fedcore.errors import AuthenticationError, LinkBusyError
 from fedcore.testing.fleet import FakeFleet
-from fedcore.transport.fleet import Admission, Buffer
+from fedcore.transport.fleet import Buffer
 from fedcore.transport.grpc import GrpcFleetClient, serve_fleet
 from fedcore.transport.grpc import server as grpc_server
 from fedcore.transport.grpc.frames import RawCodec

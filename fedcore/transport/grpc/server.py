@@ -2,7 +2,7 @@
 
 Each RPC handler is an adapter: it reads request frames (capped before they are
 buffered, :func:`~fedcore.transport.grpc.frames.receive`), has the
-:class:`~fedcore.transport.fleet.FleetGate` admit the call's signature over its
+:class:`~fedcore.auth.fleet_gate.FleetGate` admit the call's signature over its
 first frame before decoding anything (:mod:`fedcore.auth.signatures`), decodes the
 frame with :mod:`fedcore.wire.fleet`, has the gate check that the signer is the node
 the request names, calls the service, and encodes its answer. Errors end the call
@@ -49,6 +49,7 @@ import grpclib.server
 import h2.exceptions
 from grpclib.protocol import Connection
 
+from fedcore.auth.fleet_gate import Admission, FleetGate
 from fedcore.auth.signatures import LINK, credentials
 from fedcore.errors import (
     AuthenticationError,
@@ -64,7 +65,7 @@ from fedcore.errors import (
     WrongLinkError,
 )
 from fedcore.transport.connections import FloodLog
-from fedcore.transport.fleet import Admission, FleetGate, FleetService, Transfer
+from fedcore.transport.fleet import FleetService, Transfer
 from fedcore.transport.grpc.frames import (
     ERROR_TRAILER,
     RETRY_TRAILER,
