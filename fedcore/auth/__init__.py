@@ -3,7 +3,6 @@
 Node keys and their signatures, sessions, the replay window and link names, the fleet
 gate, the exec API's shared-secret signatures, the control token, the authorized
 nodes and the secret files they live in. The transports hand what arrived to
-:mod:`fedcore.auth.admission`, which says yes or raises
-:class:`~fedcore.errors.AuthenticationError`; only the bytes a signature covers are
-encoded in :mod:`fedcore.wire`.
+:func:`fedcore.auth.admission.admit`, which says yes or raises
+:class:`~fedcore.errors.AuthenticationError`; they decode nothing of a request before.
 """

@@ -32,13 +32,14 @@ replies as B, unregister B or fetch B's runs; and node A's key cannot speak for 
 from __future__ import annotations
 
 import logging
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
 import anyio.to_thread
 
+from fedcore.auth.admission import Arrival, Door
 from fedcore.auth.keys import PublicKey
 from fedcore.auth.replay import MAX_SKEW, ReplayGuard
 from fedcore.auth.sessions import (
@@ -53,7 +54,7 @@ from fedcore.auth.sessions import (
     new_session_id,
     session_key,
 )
-from fedcore.auth.signatures import SignedRequest, check_link_name
+from fedcore.auth.signatures import SignedRequest, check_link_name, credentials
 from fedcore.auth.stamps import NO_LINK_YET, new_link_name
 from fedcore.clock import Clock
 from fedcore.errors import AuthenticationError, UnknownSessionError, WrongLinkError
@@ -90,8 +91,24 @@ class Admission:
     seal: FrameSeal | None = None
 
 
-class FleetGate(ABC):
-    """Who may call the fleet API, and for which node: the link decides, the transport asks."""
+Credentials = SignedRequest | MacRequest
+"""What a fleet call's metadata presents: a node key's signature, or a session's MAC."""
+
+
+class FleetGate(Door[Credentials, tuple[bytes, Admission]]):
+    """Who may call the fleet API, and for which node: the link decides, the transport asks.
+
+    As a :class:`~fedcore.auth.admission.Door`, it admits a call's first frame (the
+    transport's :class:`~fedcore.auth.admission.Arrival` reads it) and answers it
+    with the :class:`Admission`.
+    """
+
+    def present(self, arrival: Arrival) -> Credentials:
+        return credentials(arrival.headers.items())
+
+    async def check(self, arrival: Arrival, presented: Credentials) -> tuple[bytes, Admission]:
+        frame = await arrival.body()
+        return frame, await self.admit(arrival.method, frame, presented)
 
     @abstractmethod
     async def admit(

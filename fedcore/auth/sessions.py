@@ -1,8 +1,7 @@
 """Fleet sessions: a node proves its key once, then authenticates its calls with a MAC.
 
-Checking an Ed25519 signature costs the link 0.15 ms, and its four headers another
-0.05 ms to decode: with a thousand nodes heartbeating once a second that was a fifth
-of the link's core, on top of everything else a call costs. So a signed call may
+Checking a signature on every call costs the link far more than an HMAC (the figures
+are in docs/security.md), so a signed call may
 carry an offer (``fedcore-session-offer``: an ephemeral X25519 public key, covered
 by the call's signature), and the link answers it, in the response's headers, with
 a session id and an X25519 key of its own (``fedcore-session``,

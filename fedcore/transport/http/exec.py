@@ -34,11 +34,13 @@ from __future__ import annotations
 import logging
 import ssl as _ssl
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from aiohttp import web
 
 from fedcore.apps.bundle import MAX_BUNDLE_BYTES
+from fedcore.auth.admission import Arrival, admit
 from fedcore.auth.exec_signatures import LINK, MAX_SKEW, Signer, Verifier
 from fedcore.clock import Clock, SystemClock
 from fedcore.domain import Run
@@ -108,16 +110,13 @@ class _ExecHandlers:
         The headers (and the timestamp's freshness) are checked before any of the body
         is read; the body is read under a small cap, as it must be to be checked.
         """
+        body = partial(request_body, request, MAX_REQUEST_BYTES, DecodeError)
         try:
-            signed = self._verifier.parse(request.headers)
+            return await admit(
+                self._verifier, Arrival(request.method, request.headers, body, request.raw_path)
+            )
         except AuthenticationError as exc:
             raise _refused(request, exc) from None
-        body = await request_body(request, MAX_REQUEST_BYTES, DecodeError)
-        try:
-            self._verifier.verify(signed, request.method, request.raw_path, body)
-        except AuthenticationError as exc:
-            raise _refused(request, exc) from None
-        return body
 
     async def link(self, request: web.Request, body: bytes) -> web.StreamResponse:
         return _json({"runtime_address": await self._service.runtime_address()})
