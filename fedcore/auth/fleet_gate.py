@@ -135,6 +135,14 @@ class FleetGate(Door[Credentials, tuple[bytes, Admission]]):
         longer admits.
         """
 
+    def check_frame(self, admission: Admission, number: int, frame: bytes, mac: bytes) -> None:
+        """Return if ``mac`` seals ``frame`` as frame ``number`` of a long call admitted as
+        ``admission``; else :class:`~fedcore.errors.AuthenticationError` (also for a call
+        that was signed, not MAC'd in a session: its frames carry no seal)."""
+        if admission.seal is None:
+            raise AuthenticationError("a Heartbeats call is made in a session, not signed")
+        admission.seal.verify(number, frame, mac)
+
     @abstractmethod
     async def check_speaks_for(self, key: PublicKey, node_id: int) -> None:
         """Return if ``key``, proved by an admitted request, is node ``node_id``'s.

@@ -280,6 +280,12 @@ async def test_a_long_call_is_checked_against_its_session_frame_by_frame(
     assert signed.seal is None
     with pytest.raises(UnknownSessionError, match="not made in a session"):
         gate.check_session(signed)
+    assert admission.seal is not None
+    gate.check_frame(admission, 1, FRAME, admission.seal.mac(1, FRAME))
+    with pytest.raises(AuthenticationError, match="MAC of the call's frame 2"):
+        gate.check_frame(admission, 2, FRAME, admission.seal.mac(1, FRAME))
+    with pytest.raises(AuthenticationError, match="in a session, not signed"):
+        gate.check_frame(signed, 0, FRAME, b"")
     gate.authorize([])
     with pytest.raises(AuthenticationError, match="not among"):
         gate.check_session(admission)

@@ -363,9 +363,7 @@ class _FleetHandlers:
         number = 0
         while True:
             encoded, mac = wire.decode_heartbeat_frame(frame)
-            if admission.seal is None:
-                raise AuthenticationError("a Heartbeats call is made in a session, not signed")
-            admission.seal.verify(number, encoded, mac)
+            self._gate.check_frame(admission, number, encoded, mac)
             request = wire.decode_heartbeat_request(encoded)
             await self._gate.check_speaks_for(admission.public_key, request[0])
             await stream.send_message(await self._beat(*request))
