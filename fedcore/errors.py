@@ -150,7 +150,7 @@ class UnknownSessionError(AuthenticationError):
 
     The link restarted, or the session outlived its time or was replaced: the call
     was refused before anything of it was read, so a node signs it and retries it
-    at once (:mod:`fedcore.wire.sessions`).
+    at once (:mod:`fedcore.auth.sessions`).
     """
 
 
@@ -159,7 +159,7 @@ class WrongLinkError(AuthenticationError):
 
     A captured request replayed at another link, or after a restart, is refused so;
     so is a node's call signed before it learned the link's current name
-    (:mod:`fedcore.wire.signatures`). ``link`` is the name the link goes by now,
+    (:mod:`fedcore.auth.signatures`). ``link`` is the name the link goes by now,
     sent back with the refusal: the node signs again for it. ``learning``: the call
     named no link yet (a node's first), which is no sign of a replay.
     """

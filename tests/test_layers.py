@@ -27,6 +27,8 @@ ALLOWED: dict[str, set[str]] = {
     # clock: Message(...) stamps its creation time from the context's clock, as Flower's.
     "domain": {"errors", "lazy", "clock"},
     "wire": {"errors", "domain"},
+    # wire: the frame a signature covers is a wire Buffer.
+    "auth": BASE | {"wire"},
     "data": set(),
     "privacy": {"domain"},
     "privacy_accounting": {"errors"},
@@ -34,8 +36,8 @@ ALLOWED: dict[str, set[str]] = {
     "mods": {"errors", "domain", "wire", "apps", "privacy"},
     "state": BASE | {"domain", "wire"},
     "strategy": BASE | {"domain", "apps", "privacy"},
-    "transport": BASE | {"domain", "wire", "state", "apps"},
-    "roles": BASE | {"domain", "wire", "state", "transport", "apps"},
+    "transport": BASE | {"domain", "wire", "auth", "state", "apps"},
+    "roles": BASE | {"domain", "wire", "auth", "state", "transport", "apps"},
     # strategy: a run's record holds the round driver's RoundReports and a Result's model;
     # wire: its round checkpoint is kept in the wire encoding of a RecordDict.
     "results": BASE | {"domain", "strategy", "wire"},
@@ -44,16 +46,16 @@ ALLOWED: dict[str, set[str]] = {
     # strategy: the ServerApp process reads its strategy's last RoundReport; results: it
     # reports the run's record in the form of a results directory.
     "runtime": BASE
-    | {"domain", "wire", "state", "transport", "apps", "roles", "simulation", "strategy"}
+    | {"domain", "wire", "auth", "state", "transport", "apps", "roles", "simulation", "strategy"}
     | {"results"},
     # Flower's legacy API, translated onto the Message API: its apps, strategies and
     # start_simulation run on fedcore's own.
     "legacy": BASE | {"domain", "apps", "strategy", "simulation", "results", "privacy"},
     "cli": BASE
-    | {"domain", "wire", "state", "transport", "apps", "roles", "simulation", "runtime"}
+    | {"domain", "wire", "auth", "state", "transport", "apps", "roles", "simulation", "runtime"}
     | {"strategy", "mods", "results", "legacy", "__init__"},
     "testing": BASE
-    | {"domain", "wire", "state", "transport", "apps", "simulation", "strategy", "mods"}
+    | {"domain", "wire", "auth", "state", "transport", "apps", "simulation", "strategy", "mods"}
     | {"runtime", "results", "legacy"},
     "__init__": {"apps", "domain", "simulation", "lazy"},
 }
@@ -61,7 +63,7 @@ ALLOWED: dict[str, set[str]] = {
 # Third-party modules that only some packages may import.
 GUARDED: dict[str, set[str]] = {
     "msgpack": {"wire"},
-    "cryptography": {"wire"},
+    "cryptography": {"auth"},
     "betterproto": {"wire"},
     "grpclib": {"transport", "testing"},
     "aiohttp": {"transport"},

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, cast
 import click
 
 if TYPE_CHECKING:
-    from fedcore.wire.keys import KeyKind
+    from fedcore.auth.keys import KeyKind
 
 KINDS = ("ed25519", "p256", "p384")
-"""``fedcore.wire.keys.KEY_KINDS``, written out so that ``--help`` loads no cryptography
+"""``fedcore.auth.keys.KEY_KINDS``, written out so that ``--help`` loads no cryptography
 (a test holds the two together)."""
 
 
@@ -32,8 +32,8 @@ def keygen(out: Path, kind: str) -> None:
     the line of OUT.pub to the link's --authorized-nodes file. Neither file is ever
     replaced.
     """
-    from fedcore.runtime.secret_files import write_key_pair
-    from fedcore.wire.keys import PublicKey
+    from fedcore.auth.keys import PublicKey
+    from fedcore.auth.secret_files import write_key_pair
 
     private, public = write_key_pair(out, cast("KeyKind", kind))
     fingerprint = PublicKey.parse(public.read_text(encoding="ascii")).fingerprint

@@ -3,7 +3,7 @@
 Each command talks to the link at ``--link HOST:PORT`` (the control address,
 default 127.0.0.1:9093, or ``$FEDCORE_LINK``) and prints for a person, or with
 ``--json`` one JSON document (``log``: one JSON object per line) for a program. It
-presents the link's bearer token (found as :mod:`fedcore.runtime.control_token`
+presents the link's bearer token (found as :mod:`fedcore.auth.control_token`
 says), over HTTPS when given ``--root-certificates``; plaintext to a link on another
 machine takes ``--insecure``, as it does for ``fedcore serve``.
 """
@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 import click
 
+from fedcore.auth.control_token import FIX, TOKEN_ENV, ClientToken, client_token
 from fedcore.cli.results_dir import results_dir_options
 from fedcore.domain.lifecycle import RunStatus
 from fedcore.errors import AppLoadError, AuthenticationError, WrongServiceError
 from fedcore.runtime.addresses import Address, parse_address
-from fedcore.runtime.control_token import FIX, TOKEN_ENV, ClientToken, client_token
 
 if TYPE_CHECKING:
     import ssl

@@ -10,7 +10,7 @@ For a node (``--exec-socket``), :func:`serve_node_exec` starts the node's Client
 processes when the node asks on a Unix socket (:mod:`fedcore.transport.spawn`).
 
 The secret it shares with the link is in a file both read
-(:func:`fedcore.runtime.secret_files.read_secret`).
+(:func:`fedcore.auth.secret_files.read_secret`).
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
+from fedcore.auth.secret_files import read_secret
 from fedcore.clock import Clock, SystemClock
 from fedcore.errors import UsageError
 from fedcore.roles.exec.launcher import LaunchSettings, ServerAppLauncher, patiently
 from fedcore.runtime.addresses import Address
 from fedcore.runtime.ready import write_ready_file
-from fedcore.runtime.secret_files import read_secret
 from fedcore.simulation.backends.process_pool import worker_command
 from fedcore.transport.http.exec import HttpExecClient
 from fedcore.transport.spawn import serve_spawner

@@ -24,6 +24,14 @@ from pathlib import Path
 
 import anyio
 
+from fedcore.auth.authorized_nodes import (
+    AuthorizedNodesFile,
+    read_authorized_nodes,
+    reload_on_hangup,
+)
+from fedcore.auth.control_token import LINK_WORK_DIR, link_token_file
+from fedcore.auth.fleet_gate import NodeGate
+from fedcore.auth.secret_files import read_secret
 from fedcore.clock import Clock, SystemClock
 from fedcore.errors import UsageError
 from fedcore.roles.exec.launcher import LaunchSettings, ServerAppLauncher
@@ -33,19 +41,11 @@ from fedcore.roles.link.fleet import MAX_HEARTBEAT_INTERVAL, LinkFleet
 from fedcore.roles.link.retirement import RETIRE_NODES_AFTER, retire_nodes
 from fedcore.roles.link.runtime import LinkRuntime
 from fedcore.runtime.addresses import Address, check_exposure
-from fedcore.runtime.authorized_nodes import (
-    AuthorizedNodesFile,
-    read_authorized_nodes,
-    reload_on_hangup,
-)
-from fedcore.runtime.control_token import LINK_WORK_DIR, link_token_file
 from fedcore.runtime.ready import write_ready_file
 from fedcore.runtime.runtime_port import preferred_runtime_address, remember_runtime_port
-from fedcore.runtime.secret_files import read_secret
 from fedcore.state.base import DEFAULT_HEARTBEAT_PATIENCE, LinkState
 from fedcore.state.memory import InMemoryLinkState
 from fedcore.state.stalls import LAG_BUCKETS_MS, LAG_PERIOD, LoopLag, StallWatch
-from fedcore.transport.fleet_gate import NodeGate
 from fedcore.transport.grpc.guard import DEFAULT_FLEET_LIMITS, FleetLimits
 from fedcore.transport.grpc.server import serve_fleet
 from fedcore.transport.http.control import control_app

@@ -47,6 +47,7 @@ import anyio
 import anyio.abc
 
 from fedcore.apps.environment import app_environment
+from fedcore.auth.secret_files import read_node_key, read_secret
 from fedcore.clock import Clock, SystemClock
 from fedcore.domain import Context, Message, Run, UserConfigValue
 from fedcore.errors import UsageError
@@ -54,7 +55,6 @@ from fedcore.roles.exec.app_user import AppUser, remove_copy, same_user_warning
 from fedcore.roles.node import ClientAppRunner, Node, RunnerFactory
 from fedcore.runtime.addresses import Address
 from fedcore.runtime.ready import write_ready_file
-from fedcore.runtime.secret_files import read_node_key, read_secret
 from fedcore.runtime.work_dir import hold_work_dir
 from fedcore.simulation.backends.process_pool import (
     ProcessPoolBackend,

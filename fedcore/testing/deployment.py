@@ -28,8 +28,8 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Self
 
+from fedcore.auth.control_token import TOKEN_ENV, link_token_file
 from fedcore.runtime.addresses import Address
-from fedcore.runtime.control_token import TOKEN_ENV, link_token_file
 from fedcore.runtime.ready import read_ready_file
 
 FEDCORE = Path(sys.executable).parent / "fedcore"

@@ -21,11 +21,11 @@ from grpclib.exceptions import GRPCError, StreamTerminatedError
 from grpclib.protocol import H2Protocol
 from h2.exceptions import StreamClosedError
 
+from fedcore.auth.keys import NodeKey
+from fedcore.auth.signatures import LINK, sign
+from fedcore.auth.stamps import NO_LINK_YET
 from fedcore.transport.grpc.frames import RawCodec, cardinality
-from fedcore.wire.keys import NodeKey
 from fedcore.wire.rpc import FleetMethod, encode_register_node_request
-from fedcore.wire.signatures import LINK, sign
-from fedcore.wire.stamps import NO_LINK_YET
 
 
 async def link_name(port: int, host: str = "127.0.0.1", *, source: str | None = None) -> str:

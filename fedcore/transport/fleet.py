@@ -13,12 +13,11 @@ Large data (app bundles, payloads) moves as a :class:`Transfer`: a digest known 
 front and chunks that arrive one at a time, so no side holds more than a chunk
 unless it wants the whole.
 
-On the network every request is signed with the node's key
-(:mod:`fedcore.wire.signatures`), or MAC'd in a session a signed request opened
-(:mod:`fedcore.wire.sessions`), and a :class:`FleetGate` decides, before anything
-of the request is decoded, whether that admits it, and then whether the key it
-proves may speak for the node the request names. The service itself trusts the
-``node_id`` it is given: the transport has checked it.
+On the network every request is signed with the node's key, or MAC'd in a session,
+and :mod:`fedcore.auth` decides, before anything of the request is decoded, whether
+that admits it, and then whether the key it proves may speak for the node the request
+names. The service itself trusts the ``node_id`` it is given: the transport has had
+it checked.
 """
 
 from __future__ import annotations
@@ -31,14 +30,9 @@ from dataclasses import dataclass
 from fedcore.domain import Message, Run, UserConfigValue
 from fedcore.domain.fleet import Digest, LeasedMessage, PayloadRef, PulledMessages, PushedReply
 from fedcore.wire.frame import Buffer, slices
-from fedcore.wire.keys import PublicKey
-from fedcore.wire.sessions import FrameSeal, MacRequest
-from fedcore.wire.signatures import SignedRequest
 
 __all__ = [
-    "Admission",
     "Buffer",
-    "FleetGate",
     "FleetService",
     "LeasedMessage",
     "PayloadRef",
@@ -84,60 +78,6 @@ async def sliced(parts: Sequence[Buffer], chunk_size: int) -> AsyncIterator[Buff
         yield chunk
     if not sent:
         yield memoryview(b"")
-
-
-@dataclass(frozen=True, slots=True)
-class Admission:
-    """An admitted call: the node key it proved, and headers for the response, if any
-    (the answer to a session offer). A call MAC'd in a session also has the session's
-    id and the seal its later frames carry (:class:`~fedcore.wire.sessions.FrameSeal`)."""
-
-    public_key: PublicKey
-    headers: tuple[tuple[str, str], ...] = ()
-    session_id: str | None = None
-    seal: FrameSeal | None = None
-
-
-class FleetGate(ABC):
-    """Who may call the fleet API, and for which node: the link decides, the transport asks."""
-
-    @abstractmethod
-    async def admit(
-        self, method: str, frame: Buffer, presented: SignedRequest | MacRequest
-    ) -> Admission:
-        """Admit ``frame`` as the first request of a call to ``method``, or raise.
-
-        Called before the frame is decoded. Raises
-        :class:`~fedcore.errors.AuthenticationError` for a bad signature or MAC, a
-        stale timestamp, a replayed nonce or a key the link does not admit,
-        :class:`~fedcore.errors.WrongLinkError` for a signature meant for another link
-        (or this one before a restart), and
-        :class:`~fedcore.errors.UnknownSessionError` for a session it does not hold.
-        """
-
-    @abstractmethod
-    def check_session(self, admission: Admission) -> None:
-        """Return if the session an admitted call was MAC'd in still admits calls now.
-
-        A long call asks before each frame after its first: the session may have
-        ended, been replaced, or its key been taken off the authorized list since.
-        Raises :class:`~fedcore.errors.UnknownSessionError` for a session the gate no
-        longer holds, :class:`~fedcore.errors.AuthenticationError` for a key it no
-        longer admits.
-        """
-
-    @abstractmethod
-    async def check_speaks_for(self, key: PublicKey, node_id: int) -> None:
-        """Return if ``key``, proved by an admitted request, is node ``node_id``'s.
-
-        Raises ``NodeNotFoundError`` when the key belongs to no node (it must
-        register), and :class:`~fedcore.errors.AuthenticationError` when it belongs to
-        another node than ``node_id``.
-        """
-
-    @abstractmethod
-    def registered(self, key: PublicKey, node_id: int) -> None:
-        """Note that ``key``, proved by an admitted registration, is node ``node_id``'s."""
 
 
 class FleetService(ABC):

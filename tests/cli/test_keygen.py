@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from fedcore.auth.keys import KEY_KINDS, NodeKey, PublicKey
 from fedcore.cli.keygen import KINDS
 from fedcore.testing.deployment import FEDCORE
-from fedcore.wire.keys import KEY_KINDS, NodeKey, PublicKey
 
 
 def keygen(*args: str) -> subprocess.CompletedProcess[str]:

@@ -19,20 +19,20 @@ from grpclib.client import Channel
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 
+from fedcore.auth.keys import NodeKey
+from fedcore.auth.secret_files import read_node_key
+from fedcore.auth.signatures import sign
 from fedcore.domain import Message, Metadata, RecordDict
 from fedcore.domain.fleet import Digest
 from fedcore.domain.message import assemble_message
 from fedcore.errors import AuthenticationError, NodeNotFoundError
 from fedcore.runtime.addresses import parse_address
-from fedcore.runtime.secret_files import read_node_key
 from fedcore.testing.deployment import Deployment, Server
 from fedcore.testing.stranger import link_name
 from fedcore.transport.grpc import GrpcFleetClient
 from fedcore.transport.grpc.frames import RawCodec
 from fedcore.wire import rpc as wire
-from fedcore.wire.keys import NodeKey
 from fedcore.wire.rpc import FleetMethod
-from fedcore.wire.signatures import sign
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "quickstart-numpy"

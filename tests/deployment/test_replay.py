@@ -1,7 +1,7 @@
 """Requests captured at a link and replayed after it restarted, or at another link, on processes.
 
 A link forgets the nonces it has seen when its process ends, and every signature names
-the link it is meant for by a name new at each start (:mod:`fedcore.wire.stamps`).
+the link it is meant for by a name new at each start (:mod:`fedcore.auth.stamps`).
 So a signed PullMessages of a node's, and an exec's signed claim of runs, captured
 before the link was killed (SIGKILL) and restarted on the same database, are refused
 after the restart; a registration captured at one link is refused at another; and
@@ -21,17 +21,17 @@ from grpclib.client import Channel
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 
+from fedcore.auth.exec_signatures import LINK, Signer
+from fedcore.auth.keys import NodeKey
+from fedcore.auth.secret_files import read_node_key, read_secret
+from fedcore.auth.signatures import sign
 from fedcore.runtime.addresses import parse_address
-from fedcore.runtime.secret_files import read_node_key, read_secret
 from fedcore.testing import FakeClock
 from fedcore.testing.deployment import Deployment, Server
 from fedcore.testing.stranger import link_name
 from fedcore.transport.grpc.frames import RawCodec
-from fedcore.transport.http.signing import LINK, Signer
 from fedcore.wire import rpc as wire
-from fedcore.wire.keys import NodeKey
 from fedcore.wire.rpc import FleetMethod
-from fedcore.wire.signatures import sign
 
 RECORD_APP = Path(__file__).resolve().parent / "record_app"
 PULL, REGISTER = FleetMethod.PULL_MESSAGES, FleetMethod.REGISTER_NODE

@@ -13,10 +13,10 @@ from contextlib import asynccontextmanager
 
 import pytest
 
+from fedcore.auth.fleet_gate import NodeGate
 from fedcore.clock import SystemClock
 from fedcore.errors import LinkBusyError
 from fedcore.testing.fleet import FakeFleet
-from fedcore.transport.fleet_gate import NodeGate
 from fedcore.transport.grpc import GrpcFleetClient, serve_fleet
 from fedcore.transport.grpc.client import MAX_RETRY_HINT
 from fedcore.transport.grpc.guard import FleetLimits, Rates

@@ -18,6 +18,8 @@ import pytest
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
+from fedcore.auth.fleet_gate import Admission, NodeGate
+from fedcore.auth.sessions import MacRequest
 from fedcore.clock import SystemClock
 from fedcore.domain import Error, ErrorCode, Message, Run, RunStatus
 from fedcore.domain.fleet import Digest, PayloadRef
@@ -39,15 +41,13 @@ from fedcore.testing import FakeClock
 from fedcore.testing.fleet import FakeFleet
 from fedcore.testing.network import closed_port
 from fedcore.testing.stranger import raw_fleet_call
-from fedcore.transport.fleet import Admission, Buffer, Transfer
-from fedcore.transport.fleet_gate import NodeGate
+from fedcore.transport.fleet import Buffer, Transfer
 from fedcore.transport.grpc import GrpcFleetClient, serve_fleet
 from fedcore.wire import rpc as wire
 from fedcore.wire import unpack_recorddict
 from fedcore.wire.chunks import CHUNK_SIZE
 from fedcore.wire.protobuf import FRAME_CAP
 from fedcore.wire.rpc import REQUEST_CAPS, FleetMethod
-from fedcore.wire.sessions import MacRequest
 
 pytestmark = pytest.mark.anyio
 

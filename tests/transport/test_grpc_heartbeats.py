@@ -19,22 +19,22 @@ from grpclib.client import Channel
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 
+from fedcore.auth.fleet_gate import Admission, NodeGate
+from fedcore.auth.keys import NodeKey
+from fedcore.auth.sessions import ClientSession, MacRequest
+from fedcore.auth.signatures import sign
+from fedcore.auth.stamps import new_stamp
 from fedcore.clock import SystemClock
 from fedcore.errors import AuthenticationError, LinkBusyError
 from fedcore.testing.fleet import FakeFleet
-from fedcore.transport.fleet import Admission, Buffer
-from fedcore.transport.fleet_gate import NodeGate
+from fedcore.transport.fleet import Buffer
 from fedcore.transport.grpc import GrpcFleetClient, serve_fleet
 from fedcore.transport.grpc import server as grpc_server
 from fedcore.transport.grpc.frames import RawCodec
 from fedcore.transport.grpc.guard import FleetLimits
 from fedcore.transport.grpc.heartbeats import raise_ended
 from fedcore.wire import rpc as wire
-from fedcore.wire.keys import NodeKey
 from fedcore.wire.rpc import FleetMethod
-from fedcore.wire.sessions import ClientSession, MacRequest
-from fedcore.wire.signatures import sign
-from fedcore.wire.stamps import new_stamp
 
 pytestmark = pytest.mark.anyio
 

@@ -26,7 +26,7 @@ LINK = """
 import sys, anyio
 from fedcore.clock import SystemClock
 from fedcore.testing.fleet import FakeFleet
-from fedcore.transport.fleet_gate import NodeGate
+from fedcore.auth.fleet_gate import NodeGate
 from fedcore.transport.grpc.server import serve_fleet
 
 class Announcing(FakeFleet):

@@ -2,7 +2,7 @@
 
 Each method encodes its request with :mod:`fedcore.wire.fleet`, makes the call on
 grpclib's Channel — signed with the node's key over its first frame
-(:mod:`fedcore.wire.signatures`) — and decodes the answer, so a node calls the link
+(:mod:`fedcore.auth.signatures`) — and decodes the answer, so a node calls the link
 exactly as it would call a service in its own process. Failures come back as
 fedcore's errors: UNAUTHENTICATED as AuthenticationError, INVALID_ARGUMENT as
 DecodeError, NOT_FOUND as the NotFoundError subclass the link named, and everything
@@ -34,6 +34,10 @@ import grpclib.client
 import grpclib.const
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
+from fedcore.auth.keys import NodeKey
+from fedcore.auth.sessions import ClientSession, Offer
+from fedcore.auth.signatures import LINK, check_link_name, sign
+from fedcore.auth.stamps import NO_LINK_YET
 from fedcore.clock import Clock, SystemClock
 from fedcore.domain import Message, Run, UserConfigValue
 from fedcore.domain.fleet import Digest, PayloadRef, PulledMessages, PushedReply
@@ -54,11 +58,7 @@ from fedcore.transport.fleet import Buffer, FleetService, Transfer, each_chunk
 from fedcore.transport.grpc.frames import ERROR_TRAILER, RETRY_TRAILER, RawCodec, cardinality
 from fedcore.transport.grpc.heartbeats import HeartbeatCall
 from fedcore.wire import rpc as wire
-from fedcore.wire.keys import NodeKey
 from fedcore.wire.rpc import ChunkReader, ChunkWriter, FleetMethod
-from fedcore.wire.sessions import ClientSession, Offer
-from fedcore.wire.signatures import LINK, check_link_name, sign
-from fedcore.wire.stamps import NO_LINK_YET
 
 _Stream = grpclib.client.Stream[bytes, bytes]
 _LINK_ERRORS = (GRPCError, StreamTerminatedError, OSError)
@@ -89,10 +89,10 @@ class GrpcFleetClient(FleetService):
     Every call is signed with ``key`` (a node passes its own, kept across restarts:
     the link knows the node by it; without one the client makes a key for its own
     life) and stamped with ``clock``'s time. The first signed call offers a session
-    (:mod:`fedcore.wire.sessions`); once the link has answered, unary calls are
+    (:mod:`fedcore.auth.sessions`); once the link has answered, unary calls are
     MAC'd in it instead, at a fraction of the cost, and a call the link refuses as
     of an unknown session (it restarted) is signed and sent again. Every signature
-    names the link it is meant for (:mod:`fedcore.wire.signatures`): the client learns
+    names the link it is meant for (:mod:`fedcore.auth.signatures`): the client learns
     the link's name from the link's refusal of its first call, and again after the
     link restarts, and sends that call again at once (a streamed call: raises
     LinkUnavailableError, which a node retries). Heartbeats in a

@@ -5,7 +5,7 @@ three header blocks to encode or decode, a stream opened and closed — whatever
 carries. A heartbeat carries a dozen bytes, and a thousand nodes send one each
 second, so a node in a session sends them on one ``Heartbeats`` call instead: a
 frame and its answer per beat, each frame MAC'd in the session
-(:class:`~fedcore.wire.sessions.FrameSeal`) over its place in the call.
+(:class:`~fedcore.auth.sessions.FrameSeal`) over its place in the call.
 
 The call holds a grpclib stream open between beats. grpclib wakes the task inside
 a send or a receive when the connection fails, not the task that opened the
@@ -25,11 +25,11 @@ import grpclib.const
 from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 from h2.exceptions import StreamClosedError
 
+from fedcore.auth.sessions import ClientSession, FrameSeal
+from fedcore.auth.stamps import new_stamp
 from fedcore.clock import Clock
 from fedcore.wire import rpc as wire
 from fedcore.wire.rpc import FleetMethod
-from fedcore.wire.sessions import ClientSession, FrameSeal
-from fedcore.wire.stamps import new_stamp
 
 _Stream = grpclib.client.Stream[bytes, bytes]
 _CLOSE_SECONDS = 1.0

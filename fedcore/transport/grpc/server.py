@@ -1,11 +1,12 @@
 """The fleet API on gRPC: any :class:`~fedcore.transport.fleet.FleetService`, served by grpclib.
 
-Each RPC handler is an adapter: it reads request frames (capped before they are
-buffered, :func:`~fedcore.transport.grpc.frames.receive`), has the
-:class:`~fedcore.transport.fleet.FleetGate` admit the call's signature over its
-first frame before decoding anything (:mod:`fedcore.wire.signatures`), decodes the
-frame with :mod:`fedcore.wire.fleet`, has the gate check that the signer is the node
-the request names, calls the service, and encodes its answer. Errors end the call
+Each RPC handler is an adapter: it hands what arrived (the method, the metadata and
+a reader of the first frame, capped before it is buffered:
+:func:`~fedcore.transport.grpc.frames.receive`) to :func:`fedcore.auth.admission.admit`
+with the link's :class:`~fedcore.auth.fleet_gate.FleetGate`, which admits the call's
+signature or MAC before anything is decoded; then it decodes the frame with
+:mod:`fedcore.wire.fleet`, has the gate check that the signer is the node the request
+names, calls the service, and encodes its answer. Errors end the call
 with a status, as ``fleet.proto`` says: AuthenticationError is UNAUTHENTICATED
 (with its reason: nothing in it is secret; its class in the ``fedcore-error``
 trailer, so that a node told of an unknown session signs again, and for a call
@@ -49,6 +50,9 @@ import grpclib.server
 import h2.exceptions
 from grpclib.protocol import Connection
 
+from fedcore.auth.admission import Arrival, admit
+from fedcore.auth.fleet_gate import Admission, FleetGate
+from fedcore.auth.signatures import LINK
 from fedcore.domain.fleet import PushedReply
 from fedcore.errors import (
     AuthenticationError,
@@ -64,7 +68,7 @@ from fedcore.errors import (
     WrongLinkError,
 )
 from fedcore.transport.connections import FloodLog
-from fedcore.transport.fleet import Admission, FleetGate, FleetService, Transfer
+from fedcore.transport.fleet import FleetService, Transfer
 from fedcore.transport.grpc.frames import (
     ERROR_TRAILER,
     RETRY_TRAILER,
@@ -84,7 +88,6 @@ from fedcore.wire import rpc as wire
 from fedcore.wire.frame import MAX_DETAIL
 from fedcore.wire.protobuf import FRAME_CAP
 from fedcore.wire.rpc import REQUEST_CAPS, ChunkReader, ChunkWriter, FleetMethod
-from fedcore.wire.signatures import LINK, credentials
 
 log = logging.getLogger(__name__)
 
@@ -294,15 +297,20 @@ class _FleetHandlers:
         """The call's first frame, once the gate admitted the signature (or MAC) over it;
         the gate's admission (the node key it proved, the session).
 
-        The signature is read from the headers before any of the frame; the frame is
-        read under the method's own cap and within the body timeout. The answer to a
+        The gate reads the signature from the headers before any of the frame; the frame
+        is read under the method's own cap and within the body timeout. The answer to a
         session offer goes out at once, in the response's headers.
         """
-        presented = credentials(stream.metadata.items() if stream.metadata else ())
-        frame = await receive(stream, min(self._cap, REQUEST_CAPS[method]), self._timeout)
-        if frame is None:
-            raise DecodeError("the call carried no request")
-        admission = await self._gate.admit(method.value, frame, presented)
+        cap = min(self._cap, REQUEST_CAPS[method])
+
+        async def first_frame() -> bytes:
+            frame = await receive(stream, cap, self._timeout)
+            if frame is None:
+                raise DecodeError("the call carried no request")
+            return frame
+
+        arrival = Arrival(method.value, stream.metadata or {}, first_frame)
+        frame, admission = await admit(self._gate, arrival)
         self._admit_key(admission)
         if admission.headers:
             await stream.send_initial_metadata(metadata=admission.headers)
@@ -355,9 +363,7 @@ class _FleetHandlers:
         number = 0
         while True:
             encoded, mac = wire.decode_heartbeat_frame(frame)
-            if admission.seal is None:
-                raise AuthenticationError("a Heartbeats call is made in a session, not signed")
-            admission.seal.verify(number, encoded, mac)
+            self._gate.check_frame(admission, number, encoded, mac)
             request = wire.decode_heartbeat_request(encoded)
             await self._gate.check_speaks_for(admission.public_key, request[0])
             await stream.send_message(await self._beat(*request))

@@ -36,7 +36,7 @@
 A metrics document travels as the ServerApp wrote it, a diverged loss as ``NaN``
 (Python's JSON, and ``metrics.jsonl``'s); the page reads that too.
 
-With a token (the link always has one: :mod:`fedcore.runtime.control_token`), every
+With a token (the link always has one: :mod:`fedcore.auth.control_token`), every
 route requires ``Authorization: Bearer <token>`` (401 otherwise, with a one-line
 reason), health included, save that health asked with no credential at all answers
 that the link is up and nothing else — what a load balancer's probe needs, and no
@@ -49,7 +49,6 @@ once over the cap.
 
 from __future__ import annotations
 
-import hmac
 import logging
 import ssl as _ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
@@ -61,8 +60,16 @@ from aiohttp import BodyPartReader, MultipartReader, hdrs, web
 from aiohttp.http import HttpProcessingError
 
 from fedcore.apps.bundle import MAX_BUNDLE_BYTES
+from fedcore.auth.admission import Arrival, admit
+from fedcore.auth.control_token import BearerToken
 from fedcore.domain import LogLine, MetricsLine, Run
-from fedcore.errors import BundleError, DecodeError, FedcoreError, UsageError
+from fedcore.errors import (
+    AuthenticationError,
+    BundleError,
+    DecodeError,
+    FedcoreError,
+    UsageError,
+)
 from fedcore.transport.control import ControlService, Health, NodeInfo
 from fedcore.transport.http import bodies
 from fedcore.transport.http.bodies import (
@@ -84,7 +91,6 @@ from fedcore.transport.http.errors import (
 from fedcore.transport.http.page import add_page
 from fedcore.transport.http.server import (
     Handler,
-    bearer,
     guarded,
     payload_response,
     refuse_compressed,
@@ -178,29 +184,33 @@ Line = TypeVar("Line", bound=_Numbered)
 class _ControlHandlers:
     def __init__(self, service: ControlService, token: str | None, max_bundle: int) -> None:
         self._service = service
-        self._token = token.encode() if token else None
+        self._door = BearerToken(token) if token else None
         self._max_bundle = max_bundle
         self._max_submission = max_bundle + MAX_CONFIG_BYTES + _MULTIPART_SLACK
 
     def route(self, handler: Handler, *, public: bool = False) -> Handler:
         async def authorized(request: web.Request) -> web.StreamResponse:
             if not public:
-                self._authorize(request)
+                await self._authorize(request)
             return await handler(request)
 
         return guarded(authorized)
 
-    def _authorize(self, request: web.BaseRequest) -> None:
-        if self._token is not None and not hmac.compare_digest(
-            bearer(request).encode(), self._token
-        ):
-            raise unauthorized()
+    async def _authorize(self, request: web.BaseRequest) -> None:
+        if self._door is None:
+            return
+        try:
+            await admit(
+                self._door, Arrival(request.method, request.headers, request.read, request.raw_path)
+            )
+        except AuthenticationError:
+            raise unauthorized() from None
 
     async def expect_submission(self, request: web.Request) -> None:
         """Refuse a submission before its body is sent, or let the client send it."""
         if request.headers.get(hdrs.EXPECT, "").lower() != "100-continue":
             raise web.HTTPExpectationFailed()
-        self._authorize(request)
+        await self._authorize(request)
         self._check_submission_size(request)
         if request.version == aiohttp.HttpVersion11:
             await request.writer.write(_CONTINUE)
@@ -309,9 +319,9 @@ class _ControlHandlers:
         return _json({"keys": await self._service.deauthorize_node(key)})
 
     async def health(self, request: web.Request) -> web.StreamResponse:
-        if self._token is not None and hdrs.AUTHORIZATION not in request.headers:
+        if self._door is not None and hdrs.AUTHORIZATION not in request.headers:
             return _json(PUBLIC_HEALTH)
-        self._authorize(request)
+        await self._authorize(request)
         return _json(bodies.health_to_json(await self._service.health()))
 
 

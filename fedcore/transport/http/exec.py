@@ -2,7 +2,7 @@
 
 :func:`exec_app` serves any :class:`~fedcore.transport.exec.ExecService`;
 :class:`HttpExecClient` is one, remotely. Every request is signed with the secret
-the exec shares with the link, for the link's name (:mod:`fedcore.transport.http.signing`);
+the exec shares with the link, for the link's name (:mod:`fedcore.auth.exec_signatures`);
 a request without a valid signature is answered 401 before its handler runs,
 whatever was wrong with it — the refusal of one signed for another link's name (or
 this link's before a restart) carries the link's name in ``X-Fedcore-Link``, and the
@@ -34,11 +34,14 @@ from __future__ import annotations
 import logging
 import ssl as _ssl
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from aiohttp import web
 
 from fedcore.apps.bundle import MAX_BUNDLE_BYTES
+from fedcore.auth.admission import Arrival, admit
+from fedcore.auth.exec_signatures import LINK, MAX_SKEW, Signer, Verifier
 from fedcore.clock import Clock, SystemClock
 from fedcore.domain import Run
 from fedcore.errors import AuthenticationError, DecodeError, WrongLinkError
@@ -49,7 +52,6 @@ from fedcore.transport.http.bodies import JSON, dumps, loads
 from fedcore.transport.http.errors import error_document
 from fedcore.transport.http.server import Handler, guarded, request_body
 from fedcore.transport.http.session import TIMEOUT, Session, SessionClient
-from fedcore.transport.http.signing import LINK, MAX_SKEW, Signer, Verifier
 
 __all__ = ["HttpExecClient", "exec_app"]
 
@@ -108,16 +110,13 @@ class _ExecHandlers:
         The headers (and the timestamp's freshness) are checked before any of the body
         is read; the body is read under a small cap, as it must be to be checked.
         """
+        body = partial(request_body, request, MAX_REQUEST_BYTES, DecodeError)
         try:
-            signed = self._verifier.parse(request.headers)
+            return await admit(
+                self._verifier, Arrival(request.method, request.headers, body, request.raw_path)
+            )
         except AuthenticationError as exc:
             raise _refused(request, exc) from None
-        body = await request_body(request, MAX_REQUEST_BYTES, DecodeError)
-        try:
-            self._verifier.verify(signed, request.method, request.raw_path, body)
-        except AuthenticationError as exc:
-            raise _refused(request, exc) from None
-        return body
 
     async def link(self, request: web.Request, body: bytes) -> web.StreamResponse:
         return _json({"runtime_address": await self._service.runtime_address()})

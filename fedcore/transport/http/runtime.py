@@ -49,6 +49,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
+from fedcore.auth.admission import bearer
 from fedcore.domain import Message, RecordDict, Run, RunStatus
 from fedcore.errors import DecodeError, RunNotFoundError
 from fedcore.transport.http import bodies
@@ -62,7 +63,6 @@ from fedcore.transport.http.bodies import (
 )
 from fedcore.transport.http.server import (
     Handler,
-    bearer,
     guarded,
     payload_response,
     request_body,
@@ -130,7 +130,7 @@ class _RuntimeHandlers:
         return guarded(authenticated)
 
     async def _authenticate(self, request: web.Request) -> Run:
-        secret = bearer(request)
+        secret = bearer(request.headers)
         try:
             run_id = bodies.id_from_json(request.headers.get(RUN_HEADER), RUN_HEADER)
         except DecodeError:

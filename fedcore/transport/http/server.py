@@ -224,9 +224,3 @@ def refuse_compressed(request: web.BaseRequest) -> None:
     encoding = request.headers.get(hdrs.CONTENT_ENCODING, "identity").strip().lower()
     if encoding != "identity":
         raise DecodeError(f"compressed bodies ({encoding[:20]}) are not accepted")
-
-
-def bearer(request: web.BaseRequest) -> str:
-    """The bearer credential of ``Authorization``, or "" when there is none."""
-    scheme, _, credential = request.headers.get(hdrs.AUTHORIZATION, "").partition(" ")
-    return credential.strip() if scheme.lower() == "bearer" else ""

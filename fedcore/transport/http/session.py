@@ -5,7 +5,7 @@
 closes the session. An answer that is not 2xx becomes the fedcore error that the
 table of :mod:`fedcore.transport.http.errors` gives (a 401 that names the link's
 name, ``X-Fedcore-Link``: :class:`~fedcore.errors.WrongLinkError`, so that an exec
-signs again for it, :mod:`fedcore.transport.http.signing`); a link that cannot be reached
+signs again for it, :mod:`fedcore.auth.exec_signatures`); a link that cannot be reached
 (nothing listens, the connection broke or timed out, the answer was cut short)
 becomes :class:`~fedcore.errors.LinkUnavailableError`; an address that answers, but
 not as fedcore does (the fleet API's gRPC port, some other HTTP server), becomes
@@ -24,6 +24,7 @@ from typing import Any, Self
 import aiohttp
 from aiohttp.abc import AbstractStreamWriter
 
+from fedcore.auth.exec_signatures import LINK
 from fedcore.errors import (
     DecodeError,
     FedcoreError,
@@ -33,7 +34,6 @@ from fedcore.errors import (
 )
 from fedcore.transport.http.bodies import MAX_JSON_BYTES, WRITE_SLICE, read_at_most, read_payload
 from fedcore.transport.http.errors import MAX_ERROR_BYTES, answer_error, is_error_document
-from fedcore.transport.http.signing import LINK
 from fedcore.wire.frame import Buffer, slices
 
 TIMEOUT = 30.0

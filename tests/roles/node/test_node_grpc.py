@@ -13,11 +13,11 @@ import pytest
 from node_helpers import Runners, add_run, make_bundle, node, stored_weights, train
 
 from fedcore.apps.client_app import ClientApp
+from fedcore.auth.fleet_gate import NodeGate
 from fedcore.domain import ArrayRecord, Context, Message, RecordDict
 from fedcore.roles.node import BackoffPolicy
 from fedcore.testing import FakeClock
 from fedcore.testing.fleet import FakeFleet
-from fedcore.transport.fleet_gate import NodeGate
 from fedcore.transport.grpc import GrpcFleetClient, serve_fleet
 from fedcore.wire.fleet import MAX_INLINE_CONTENT
 

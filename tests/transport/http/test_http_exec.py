@@ -12,6 +12,7 @@ import aiohttp
 import anyio
 import pytest
 
+from fedcore.auth.exec_signatures import LINK, NONCE, SIGNATURE, TIMESTAMP, Signer, Verifier
 from fedcore.domain import Run, RunStatus
 from fedcore.errors import (
     AuthenticationError,
@@ -30,7 +31,6 @@ from fedcore.testing import FakeClock
 from fedcore.testing.network import closed_port
 from fedcore.transport.http import serve_http
 from fedcore.transport.http.exec import HttpExecClient, exec_app
-from fedcore.transport.http.signing import LINK, NONCE, SIGNATURE, TIMESTAMP, Signer, Verifier
 
 pytestmark = pytest.mark.anyio
 

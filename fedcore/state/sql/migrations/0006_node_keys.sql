@@ -1,4 +1,4 @@
--- Nodes are known by their public keys (fedcore.wire.keys): a node registers with its key,
+-- Nodes are known by their public keys (fedcore.auth.keys): a node registers with its key,
 -- and registering again with the same key is the same node. Nodes a simulation creates,
 -- and those of a link from before node keys, have none. A key belongs to one node at a
 -- time; deleting the node frees it.

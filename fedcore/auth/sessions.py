@@ -1,8 +1,7 @@
 """Fleet sessions: a node proves its key once, then authenticates its calls with a MAC.
 
-Checking an Ed25519 signature costs the link 0.15 ms, and its four headers another
-0.05 ms to decode: with a thousand nodes heartbeating once a second that was a fifth
-of the link's core, on top of everything else a call costs. So a signed call may
+Checking a signature on every call costs the link far more than an HMAC (the figures
+are in docs/security.md), so a signed call may
 carry an offer (``fedcore-session-offer``: an ephemeral X25519 public key, covered
 by the call's signature), and the link answers it, in the response's headers, with
 a session id and an X25519 key of its own (``fedcore-session``,
@@ -15,7 +14,7 @@ the node's later unary calls carry instead of a signature::
     fedcore-nonce       as a signed call's
     fedcore-mac         base64 of HMAC-SHA256 over the text below
 
-The text is :mod:`fedcore.wire.stamps`' covered text with ``fedcore-session-v1``
+The text is :mod:`fedcore.auth.stamps`' covered text with ``fedcore-session-v1``
 first and the session id for the claimant. So a MAC is good for one method, one body, one
 moment and one session, and costs microseconds to check.
 
@@ -49,9 +48,9 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from fedcore.auth.stamps import NONCE, TIMESTAMP, covered_text, new_stamp, well_stamped
 from fedcore.errors import AuthenticationError
 from fedcore.wire.frame import Buffer
-from fedcore.wire.stamps import NONCE, TIMESTAMP, covered_text, new_stamp, well_stamped
 
 SESSION = "fedcore-session"
 SESSION_KEY = "fedcore-session-key"

@@ -10,8 +10,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
+from fedcore.auth.keys import KEY_KINDS, NodeKey, PublicKey
 from fedcore.errors import AuthenticationError, UsageError
-from fedcore.wire.keys import KEY_KINDS, NodeKey, PublicKey
 
 
 @pytest.mark.parametrize("kind", KEY_KINDS)

@@ -3,7 +3,7 @@
 A secret goes in a file, readable by its owner only (mode 0600) — never on a
 command line, where any local user could read it, and never into a log. The first
 process to need a missing file creates it with a random secret; the others read it.
-A node's signing key (:mod:`fedcore.wire.keys`) is kept the same way: made on the
+A node's signing key (:mod:`fedcore.auth.keys`) is kept the same way: made on the
 node's first start in its work directory, or by ``fedcore keygen``.
 """
 
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from fedcore.errors import UsageError
 
 if TYPE_CHECKING:  # imported where used: reading a token needs no cryptography
-    from fedcore.wire.keys import KeyKind, NodeKey
+    from fedcore.auth.keys import KeyKind, NodeKey
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ def read_node_key(path: Path) -> NodeKey:
     as ssh refuses such a private key: whoever can read it can register and sign as
     this node, and fetch every run and bundle the node may see.
     """
-    from fedcore.wire.keys import NodeKey
+    from fedcore.auth.keys import NodeKey
 
     if not path.exists():
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -123,7 +123,7 @@ def write_key_pair(out: Path, kind: KeyKind = "ed25519") -> tuple[Path, Path]:
 
     Refuses (``UsageError``) to replace either file.
     """
-    from fedcore.wire.keys import NodeKey
+    from fedcore.auth.keys import NodeKey
 
     private, public = out.with_name(out.name + ".key"), out.with_name(out.name + ".pub")
     for path in (private, public):

@@ -3,7 +3,8 @@
 The control API runs code on the link and on every node (a run is an app), so it is
 closed by default: on its first start the link writes a random token to
 ``control.token`` in its work directory (or to ``--control-token-file``), mode 0600
-(:func:`~fedcore.runtime.secret_files.read_secret`), and wants it on every request.
+(:func:`~fedcore.auth.secret_files.read_secret`), and wants it on every request
+(:class:`BearerToken`).
 ``fedcore run / ls / log / stop`` send the first of (:func:`client_token`):
 
 1. the token in the file ``--token-file`` names;
@@ -18,13 +19,16 @@ A command cannot know a work directory the link was given on its command line;
 
 from __future__ import annotations
 
+import hmac
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
-from fedcore.runtime.addresses import Address
-from fedcore.runtime.secret_files import read_existing_secret
+from fedcore.auth.admission import Arrival, Door, bearer
+from fedcore.auth.secret_files import read_existing_secret
+from fedcore.errors import AuthenticationError
 
 TOKEN_ENV = "FEDCORE_CONTROL_TOKEN"
 TOKEN_FILE = "control.token"
@@ -38,9 +42,32 @@ FIX = (
 )
 
 
+class BearerToken(Door[None, None]):
+    """The control API's door: ``Authorization: Bearer <token>``, compared in constant time."""
+
+    def __init__(self, token: str) -> None:
+        if not token:
+            raise ValueError("the control token must not be empty")
+        self._token = token.encode()
+
+    def present(self, arrival: Arrival) -> None:
+        if not hmac.compare_digest(bearer(arrival.headers).encode(), self._token):
+            raise AuthenticationError("a valid bearer token is required")
+
+    async def check(self, arrival: Arrival, presented: None) -> None:
+        """The token covers no body: none is read."""
+
+
 def link_token_file(work_dir: Path, token_file: Path | None = None) -> Path:
     """Where a link with ``work_dir`` keeps its token: ``token_file`` if given."""
     return token_file if token_file is not None else work_dir / TOKEN_FILE
+
+
+class LinkAddress(Protocol):
+    """Where a command finds the link: all the token's choice needs of an address."""
+
+    @property
+    def is_loopback(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -62,7 +89,7 @@ class ClientToken:
 def client_token(
     token_file: Path | None,
     *,
-    link: Address,
+    link: LinkAddress,
     environ: Mapping[str, str] = os.environ,
     cwd: Path | None = None,
 ) -> ClientToken:

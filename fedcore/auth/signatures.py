@@ -9,31 +9,31 @@ headers; ASCII)::
     fedcore-link        the name of the link the call is meant for (see below)
     fedcore-signature   base64 of the node key's signature over the text below
 
-The signed text is the covered text of :mod:`fedcore.wire.stamps` with
+The signed text is the covered text of :mod:`fedcore.auth.stamps` with
 ``fedcore-fleet-v2`` first and the public key's base64 as sent for the claimant —
 six lines: version, the method's path (``/fedcore.v1.Fleet/PullMessages``), the
 timestamp, the nonce, the key, the SHA-256 of the frame in hex — then the link's
-name, and a last line, when the call offers a session (:mod:`fedcore.wire.sessions`),
+name, and a last line, when the call offers a session (:mod:`fedcore.auth.sessions`),
 the offer's header as sent. So a signature is good for one method, one body, one
 moment, one key and one link; a captured request replayed, sent to another method,
 or with its body changed fails, and the link refuses a nonce it has seen
-(:class:`~fedcore.transport.replay.ReplayGuard`).
+(:class:`~fedcore.auth.replay.ReplayGuard`).
 A streamed upload signs its first frame, which names the message and the whole
 upload's digest: the chunks after it cannot differ without failing that digest.
 
 **The link's name** is random, new each time a link process starts
-(:func:`~fedcore.wire.stamps.new_link_name`). The nonces a link remembers die with
+(:func:`~fedcore.auth.stamps.new_link_name`). The nonces a link remembers die with
 its process; its name changes with it, so a request captured before a restart names
 a link that no longer exists, and one captured at another link names that one:
 either is refused (:class:`~fedcore.errors.WrongLinkError`) before its signature is
 checked. A node learns the name from that same refusal, which carries it back in the
 ``fedcore-link`` trailer: its first call names
-:data:`~fedcore.wire.stamps.NO_LINK_YET`, is refused, and goes again signed for the
+:data:`~fedcore.auth.stamps.NO_LINK_YET`, is refused, and goes again signed for the
 name it was told; after a restart the same happens once. The name is no secret and
 proves nothing about the link: it binds a signature to the link the node is talking
 to, as that link names itself (docs/security.md).
 
-Only the link decides what a valid signature admits (:mod:`fedcore.transport.fleet_gate`):
+Only the link decides what a valid signature admits (:mod:`fedcore.auth.fleet_gate`):
 this module parses and checks, and raises
 :class:`~fedcore.errors.AuthenticationError` for anything missing or malformed.
 """
@@ -46,11 +46,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from fedcore.errors import AuthenticationError
-from fedcore.wire.frame import Buffer
-from fedcore.wire.keys import MAX_KEY_TEXT, NodeKey, PublicKey
-from fedcore.wire.sessions import MAC, SESSION, SESSION_OFFER, MacRequest, decode_key, mac_request
-from fedcore.wire.stamps import (
+from fedcore.auth.keys import MAX_KEY_TEXT, NodeKey, PublicKey
+from fedcore.auth.sessions import MAC, SESSION, SESSION_OFFER, MacRequest, decode_key, mac_request
+from fedcore.auth.stamps import (
     NONCE,
     TIMESTAMP,
     covered_text,
@@ -58,6 +56,8 @@ from fedcore.wire.stamps import (
     new_stamp,
     well_stamped,
 )
+from fedcore.errors import AuthenticationError
+from fedcore.wire.frame import Buffer
 
 NODE_KEY = "fedcore-node-key"
 SIGNATURE = "fedcore-signature"

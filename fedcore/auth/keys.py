@@ -1,6 +1,6 @@
 """Node keys: the signing key a node proves itself with, and the public key the link knows it by.
 
-A node signs every fleet request (:mod:`fedcore.wire.signatures`); the link binds the
+A node signs every fleet request (:mod:`fedcore.auth.signatures`); the link binds the
 node's id to its public key at registration. Three kinds of key are accepted —
 Ed25519 (the default: small, fast, no parameters to get wrong), and ECDSA on P-256
 or P-384 with SHA-256 / SHA-384 — and every other kind is refused where it is read,

@@ -1,7 +1,7 @@
 """What every authenticated fleet call covers: its method, a timestamp, a nonce, who, the frame.
 
-A signed call (:mod:`fedcore.wire.signatures`) and a call MAC'd in a session
-(:mod:`fedcore.wire.sessions`) prove the same thing with different keys, so they
+A signed call (:mod:`fedcore.auth.signatures`) and a call MAC'd in a session
+(:mod:`fedcore.auth.sessions`) prove the same thing with different keys, so they
 stamp and cover it the same way: two headers, ``fedcore-timestamp`` (the caller's
 clock, whole Unix seconds) and ``fedcore-nonce`` (32 random hex digits, never used
 twice), and a text of ``\\n``-joined lines — a version line naming the kind of
@@ -10,7 +10,7 @@ public key's base64, or a session id), the SHA-256 of the first frame in hex, an
 any lines the kind adds.
 
 Both signed APIs of a link — the fleet API's node signatures and the exec API's HMAC
-(:mod:`fedcore.transport.http.signing`) — also name the link a request is meant for:
+(:mod:`fedcore.auth.exec_signatures`) — also name the link a request is meant for:
 a name each link process takes when it starts (:func:`new_link_name`), so that a
 request captured before a restart, or at another link, is refused although the
 nonces a link has seen die with its process. A caller learns the name from the

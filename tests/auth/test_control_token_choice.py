@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from fedcore.auth.control_token import TOKEN_ENV, client_token, link_token_file
+from fedcore.auth.secret_files import read_secret
 from fedcore.errors import UsageError
 from fedcore.runtime.addresses import Address
-from fedcore.runtime.control_token import TOKEN_ENV, client_token, link_token_file
-from fedcore.runtime.secret_files import read_secret
 
 LOOPBACK = Address("127.0.0.1", 9093)
 REMOTE = Address("10.1.2.3", 9093)

@@ -1,7 +1,7 @@
 """The link's list of authorized nodes: public keys, one per line, re-read on SIGHUP.
 
 ``fedcore serve --role link --authorized-nodes FILE`` admits only the nodes whose keys
-the file lists (:class:`~fedcore.transport.fleet_gate.NodeGate`). A line is a key in
+the file lists (:class:`~fedcore.auth.fleet_gate.NodeGate`). A line is a key in
 OpenSSH's one-line form (what ``fedcore keygen`` writes to ``OUT.pub``) or a PEM block
 spread over lines; blank lines and lines starting with ``#`` are skipped. A file
 with a line that is not a key is refused whole, naming the line: a typo never
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import anyio
 
+from fedcore.auth.fleet_gate import NodeGate
+from fedcore.auth.keys import PublicKey
 from fedcore.errors import UsageError
-from fedcore.transport.fleet_gate import NodeGate
-from fedcore.wire.keys import PublicKey
 
 log = logging.getLogger(__name__)
 

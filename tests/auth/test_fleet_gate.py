@@ -4,6 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from fedcore.auth import fleet_gate
+from fedcore.auth.fleet_gate import SESSIONS_PER_KEY, NodeGate
+from fedcore.auth.keys import NodeKey
+from fedcore.auth.sessions import SESSION_SECONDS, ClientSession, FrameSeal, Offer
+from fedcore.auth.signatures import LINK as LINK_HEADER
+from fedcore.auth.signatures import credentials, sign
+from fedcore.auth.stamps import NO_LINK_YET
 from fedcore.errors import (
     AuthenticationError,
     NodeNotFoundError,
@@ -12,14 +19,7 @@ from fedcore.errors import (
 )
 from fedcore.state.memory import InMemoryLinkState
 from fedcore.testing import FakeClock
-from fedcore.transport import fleet_gate
-from fedcore.transport.fleet_gate import SESSIONS_PER_KEY, NodeGate
-from fedcore.wire.keys import NodeKey
 from fedcore.wire.rpc import FleetMethod
-from fedcore.wire.sessions import SESSION_SECONDS, ClientSession, FrameSeal, Offer
-from fedcore.wire.signatures import LINK as LINK_HEADER
-from fedcore.wire.signatures import credentials, sign
-from fedcore.wire.stamps import NO_LINK_YET
 
 pytestmark = pytest.mark.anyio
 
@@ -280,6 +280,12 @@ async def test_a_long_call_is_checked_against_its_session_frame_by_frame(
     assert signed.seal is None
     with pytest.raises(UnknownSessionError, match="not made in a session"):
         gate.check_session(signed)
+    assert admission.seal is not None
+    gate.check_frame(admission, 1, FRAME, admission.seal.mac(1, FRAME))
+    with pytest.raises(AuthenticationError, match="MAC of the call's frame 2"):
+        gate.check_frame(admission, 2, FRAME, admission.seal.mac(1, FRAME))
+    with pytest.raises(AuthenticationError, match="in a session, not signed"):
+        gate.check_frame(signed, 0, FRAME, b"")
     gate.authorize([])
     with pytest.raises(AuthenticationError, match="not among"):
         gate.check_session(admission)

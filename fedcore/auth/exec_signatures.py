@@ -14,18 +14,19 @@ nonce, the link's name, and the SHA-256 of the body in hex (of no bytes for a
 request without one). The separators keep the fields apart: no two different
 requests sign the same text.
 
-The link's name is new at each start of the link (:mod:`fedcore.wire.stamps`), so a
+The link's name is new at each start of the link (:mod:`fedcore.auth.stamps`), so a
 request captured before a restart, or at another link that shares the secret, is
 refused although the nonces seen before died with the process. The refusal of a
 request that names another link carries the link's name in its own
 ``X-Fedcore-Link`` header; a :class:`Signer` starts with none
-(:data:`~fedcore.wire.stamps.NO_LINK_YET`) and learns it so (:meth:`Signer.learn`).
+(:data:`~fedcore.auth.stamps.NO_LINK_YET`) and learns it so (:meth:`Signer.learn`).
 
-:class:`Signer` makes the headers. :class:`Verifier` checks them: present and well
-formed, a timestamp within ``max_skew`` seconds of its own clock (read before the
-body), the signature (compared in constant time), and a nonce it has not accepted
-before (:class:`~fedcore.transport.replay.ReplayGuard`, which the fleet API's node
-signatures use too). Every refusal raises :class:`~fedcore.errors.AuthenticationError`
+:class:`Signer` makes the headers. :class:`Verifier`, the exec API's
+:class:`~fedcore.auth.admission.Door`, checks them: present and well formed, a
+timestamp within ``max_skew`` seconds of its own clock (read before the body), the
+signature (compared in constant time), and a nonce it has not accepted before
+(:class:`~fedcore.auth.replay.ReplayGuard`, which the fleet API's node signatures
+use too). Every refusal raises :class:`~fedcore.errors.AuthenticationError`
 saying why — for the server's log; the answer to the peer is the same whatever the
 cause.
 """
@@ -39,10 +40,11 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from fedcore.auth.admission import Arrival, Door
+from fedcore.auth.replay import MAX_NONCES, MAX_SKEW, ReplayGuard
+from fedcore.auth.stamps import NO_LINK_YET, is_link_name, new_link_name
 from fedcore.clock import Clock
 from fedcore.errors import AuthenticationError, WrongLinkError
-from fedcore.transport.replay import MAX_NONCES, MAX_SKEW, ReplayGuard
-from fedcore.wire.stamps import NO_LINK_YET, is_link_name, new_link_name
 
 __all__ = ["LINK", "MAX_SKEW", "NONCE", "SIGNATURE", "TIMESTAMP", "Signer", "Verifier"]
 
@@ -60,6 +62,11 @@ def _signature(
 ) -> str:
     text = "\n".join((method, path, timestamp, nonce, link, hashlib.sha256(body).hexdigest()))
     return hmac.new(key, text.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+
+
+def _header(headers: Mapping[str, str | bytes], name: str) -> str | None:
+    value = headers.get(name)
+    return value if isinstance(value, str) else None
 
 
 def _key(secret: str) -> bytes:
@@ -104,7 +111,7 @@ class Signed:
     signature: str
 
 
-class Verifier:
+class Verifier(Door[Signed, bytes]):
     """Checks requests signed with ``secret`` for the link named ``link`` (default: a new
     name, as a link process that starts takes) against ``clock``; remembers their nonces."""
 
@@ -127,18 +134,27 @@ class Verifier:
         """How many nonces are remembered now (for tests of the bound)."""
         return self._guard.remembered
 
-    def parse(self, headers: Mapping[str, str]) -> Signed:
+    def present(self, arrival: Arrival) -> Signed:
+        return self.parse(arrival.headers)
+
+    async def check(self, arrival: Arrival, presented: Signed) -> bytes:
+        """The request's body, once the signature proved it comes from a holder of the secret."""
+        body = await arrival.body()
+        self.verify(presented, arrival.method, arrival.path, body)
+        return body
+
+    def parse(self, headers: Mapping[str, str | bytes]) -> Signed:
         """The signature headers, present, well formed and fresh; else ``AuthenticationError``."""
-        timestamp = headers.get(TIMESTAMP, "")
-        nonce = headers.get(NONCE, "")
-        signature = headers.get(SIGNATURE, "")
+        timestamp = _header(headers, TIMESTAMP) or ""
+        nonce = _header(headers, NONCE) or ""
+        signature = _header(headers, SIGNATURE) or ""
         if not (
             _TIMESTAMP.fullmatch(timestamp)
             and _NONCE.fullmatch(nonce)
             and _SIGNATURE.fullmatch(signature)
         ):
             raise AuthenticationError("a signature header is missing or malformed")
-        link = headers.get(LINK)
+        link = _header(headers, LINK)
         if link is None:
             raise AuthenticationError(
                 f"the request names no link ({LINK}): it was signed as an older fedcore "

@@ -1,8 +1,8 @@
 """Freshness and one-time use of signed requests: the timestamp window and the nonces seen.
 
 Both signed APIs — the exec API (HMAC with a shared secret,
-:mod:`fedcore.transport.http.signing`) and the fleet API (node keys,
-:mod:`fedcore.wire.signatures`) — stamp each request with the sender's clock and a
+:mod:`fedcore.auth.exec_signatures`) and the fleet API (node keys,
+:mod:`fedcore.auth.signatures`) — stamp each request with the sender's clock and a
 random nonce. The receiver accepts a timestamp within ``max_skew`` seconds of its own
 clock, and each nonce once. It remembers a nonce until its timestamp is too old to
 pass anyway, so memory is bounded by the requests of one window, and it is asked to
@@ -11,7 +11,7 @@ key can fill it.
 
 The nonces die with the receiver's process. What keeps a request captured before a
 restart from passing after it is the link's name, new at each start, which both APIs'
-signatures cover (:mod:`fedcore.wire.stamps`): not this window.
+signatures cover (:mod:`fedcore.auth.stamps`): not this window.
 """
 
 from __future__ import annotations

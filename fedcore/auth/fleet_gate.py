@@ -1,7 +1,7 @@
 """Who the link lets speak for a node: signatures checked, keys admitted, ids bound to keys.
 
-Every fleet request is signed with its node's key (:mod:`fedcore.wire.signatures`).
-:class:`NodeGate` is the link's :class:`~fedcore.transport.fleet.FleetGate`:
+Every fleet request is signed with its node's key (:mod:`fedcore.auth.signatures`).
+:class:`NodeGate` is the link's :class:`FleetGate`:
 
 - **admit**, before anything of the request is decoded: the timestamp is within the
   window, the request names this link (:attr:`NodeGate.link`, new at each start: so
@@ -10,13 +10,13 @@ Every fleet request is signed with its node's key (:mod:`fedcore.wire.signatures
   an authorized list is set: trust on first use otherwise), the signature signs this
   method, this body and this link's name, and the nonce is new. A request that fails
   any of these costs the link one signature check at most, and nothing of it is kept.
-  A signed request may open a session (:mod:`fedcore.wire.sessions`); a request MAC'd
+  A signed request may open a session (:mod:`fedcore.auth.sessions`); a request MAC'd
   in one is admitted the same way, with the session's key for the signer's, at the
   cost of an HMAC. The gate holds
   up to :data:`SESSIONS_PER_KEY` sessions per node key (a node calls on two
   connections, each with its own) and :data:`MAX_SESSIONS` in all — the oldest go
   first: their node signs again — each for
-  :data:`~fedcore.wire.sessions.SESSION_SECONDS`.
+  :data:`~fedcore.auth.sessions.SESSION_SECONDS`.
 - **check_session**, before each later frame of a long call in a session: the
   session is still held and its key still admitted.
 - **check_speaks_for**, once the request's node id is read: the signer's key is the
@@ -32,22 +32,21 @@ replies as B, unregister B or fetch B's runs; and node A's key cannot speak for 
 from __future__ import annotations
 
 import logging
+from abc import abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
 import anyio.to_thread
 
-from fedcore.clock import Clock
-from fedcore.errors import AuthenticationError, UnknownSessionError, WrongLinkError
-from fedcore.transport.fleet import Admission, FleetGate
-from fedcore.transport.replay import MAX_SKEW, ReplayGuard
-from fedcore.wire.frame import Buffer
-from fedcore.wire.keys import PublicKey
-from fedcore.wire.sessions import (
+from fedcore.auth.admission import Arrival, Door
+from fedcore.auth.keys import PublicKey
+from fedcore.auth.replay import MAX_SKEW, ReplayGuard
+from fedcore.auth.sessions import (
     SESSION,
     SESSION_KEY,
     SESSION_SECONDS,
+    FrameSeal,
     MacRequest,
     encode_key,
     exchange,
@@ -55,8 +54,11 @@ from fedcore.wire.sessions import (
     new_session_id,
     session_key,
 )
-from fedcore.wire.signatures import SignedRequest, check_link_name
-from fedcore.wire.stamps import NO_LINK_YET, new_link_name
+from fedcore.auth.signatures import SignedRequest, check_link_name, credentials
+from fedcore.auth.stamps import NO_LINK_YET, new_link_name
+from fedcore.clock import Clock
+from fedcore.errors import AuthenticationError, UnknownSessionError, WrongLinkError
+from fedcore.wire.frame import Buffer
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +77,84 @@ class _Session:
     public_key: PublicKey
     key: bytes
     ends: float
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """An admitted call: the node key it proved, and headers for the response, if any
+    (the answer to a session offer). A call MAC'd in a session also has the session's
+    id and the seal its later frames carry (:class:`~fedcore.auth.sessions.FrameSeal`)."""
+
+    public_key: PublicKey
+    headers: tuple[tuple[str, str], ...] = ()
+    session_id: str | None = None
+    seal: FrameSeal | None = None
+
+
+Credentials = SignedRequest | MacRequest
+"""What a fleet call's metadata presents: a node key's signature, or a session's MAC."""
+
+
+class FleetGate(Door[Credentials, tuple[bytes, Admission]]):
+    """Who may call the fleet API, and for which node: the link decides, the transport asks.
+
+    As a :class:`~fedcore.auth.admission.Door`, it admits a call's first frame (the
+    transport's :class:`~fedcore.auth.admission.Arrival` reads it) and answers it
+    with the :class:`Admission`.
+    """
+
+    def present(self, arrival: Arrival) -> Credentials:
+        return credentials(arrival.headers.items())
+
+    async def check(self, arrival: Arrival, presented: Credentials) -> tuple[bytes, Admission]:
+        frame = await arrival.body()
+        return frame, await self.admit(arrival.method, frame, presented)
+
+    @abstractmethod
+    async def admit(
+        self, method: str, frame: Buffer, presented: SignedRequest | MacRequest
+    ) -> Admission:
+        """Admit ``frame`` as the first request of a call to ``method``, or raise.
+
+        Called before the frame is decoded. Raises
+        :class:`~fedcore.errors.AuthenticationError` for a bad signature or MAC, a
+        stale timestamp, a replayed nonce or a key the link does not admit,
+        :class:`~fedcore.errors.WrongLinkError` for a signature meant for another link
+        (or this one before a restart), and
+        :class:`~fedcore.errors.UnknownSessionError` for a session it does not hold.
+        """
+
+    @abstractmethod
+    def check_session(self, admission: Admission) -> None:
+        """Return if the session an admitted call was MAC'd in still admits calls now.
+
+        A long call asks before each frame after its first: the session may have
+        ended, been replaced, or its key been taken off the authorized list since.
+        Raises :class:`~fedcore.errors.UnknownSessionError` for a session the gate no
+        longer holds, :class:`~fedcore.errors.AuthenticationError` for a key it no
+        longer admits.
+        """
+
+    def check_frame(self, admission: Admission, number: int, frame: bytes, mac: bytes) -> None:
+        """Return if ``mac`` seals ``frame`` as frame ``number`` of a long call admitted as
+        ``admission``; else :class:`~fedcore.errors.AuthenticationError` (also for a call
+        that was signed, not MAC'd in a session: its frames carry no seal)."""
+        if admission.seal is None:
+            raise AuthenticationError("a Heartbeats call is made in a session, not signed")
+        admission.seal.verify(number, frame, mac)
+
+    @abstractmethod
+    async def check_speaks_for(self, key: PublicKey, node_id: int) -> None:
+        """Return if ``key``, proved by an admitted request, is node ``node_id``'s.
+
+        Raises ``NodeNotFoundError`` when the key belongs to no node (it must
+        register), and :class:`~fedcore.errors.AuthenticationError` when it belongs to
+        another node than ``node_id``.
+        """
+
+    @abstractmethod
+    def registered(self, key: PublicKey, node_id: int) -> None:
+        """Note that ``key``, proved by an admitted registration, is node ``node_id``'s."""
 
 
 class KeyBindings(Protocol):
