@@ -36,14 +36,12 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from fedcore.domain import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from fedcore.errors import CheckpointError
+from fedcore.strategy.protocol import Strategy
 from fedcore.strategy.result import Result
-
-if TYPE_CHECKING:
-    from fedcore.strategy.base import Strategy
 
 log = logging.getLogger("fedcore.strategy")
 

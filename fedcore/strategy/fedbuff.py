@@ -54,8 +54,8 @@ from fedcore.domain import ArrayRecord, ConfigRecord, Message, MetricRecord, Rec
 from fedcore.errors import RefusedReplyError
 from fedcore.strategy import arguments
 from fedcore.strategy.aggregate import ArrayMean, cast_back, check_same_layout
-from fedcore.strategy.base import Aggregation
 from fedcore.strategy.fedavg import FedAvg, MetricsAggregation
+from fedcore.strategy.protocol import Aggregation
 from fedcore.strategy.result import EvaluateFn, Result, RoundReport, StopFn
 from fedcore.strategy.rounds import (
     Rounds,
