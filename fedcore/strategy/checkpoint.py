@@ -25,7 +25,7 @@ Only the first ``start`` of a ``main`` is checkpointed: a second one in the same
 ``main`` (a fine-tuning phase after the first) logs that it is not, and a resumed run
 runs it whole again after the first returns from its checkpoint. FedBuff's
 asynchronous schedule checkpoints each server step (what is in flight then is lost:
-:mod:`fedcore.strategy.fedbuff`). A ``main`` that drives the grid by hand leaves no
+:mod:`fedcore.strategy.async_rounds`). A ``main`` that drives the grid by hand leaves no
 checkpoint; resuming such a run says so.
 """
 
