@@ -1,7 +1,9 @@
 """Imports point downward (docs/architecture.md); each third-party library stays behind its door.
 
 Each fedcore package may import only the packages listed for it below; a new package
-must be added here, on purpose, before it can import anything.
+must be added here, on purpose, before it can import anything. No two fedcore modules
+import each other, however indirectly: an import inside a function counts (it runs),
+one under ``if TYPE_CHECKING:`` does not (it never does).
 """
 
 from __future__ import annotations
@@ -99,6 +101,116 @@ def imports(path: Path) -> Iterator[str]:
                 yield node.module
 
 
+def _type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _run_nodes(node: ast.AST) -> Iterator[ast.AST]:
+    """The nodes under ``node`` that may run: all but the bodies of ``if TYPE_CHECKING:``."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and _type_checking(child.test):
+            for other in child.orelse:
+                yield other
+                yield from _run_nodes(other)
+            continue
+        yield child
+        yield from _run_nodes(child)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(("fedcore", *(parts[:-1] if parts[-1] == "__init__" else parts)))
+
+
+def run_imports(source: str, package: str, known: set[str]) -> set[str]:
+    """The fedcore modules in ``known`` that a module of ``package`` imports when it runs:
+    ``from P import M`` is module ``P.M`` when that is one, else ``P`` itself."""
+    names = set()
+    for node in _run_nodes(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                module = f"{base}.{node.module}" if node.module else base
+            else:
+                module = node.module or ""
+            for alias in node.names:
+                submodule = f"{module}.{alias.name}"
+                names.add(submodule if submodule in known else module)
+    found = set()
+    for name in names:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        if name:
+            found.add(name)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each fedcore module and the fedcore modules it imports when it runs."""
+    paths = {module_name(path): path for _, path in modules()}
+    known = set(paths)
+    graph = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        graph[name] = run_imports(path.read_text(encoding="utf-8"), package, known) - {name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The modules that import each other, each group of them once (Tarjan's algorithm:
+    the strongly connected components of more than one module)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[frozenset[str]] = []
+
+    def visit(start: str) -> None:
+        # Iterative, so that a long chain of imports cannot exhaust Python's stack.
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        while work:
+            node, targets = work[-1]
+            target = next(targets, None)
+            if target is not None:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    work.append((target, iter(sorted(graph.get(target, ())))))
+                elif target in stack:
+                    low[node] = min(low[node], index[target])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = set()
+                while True:
+                    member = stack.pop()
+                    group.add(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(frozenset(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+# Cycles in parts of fedcore being redrawn on other branches (issue #26), allowed here
+# until those branches are merged; the lead empties this list at the merge.
+KNOWN_CYCLES: set[frozenset[str]] = {
+    # cli/runs.py imports cli/record.py inside a function (the cli helper breaks it).
+    frozenset({"fedcore.cli.record", "fedcore.cli.runs"}),
+}
+
+
 def violations(layer: str, names: list[str]) -> list[str]:
     """The imported names that ``layer`` may not import."""
     bad = []
@@ -117,6 +229,52 @@ def violations(layer: str, names: list[str]) -> list[str]:
 def test_imports_point_downward(layer: str, path: Path) -> None:
     assert layer in ALLOWED, f"package {layer!r} has no entry in ALLOWED"
     assert violations(layer, list(imports(path))) == []
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    found = set(cycles(import_graph()))
+    assert found - KNOWN_CYCLES == set(), "import cycles: " + "; ".join(
+        " <-> ".join(sorted(group)) for group in found - KNOWN_CYCLES
+    )
+    assert KNOWN_CYCLES - found == set(), "no longer cycles: empty them from KNOWN_CYCLES"
+
+
+def test_the_cycle_finder_finds_cycles_and_only_those() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e", "d"}}
+    assert cycles(graph) == [frozenset({"a", "b", "c"})]
+    assert cycles({"x": {"y"}, "y": {"x"}, "z": {"x"}}) == [frozenset({"x", "y"})]
+
+
+def test_imports_that_run_count_and_type_checking_ones_do_not() -> None:
+    source = """
+import fedcore.domain.records
+from typing import TYPE_CHECKING
+from fedcore.strategy import base, NotAModule
+if TYPE_CHECKING:
+    from fedcore.state import memory
+else:
+    from fedcore import errors
+def later():
+    from . import rounds
+"""
+    known = {
+        "fedcore",
+        "fedcore.domain",
+        "fedcore.domain.records",
+        "fedcore.errors",
+        "fedcore.state",
+        "fedcore.state.memory",
+        "fedcore.strategy",
+        "fedcore.strategy.base",
+        "fedcore.strategy.rounds",
+    }
+    assert run_imports(source, "fedcore.strategy", known) == {
+        "fedcore.domain.records",
+        "fedcore.errors",
+        "fedcore.strategy",
+        "fedcore.strategy.base",
+        "fedcore.strategy.rounds",
+    }
 
 
 def test_the_checker_catches_upward_and_guarded_imports() -> None:

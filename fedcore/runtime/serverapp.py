@@ -50,7 +50,6 @@ process cannot start (a missing variable, an unreachable link).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sys
@@ -72,6 +71,7 @@ from fedcore.errors import FedcoreError, NotFoundError, RunFinishedError, first_
 from fedcore.non_dumpable import make_non_dumpable
 from fedcore.results.directory import final_model
 from fedcore.results.metrics import round_row, run_header
+from fedcore.results.run_record import RunRecord
 from fedcore.roles.exec.launcher import (
     APP_DIR_ENV,
     HEARTBEAT_ENV,
@@ -84,8 +84,8 @@ from fedcore.roles.exec.launcher import (
 )
 from fedcore.runtime.addresses import parse_address
 from fedcore.runtime.logship import LogShipper, Shipper
-from fedcore.strategy.checkpoint import Checkpoint, RoundCheckpoints, checkpointing
-from fedcore.strategy.result import LastRound, RoundReport, unfinished_reason
+from fedcore.strategy.checkpoint import Checkpoint
+from fedcore.strategy.result import RoundReport
 from fedcore.transport.grid import LinkGrid
 from fedcore.transport.http.runtime import HttpRuntimeClient
 from fedcore.wire import MAX_VALUE_LEN
@@ -131,17 +131,13 @@ async def serve_run(
             async with Shipper(report, named=_line_name) as metrics:
                 if restart == 0:
                     metrics.put(("header", await _header(grid, client, run, app_dir)))
-                rounds = _Rounds(metrics.put)
-                checkpoints = None
+                store, resume_from = None, None
                 if max_restarts > 0:
                     store = _LinkCheckpoints(grid, client, run_id, metrics)
                     resume_from = await store.last() if restart > 0 else None
-                    checkpoints = RoundCheckpoints(store, resume_from=resume_from)
-                keeping = (
-                    contextlib.nullcontext() if checkpoints is None else checkpointing(checkpoints)
-                )
-                with keeping:
-                    failure, value = await _main(grid, client, context, app_dir, heartbeat, rounds)
+                record = RunRecord(_Rounds(metrics.put), store=store, resume_from=resume_from)
+                with record, record.checkpointing():
+                    failure, value = await _main(grid, client, context, app_dir, heartbeat)
             # The metrics are all on the link now, before the run finishes.
             if failure is None:
                 await grid.call(lambda: client.save_context(run_id, context.state))
@@ -149,7 +145,7 @@ async def serve_run(
                 if model is not None:
                     kept = RecordDict({"arrays": model})
                     await grid.call(lambda: client.put_artifact(run_id, MODEL_ARTIFACT, kept))
-            status, reason = _outcome(failure, rounds.last)
+            status, reason = _outcome(failure, record.unfinished())
             if status is RunStatus.FAILED and not isinstance(failure, _Stopped):
                 # Said and shipped before the run finishes: whoever follows its log
                 # (`fedcore run --stream`) stops at the finish. A run finished otherwise
@@ -186,16 +182,14 @@ async def _header(
     }
 
 
-def _outcome(failure: Exception | None, last: RoundReport | None) -> tuple[RunStatus, str]:
-    """How ``main`` ended the run, as this process reports it to the link.
-
-    A run whose last round trained nothing did not complete (:func:`unfinished_reason`).
+def _outcome(failure: Exception | None, unfinished: str | None) -> tuple[RunStatus, str]:
+    """How ``main`` ended the run, as this process reports it to the link: ``unfinished``
+    says why a run whose ``main`` returned did not complete (:meth:`RunRecord.unfinished`).
     """
     if failure is not None:
         return RunStatus.FAILED, _one_line(failure)
-    reason = unfinished_reason(last)
-    if reason is not None:
-        return RunStatus.FAILED, reason
+    if unfinished is not None:
+        return RunStatus.FAILED, unfinished
     return RunStatus.COMPLETED, ""
 
 
@@ -205,16 +199,10 @@ async def _main(
     context: Context,
     app_dir: Path,
     heartbeat: float,
-    rounds: _Rounds,
 ) -> tuple[Exception | None, object]:
     """Run ``main`` beside the heartbeats; the exception that ended it, if any, and what
-    it returned.
-
-    ``rounds`` hears the rounds the app's strategy reports meanwhile.
-    """
+    it returned."""
     run_id = context.run_id
-    logger = logging.getLogger("fedcore")
-    logger.addHandler(rounds)
     try:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_heartbeat, grid, client, run_id, heartbeat)
@@ -224,8 +212,6 @@ async def _main(
             tasks.cancel_scope.cancel()
     except ExceptionGroup as group:
         return _first(group), None
-    finally:
-        logger.removeHandler(rounds)
     return None, value
 
 
@@ -277,9 +263,9 @@ def _line_name(line: tuple[str, dict[str, Any]]) -> str:
     return line[0]
 
 
-class _Rounds(LastRound):
+class _Rounds(logging.Handler):
     """Hears the rounds a strategy reports (its log record carries the report): hands
-    each round's metrics line to ``report``, named by its round, and keeps the last.
+    each round's metrics line to ``report``, named by its round.
 
     A second round of the same number (a ``main`` with two ``start`` calls) is named
     apart: ``round-3``, then ``round-3-2``.
@@ -291,7 +277,6 @@ class _Rounds(LastRound):
         self._seen: Counter[int] = Counter()
 
     def emit(self, record: logging.LogRecord) -> None:
-        super().emit(record)
         report = getattr(record, "fedcore_round", None)
         if isinstance(report, RoundReport):
             self._seen[report.server_round] += 1

@@ -19,7 +19,6 @@ import importlib.util
 import logging
 import os
 import secrets
-import shutil
 import signal
 import sys
 from collections.abc import Mapping, Sequence
@@ -34,13 +33,9 @@ from fedcore.apps.loading import load_app
 from fedcore.apps.run_config import RunConfig, resolve_run_config
 from fedcore.clock import Clock, SystemClock, using_clock
 from fedcore.errors import UsageError
-from fedcore.results.checkpoint import CHECKPOINT_FILE, CheckpointFile
-from fedcore.results.directory import ResultsRecorder, new_run_directory, recording, run_name
-from fedcore.results.plot import draw_summary
 from fedcore.results.resume import Resumption, open_resumption
+from fedcore.results.run_record import results_record
 from fedcore.results.trackers import create_trackers
-from fedcore.results.trackers.base import TrackedRun
-from fedcore.results.trackers.feed import Trackers, TrackingHandler
 from fedcore.signals import Ending
 from fedcore.simulation.backends import DEFAULT_BACKEND, create_backend
 from fedcore.simulation.backends.shared_memory import remove_process_segments
@@ -50,8 +45,6 @@ from fedcore.simulation.progress import showing_progress, summary
 from fedcore.simulation.resources import Resources
 from fedcore.state.memory import InMemoryLinkState
 from fedcore.strategy.arguments import positive
-from fedcore.strategy.checkpoint import RoundCheckpoints, checkpointing
-from fedcore.strategy.result import LastRound, unfinished_reason
 from fedcore.wire import MAX_VALUE_LEN
 
 log = logging.getLogger(__name__)
@@ -210,32 +203,16 @@ async def simulate(
             "nodes": nodes,
             "resources": {"num_cpus": resources.num_cpus, "num_gpus": resources.num_gpus},
         }
-        if resumption is not None:
-            path: Path | None = resumption.path
-        else:
-            path = None if out is None else new_run_directory(Path(out), app_name, seed, started)
-        tracking = None
-        if trackers:
-            name = run_name(app_name, seed, started) if path is None else path.name
-            run = TrackedRun(name, dict(description), path, started)
-            tracking = await _start_tracking(Trackers(trackers, clock=clock), run)
-            description["trackers"] = tracking.where
-            stack.enter_context(recording(TrackingHandler(tracking)))
-        recorder = None
-        if resumption is not None:
-            resumed_after = resumption.checkpoint.server_round
-            recorder = ResultsRecorder(
-                resumption.path, resumption.run, started, resumed_after=resumed_after
-            )
-            stack.enter_context(recording(recorder))
-            log.info("resuming %s after round %d", resumption.path, resumed_after)
-        elif path is not None:
-            recorder = stack.enter_context(recording(ResultsRecorder(path, description, started)))
-        rounds = LastRound()
-        if recorder is not None or tracking is not None:  # what keeps its end hears its rounds
-            stack.enter_context(recording(rounds))
-        log.info("simulating %d nodes%s on the %s backend, seed %d", nodes, source, backend, seed)
-        try:
+        async with results_record(
+            description,
+            out=None if out is None else Path(out),
+            resumption=resumption,
+            trackers=trackers,
+            clock=clock,
+            started=started,
+        ) as record:
+            log.info("simulating %d nodes%s on the %s backend, seed %d", nodes, source, backend,
+                     seed)  # fmt: skip
             async with (
                 InMemoryLinkState(clock, seed=seed) as state,
                 create_backend(
@@ -250,14 +227,8 @@ async def simulate(
                 ) as runner,
             ):
                 engine = SimulationEngine(state, runner, clock, max_value_len=max_value_bytes)
-                checkpoint = None if resumption is None else resumption.checkpoint
-                keeping: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
-                if path is not None:
-                    store = CheckpointFile(path)
-                    keeping = checkpointing(
-                        RoundCheckpoints(store, resume_from=checkpoint, nodes=engine.node_states)
-                    )
-                with keeping:
+                checkpoint = record.resume_from
+                with record.checkpointing(nodes=engine.node_states):
                     result = await engine.run(
                         loaded.app.server,
                         num_nodes=nodes,
@@ -266,67 +237,11 @@ async def simulate(
                         round_timeout=round_timeout,
                         node_states=None if checkpoint is None else checkpoint.nodes,
                     )
-        except BaseException as exc:
-            status = "failed" if isinstance(exc, Exception) else "interrupted"
-            with anyio.CancelScope(shield=True):
-                await _finish(recorder, tracking, None, status, clock.now(),
-                              f"{type(exc).__name__}: {exc}")  # fmt: skip
-            if recorder is not None:
-                _say_where(exc, recorder.path)
-            raise
-        unfinished = unfinished_reason(rounds.last)
-        status = "completed" if unfinished is None else "failed"
-        await _finish(recorder, tracking, result.value, status, clock.now(), unfinished)
-        if recorder is not None:
-            CheckpointFile(recorder.path).remove()  # main ran to its end: nothing to go on with
-            await anyio.to_thread.run_sync(draw_summary, recorder.path)
-            result.out = recorder.path
-            log.info("results in %s", recorder.path)
+            await record.complete(result.value, clock.now())
+            result.out = record.path
     if display is not None:
         print(summary(display.reports, clock.now() - started, result.seed))
     return result
-
-
-def _say_where(ending: BaseException, path: Path) -> None:
-    """Tell the user of a run that did not complete where its record is, and how to go
-    on with it from its last finished round: a note under a failure's traceback, a
-    warning for an interruption (Ctrl-C, SIGTERM)."""
-    where = f"results: {path}"
-    if (path / CHECKPOINT_FILE).exists():
-        where += f" (go on from its last finished round: fedcore simulate --resume {path})"
-    if isinstance(ending, Exception):
-        ending.add_note(where)
-    else:
-        log.warning("interrupted; %s", where)
-
-
-async def _start_tracking(tracking: Trackers, run: TrackedRun) -> Trackers:
-    """``tracking`` started for ``run``, off the event loop (W&B starts a service, MLflow
-    may call a server). One that refuses ends the run before it begins, so its results
-    directory, made for it and still holding nothing of its own, goes too. Ctrl-C stops
-    the wait for one slow to start (a tracking server that does not answer)."""
-    try:
-        await anyio.to_thread.run_sync(tracking.start, run, abandon_on_cancel=True)
-    except BaseException:
-        if run.directory is not None:
-            shutil.rmtree(run.directory, ignore_errors=True)
-        raise
-    return tracking
-
-
-async def _finish(
-    recorder: ResultsRecorder | None,
-    tracking: Trackers | None,
-    value: object,
-    status: str,
-    ended: float,
-    error: str | None = None,
-) -> None:
-    """End the run's trackers, then its record (which then holds what they warned of)."""
-    if tracking is not None:
-        await anyio.to_thread.run_sync(tracking.finish, status)
-    if recorder is not None:
-        await anyio.to_thread.run_sync(recorder.finish, value, status, ended, error)
 
 
 def _resumption(

@@ -1,4 +1,5 @@
-"""Strategies: pure configure/aggregate methods plus one round driver (``start``).
+"""Strategies: pure configure/aggregate methods, driven by ``start`` on the synchronous
+round driver (:mod:`.rounds`) or, for FedBuff, the asynchronous one (:mod:`.async_rounds`).
 
 Each name is imported from its module on first use: an app that runs FedAvg does not
 load the other fifteen strategies, in its ServerApp nor in every worker that imports

@@ -25,6 +25,7 @@ import anyio.from_thread
 from fedcore.apps.grid import Grid, SyncGrid
 from fedcore.domain import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from fedcore.strategy import replies as reply_checks
+from fedcore.strategy.protocol import Aggregation
 from fedcore.strategy.result import EvaluateFn, Phase, Result, StopFn
 from fedcore.strategy.rounds import DEFAULT_TIMEOUT, run_rounds
 from fedcore.strategy.sampling import Nodes
@@ -32,27 +33,9 @@ from fedcore.strategy.sampling import Nodes
 log = logging.getLogger("fedcore.strategy")
 
 
-class Aggregation(ABC):
-    """Combines one round's training replies as they arrive.
-
-    A strategy whose math allows it (a mean, a sum) returns one from
-    :meth:`Strategy.train_aggregation`; the round driver then folds each reply in
-    and drops it, so a round holds one model's worth of memory rather than one per
-    reply. Strategies that need every reply at once (a median, Krum) return ``None``
-    and get the whole list in ``aggregate_train``.
-    """
-
-    @abstractmethod
-    def add(self, reply: Message) -> None:
-        """Fold in one reply (an error reply is a failure: counted elsewhere, never used)."""
-
-    @abstractmethod
-    def result(self) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """What ``aggregate_train`` returns for the replies added."""
-
-
 class Strategy(ABC):
-    """The base of every strategy."""
+    """The base of every strategy: the :class:`~fedcore.strategy.protocol.Strategy` a
+    driver needs, with ``start`` and the settings' summary on top."""
 
     round_timeout: float | None = None
     """Seconds each phase of a round (training, then evaluation) waits for its replies;

@@ -30,8 +30,8 @@ from collections.abc import Callable, Sequence
 from fedcore.domain import ArrayRecord, Message, MetricRecord, RecordDict
 from fedcore.strategy import arguments
 from fedcore.strategy.aggregate import iterative_krum_select, mean_around_median
-from fedcore.strategy.base import Aggregation
 from fedcore.strategy.fedavg import FedAvg, MetricsAggregation
+from fedcore.strategy.protocol import Aggregation
 
 SelectionRule = Callable[[list[RecordDict], int, int], list[RecordDict]]
 

@@ -25,7 +25,7 @@ Only the first ``start`` of a ``main`` is checkpointed: a second one in the same
 ``main`` (a fine-tuning phase after the first) logs that it is not, and a resumed run
 runs it whole again after the first returns from its checkpoint. FedBuff's
 asynchronous schedule checkpoints each server step (what is in flight then is lost:
-:mod:`fedcore.strategy.fedbuff`). A ``main`` that drives the grid by hand leaves no
+:mod:`fedcore.strategy.async_rounds`). A ``main`` that drives the grid by hand leaves no
 checkpoint; resuming such a run says so.
 """
 
@@ -36,14 +36,12 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from fedcore.domain import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from fedcore.errors import CheckpointError
+from fedcore.strategy.protocol import Strategy
 from fedcore.strategy.result import Result
-
-if TYPE_CHECKING:
-    from fedcore.strategy.base import Strategy
 
 log = logging.getLogger("fedcore.strategy")
 

@@ -23,7 +23,7 @@ replies the server cannot clip (arrays that do not match the ones sent, NaN or
 infinite entries), which are logged.
 
 Both wrappers work whether the wrapped strategy folds replies as they arrive
-(``train_aggregation`` returns an :class:`~fedcore.strategy.base.Aggregation`, as
+(``train_aggregation`` returns an :class:`~fedcore.strategy.protocol.Aggregation`, as
 FedAvg does) or takes them as a list (it returns ``None``, as a median does).
 ``configure_evaluate``, ``aggregate_evaluate`` and ``min_nodes`` are the wrapped
 strategy's own.
@@ -45,7 +45,8 @@ import numpy as np
 from fedcore.domain import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from fedcore.privacy import CLIPPING_NORM_KEY, add_gaussian_noise, clip_update, noise_std
 from fedcore.strategy import arguments
-from fedcore.strategy.base import Aggregation, Strategy
+from fedcore.strategy.base import Strategy
+from fedcore.strategy.protocol import Aggregation
 from fedcore.strategy.result import Phase
 from fedcore.strategy.sampling import Nodes
 

@@ -39,7 +39,8 @@ from fedcore.domain import ArrayRecord, ConfigRecord, Message, MetricRecord, Rec
 from fedcore.errors import InconsistentRepliesError, RefusedReplyError
 from fedcore.strategy import arguments
 from fedcore.strategy.aggregate import ArrayMean, check_same_layout, metric_mean, reply_weight
-from fedcore.strategy.base import Aggregation, Strategy
+from fedcore.strategy.base import Strategy
+from fedcore.strategy.protocol import Aggregation
 from fedcore.strategy.replies import check_train_reply
 from fedcore.strategy.result import Phase
 from fedcore.strategy.sampling import Nodes, candidates

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 from fedcore.domain import ArrayRecord, Message, MetricRecord
 from fedcore.strategy.aggregate import coordinate_median
-from fedcore.strategy.base import Aggregation
 from fedcore.strategy.fedavg import FedAvg
+from fedcore.strategy.protocol import Aggregation
 
 
 class FedMedian(FedAvg):

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from fedcore.domain import ArrayRecord, Message, MetricRecord
 from fedcore.strategy import arguments
 from fedcore.strategy.aggregate import trimmed_mean
-from fedcore.strategy.base import Aggregation
 from fedcore.strategy.fedavg import FedAvg, MetricsAggregation
+from fedcore.strategy.protocol import Aggregation
 
 
 class FedTrimmedAvg(FedAvg):

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fedcore.domain import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-from fedcore.strategy.base import Aggregation
 from fedcore.strategy.fedavg import FedAvg
+from fedcore.strategy.protocol import Aggregation
 from fedcore.strategy.sampling import Nodes
 from fedcore.strategy.xgboost_trees import bag, model_bytes, model_record
 

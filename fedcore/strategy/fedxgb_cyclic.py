@@ -15,8 +15,8 @@ import logging
 from collections.abc import Sequence
 
 from fedcore.domain import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-from fedcore.strategy.base import Aggregation
 from fedcore.strategy.fedavg import FedAvg, MetricsAggregation
+from fedcore.strategy.protocol import Aggregation
 from fedcore.strategy.result import Phase
 from fedcore.strategy.sampling import Nodes, candidates
 

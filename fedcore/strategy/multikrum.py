@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from fedcore.domain import ArrayRecord, Message, MetricRecord
 from fedcore.strategy import arguments
 from fedcore.strategy.aggregate import krum_select, weighted_average_arrays
-from fedcore.strategy.base import Aggregation
 from fedcore.strategy.fedavg import FedAvg, MetricsAggregation
+from fedcore.strategy.protocol import Aggregation
 
 log = logging.getLogger("fedcore.strategy")
 

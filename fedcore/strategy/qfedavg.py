@@ -28,9 +28,9 @@ from collections.abc import Sequence
 from fedcore.domain import ArrayRecord, Message, MetricRecord
 from fedcore.strategy import arguments
 from fedcore.strategy.aggregate import weighted_average_arrays
-from fedcore.strategy.base import Aggregation
 from fedcore.strategy.fedavg import FedAvg, MetricsAggregation, TrainReply
 from fedcore.strategy.optimizers import check_layout, optimized, qffl_step
+from fedcore.strategy.protocol import Aggregation
 
 log = logging.getLogger("fedcore.strategy")
 

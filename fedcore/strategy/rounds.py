@@ -42,7 +42,7 @@ import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio.to_thread
 import numpy as np
@@ -51,6 +51,7 @@ from fedcore.apps.grid import Grid
 from fedcore.domain import ArrayRecord, ConfigRecord, Message, MetricRecord, Run
 from fedcore.errors import RefusedReplyError
 from fedcore.strategy.checkpoint import RoundCheckpoints, active_checkpoints
+from fedcore.strategy.protocol import Strategy
 from fedcore.strategy.result import (
     NO_REPLY,
     EvaluateFn,
@@ -61,9 +62,6 @@ from fedcore.strategy.result import (
     StopFn,
     failure_label,
 )
-
-if TYPE_CHECKING:
-    from fedcore.strategy.base import Strategy
 
 log = logging.getLogger("fedcore.strategy")
 

@@ -25,16 +25,14 @@ import asyncio
 import itertools
 import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TypeAlias
 
 import numpy as np
 
 from fedcore.apps.grid import Grid, SyncGrid
+from fedcore.strategy.protocol import Strategy
 from fedcore.strategy.result import Phase
 from fedcore.strategy.rounds import DEFAULT_TIMEOUT, sampling_seed, shuffled
-
-if TYPE_CHECKING:
-    from fedcore.strategy.base import Strategy
 
 Nodes: TypeAlias = Sequence[int] | Grid | SyncGrid
 """What a configure method takes as its fourth argument: candidate node ids in the
