@@ -18,12 +18,12 @@ import fedcore
 
 ROOT = Path(fedcore.__file__).parent
 
-BASE = {"errors", "clock", "backoff", "signals", "lazy", "non_dumpable"}
+BASE = {"errors", "clock", "backoff", "event_loop", "lazy", "non_dumpable"}
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "clock": set(),
     "backoff": {"clock"},
-    "signals": set(),
+    "event_loop": set(),
     "lazy": set(),
     "non_dumpable": set(),
     # clock: Message(...) stamps its creation time from the context's clock, as Flower's.

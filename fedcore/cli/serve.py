@@ -609,7 +609,7 @@ def serve(
                 "execs of their own user.",
             )
         _spool_in(options.work_dir / "spool")
-        _serve_until_signal(lambda: serve_link(options))
+        _serve_until_signal(lambda: serve_link(options), "the link")
         return
     if role == "exec" and exec_socket is not None:
         if link_exec is not None or exec_secret_file is None:
@@ -624,7 +624,8 @@ def serve(
             "of reach).",
         )
         _serve_until_signal(
-            lambda: serve_node_exec(exec_socket, exec_secret_file, ready_file, app_env=passed)
+            lambda: serve_node_exec(exec_socket, exec_secret_file, ready_file, app_env=passed),
+            "the exec",
         )
         return
     if role == "exec":
@@ -666,7 +667,7 @@ def serve(
     )
     if exec_socket is not None and exec_secret_file is None:
         raise click.UsageError("--exec-socket needs --exec-secret-file (the exec's secret)")
-    _serve_until_signal(lambda: serve_node(node_options))
+    _serve_until_signal(lambda: serve_node(node_options), "the node")
 
 
 def _warn_same_user(apps: str, reachable: list[str], remedy: str) -> None:
@@ -716,7 +717,7 @@ def _serve_exec(
         ssl=_link_tls(link, root_certificates, insecure),
         launch=launch,
     )
-    _serve_until_signal(lambda: serve_exec(options))
+    _serve_until_signal(lambda: serve_exec(options), "the exec")
 
 
 def _link_tls(
@@ -747,27 +748,18 @@ def _link_tls(
     return None
 
 
-def _serve_until_signal(serve_role: Callable[[], Awaitable[None]]) -> None:
-    import anyio
+def _serve_until_signal(serve_role: Callable[[], Awaitable[None]], what: str) -> None:
+    """Serve until the role returns or SIGINT or SIGTERM stops it; a stopped role ends well.
 
+    SIGHUP is left to the role (the link reloads its authorized nodes on it).
+    """
     from fedcore.errors import FedcoreError, first_error
-
-    async def main() -> None:
-        async with anyio.create_task_group() as tasks:
-
-            async def role() -> None:
-                await serve_role()
-                tasks.cancel_scope.cancel()
-
-            tasks.start_soon(role)
-            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                async for received in signals:
-                    logging.getLogger("fedcore").info("%s: shutting down", received.name)
-                    tasks.cancel_scope.cancel()
-                    return
+    from fedcore.event_loop import run_until_ended
 
     try:
-        anyio.run(main, backend_options={"use_uvloop": True})
+        run_until_ended(
+            serve_role, what, signals=(signal.SIGINT, signal.SIGTERM), end_as_received=False
+        )
     except ExceptionGroup as group:
         # A role that cannot start (a secret refused, a file unreadable) says why in one
         # line, as any other error a person can fix; anything else keeps its traceback.

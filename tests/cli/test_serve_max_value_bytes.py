@@ -55,7 +55,7 @@ class _Served:
         monkeypatch.setattr(serve_cli.os, "umask", lambda mask: mask)
         monkeypatch.setattr(serve_cli.logging, "basicConfig", lambda **kwargs: None)
         monkeypatch.setattr(serve_cli, "_spool_in", lambda directory: None)
-        monkeypatch.setattr(serve_cli, "_serve_until_signal", lambda serve_role: serve_role())
+        monkeypatch.setattr(serve_cli, "_serve_until_signal", lambda serve_role, what: serve_role())
         self._work_dir = tmp_path
 
     def _keep(self, options: Any) -> None:
