@@ -205,10 +205,7 @@ def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
 
 # Cycles in parts of fedcore being redrawn on other branches (issue #26), allowed here
 # until those branches are merged; the lead empties this list at the merge.
-KNOWN_CYCLES: set[frozenset[str]] = {
-    # cli/runs.py imports cli/record.py inside a function (the cli helper breaks it).
-    frozenset({"fedcore.cli.record", "fedcore.cli.runs"}),
-}
+KNOWN_CYCLES: set[frozenset[str]] = set()
 
 
 def violations(layer: str, names: list[str]) -> list[str]:
