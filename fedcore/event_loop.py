@@ -1,7 +1,7 @@
 """The event loop of a blocking run: which loop it runs on, and the signals that end it.
 
-Every process fedcore starts an event loop in (``run_simulation``, ``fedcore serve``, a
-ServerApp process) starts it here: on uvloop where it is installed, asyncio's own loop
+The blocking runs fedcore starts (``run_simulation``, ``fedcore serve``, a ServerApp
+process) start their loop here: on uvloop where it is installed, asyncio's own loop
 elsewhere (Windows).
 
 A run holds what the operating system does not take back when its process dies

@@ -18,12 +18,13 @@ import fedcore
 
 ROOT = Path(fedcore.__file__).parent
 
-BASE = {"errors", "clock", "backoff", "event_loop", "lazy", "non_dumpable"}
+BASE = {"errors", "clock", "backoff", "event_loop", "lazy", "non_dumpable", "defaults"}
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "clock": set(),
     "backoff": {"clock"},
     "event_loop": set(),
+    "defaults": set(),
     "lazy": set(),
     "non_dumpable": set(),
     # clock: Message(...) stamps its creation time from the context's clock, as Flower's.
@@ -53,8 +54,9 @@ ALLOWED: dict[str, set[str]] = {
     # Flower's legacy API, translated onto the Message API: its apps, strategies and
     # start_simulation run on fedcore's own.
     "legacy": BASE | {"domain", "apps", "strategy", "simulation", "results", "privacy"},
+    # Not roles nor transport: the runtime wires them (runtime/serve.py, control_client.py).
     "cli": BASE
-    | {"domain", "wire", "auth", "state", "transport", "apps", "roles", "simulation", "runtime"}
+    | {"domain", "wire", "auth", "state", "apps", "simulation", "runtime"}
     | {"strategy", "mods", "results", "legacy", "__init__"},
     "testing": BASE
     | {"domain", "wire", "auth", "state", "transport", "apps", "simulation", "strategy", "mods"}
