@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from fedcore.cli.runs import Connection, call_control, connection_options
+from fedcore.cli.control import Connection, call_control, connection_options
 
 
 def _key_text(key: str) -> str:

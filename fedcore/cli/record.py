@@ -21,14 +21,14 @@ import anyio.to_thread
 import click
 
 from fedcore.backoff import Backoff, BackoffPolicy
-from fedcore.cli.runs import Connection, call_control, connection_options, json_option, run_json
+from fedcore.cli.control import Connection, call_control, connection_options, json_option, run_json
 from fedcore.clock import SystemClock
 from fedcore.errors import LinkUnavailableError, NotFoundError, RunNotFoundError
 
 if TYPE_CHECKING:
     from fedcore.domain import LogLine, RecordDict, Run
     from fedcore.results.deployed import DeployedRecorder
-    from fedcore.transport.control import ControlService
+    from fedcore.runtime.control_client import ControlService
 
 T = TypeVar("T")
 

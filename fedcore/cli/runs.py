@@ -1,169 +1,43 @@
 """``fedcore run / ls / log / stop``: submit and follow runs on a link's control API.
 
 Each command talks to the link at ``--link HOST:PORT`` (the control address,
-default 127.0.0.1:9093, or ``$FEDCORE_LINK``) and prints for a person, or with
-``--json`` one JSON document (``log``: one JSON object per line) for a program. It
-presents the link's bearer token (found as :mod:`fedcore.auth.control_token`
-says), over HTTPS when given ``--root-certificates``; plaintext to a link on another
-machine takes ``--insecure``, as it does for ``fedcore serve``.
+default 127.0.0.1:9093, or ``$FEDCORE_LINK``; see :mod:`fedcore.cli.control`) and
+prints for a person, or with ``--json`` one JSON document (``log``: one JSON object
+per line) for a program.
 """
 
 from __future__ import annotations
 
-import functools
 import json
-import os
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
-import anyio
 import click
 
-from fedcore.auth.control_token import FIX, TOKEN_ENV, ClientToken, client_token
+from fedcore.auth.control_token import FIX, client_token
+from fedcore.cli.control import (
+    Connection,
+    call_control,
+    connection_options,
+    control_tls,
+    json_option,
+    run_json,
+)
+from fedcore.cli.record import follow_run
 from fedcore.cli.results_dir import results_dir_options
 from fedcore.domain.lifecycle import RunStatus
-from fedcore.errors import AppLoadError, AuthenticationError, WrongServiceError
-from fedcore.runtime.addresses import Address, parse_address
+from fedcore.errors import AppLoadError
+from fedcore.runtime.addresses import parse_address
 
 if TYPE_CHECKING:
-    import ssl
-
     from fedcore.domain.run import LogLine, Run
     from fedcore.results.deployed import DeployedRecorder
-    from fedcore.transport.control import ControlService
+    from fedcore.runtime.control_client import ControlService
 
-T = TypeVar("T")
-
-LINK_ENV = "FEDCORE_LINK"
 EXIT_CODES = {RunStatus.COMPLETED: 0, RunStatus.FAILED: 1, RunStatus.STOPPED: 3}
 """``fedcore run --stream``'s exit status for each way a run ends."""
-
-link_option = click.option(
-    "--link",
-    "link",
-    default=lambda: os.environ.get(LINK_ENV, "127.0.0.1:9093"),
-    show_default="127.0.0.1:9093, or $FEDCORE_LINK",
-    help="The link's control API address, HOST:PORT.",
-)
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
-_CONNECTION_OPTIONS = (
-    link_option,
-    click.option(
-        "--token-file",
-        type=click.Path(dir_okay=False, path_type=Path),
-        help=f"The file holding the link's control token (the link's <work dir>/control.token "
-        f"or its --control-token-file). Default: ${TOKEN_ENV}, else, for a link on loopback, "
-        ".fedcore-link/control.token here (a link started here with the default work dir).",
-    ),
-    click.option(
-        "--root-certificates",
-        type=click.Path(dir_okay=False, path_type=Path),
-        help="CA certificates to verify the link's control API with: talk HTTPS (the link's "
-        "--control-ssl-certfile).",
-    ),
-    click.option(
-        "--insecure",
-        is_flag=True,
-        help="Talk plaintext to a link on another machine (its token crosses the network "
-        "in the clear).",
-    ),
-)
-
-
-@dataclass(frozen=True)
-class Connection:
-    """Where a command finds the link's control API, and how it talks to it."""
-
-    link: str
-    token_file: Path | None
-    root_certificates: Path | None
-    insecure: bool
-
-
-def connection_options(command: Callable[..., None]) -> Callable[..., None]:
-    """Give ``command`` the options of :data:`_CONNECTION_OPTIONS`, as one ``connection``."""
-
-    @functools.wraps(command)
-    def with_connection(
-        *args: Any,
-        link: str,
-        token_file: Path | None,
-        root_certificates: Path | None,
-        insecure: bool,
-        **kwargs: Any,
-    ) -> None:
-        command(
-            *args, connection=Connection(link, token_file, root_certificates, insecure), **kwargs
-        )
-
-    decorated = with_connection
-    for option in reversed(_CONNECTION_OPTIONS):
-        decorated = option(decorated)
-    return decorated
-
-
-def _tls(address: Address, connection: Connection) -> ssl.SSLContext | None:
-    """HTTPS trusting ``--root-certificates``; plaintext only on loopback or ``--insecure``."""
-    if connection.root_certificates is not None:
-        from fedcore.runtime.tls import client_context
-
-        return client_context(connection.root_certificates)
-    if not connection.insecure and not address.is_loopback:
-        raise click.UsageError(
-            f"the link at {address} is on another machine: give --root-certificates (the "
-            "control API over TLS), or --insecure to send its token in plaintext"
-        )
-    return None
-
-
-@asynccontextmanager
-async def _control(
-    address: Address, tls: ssl.SSLContext | None, token: ClientToken
-) -> AsyncIterator[ControlService]:
-    # Imported here, not at the top: aiohttp is most of this module's import time, and
-    # `--help` has no use for it.
-    from fedcore.transport.http.control import HttpControlClient
-
-    async with HttpControlClient(address.host, address.port, ssl=tls, token=token.token) as client:
-        yield client
-
-
-def call_control(connection: Connection, work: Callable[[ControlService], Awaitable[T]]) -> T:
-    """``work`` done with the control API of the link ``connection`` names, in one line
-    of error for a person when the link refuses it."""
-    address = parse_address(connection.link, what="--link")
-    tls = _tls(address, connection)
-    token = client_token(connection.token_file, link=address)
-
-    async def main() -> T:
-        async with _control(address, tls, token) as control:
-            return await work(control)
-
-    try:
-        return anyio.run(main)
-    except WrongServiceError as exc:  # the likeliest slip: another of the link's ports
-        raise WrongServiceError(
-            f"{exc}; the link's control API is on --control-address, default 127.0.0.1:9093"
-        ) from None
-    except AuthenticationError as exc:
-        raise AuthenticationError(f"{exc}; {token.hint}") from None
-
-
-def run_json(run: Run) -> dict[str, Any]:
-    """A run as ``--json`` prints it (the id as a string: 63-bit ids exceed JSON's doubles)."""
-    return {
-        "run_id": str(run.run_id),
-        "status": str(run.status),
-        "reason": run.reason,
-        "created_at": run.created_at,
-        "bundle_hash": run.bundle_hash,
-        "run_config": run.run_config,
-    }
 
 
 @click.command("run")
@@ -226,8 +100,6 @@ def run(
             click.echo(submitted.run_id if not stream else f"run {submitted.run_id} submitted")
         if not stream:
             return 0
-        from fedcore.cli.record import follow_run
-
         recorder = None if no_save else recorder_for(out, project.name, submitted)
         recorded = None if recorder is None else recorder.path
         final = await follow_run(
@@ -336,7 +208,7 @@ def ui(connection: Connection) -> None:
     from urllib.parse import quote
 
     address = parse_address(connection.link, what="--link")
-    _tls(address, connection)  # refuses plaintext to another machine, as every command does
+    control_tls(address, connection)  # refuses plaintext to another machine, as every command does
     scheme = "https" if connection.root_certificates is not None else "http"
     token = client_token(connection.token_file, link=address)
     if token.token is None:

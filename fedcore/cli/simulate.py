@@ -12,23 +12,12 @@ import click
 
 from fedcore.apps.run_config import parse_run_config
 from fedcore.cli.results_dir import results_dir_options
+from fedcore.defaults import BACKENDS, DEFAULT_BACKEND, DEFAULT_ROUND_TIMEOUT, MAX_VALUE_LEN
 from fedcore.errors import RunConfigError
 
 if TYPE_CHECKING:
     from fedcore.legacy.simulation import ScriptDefaults
     from fedcore.simulation import Resources, SimulationResult
-
-# The simulation is imported when the command runs, not here: `fedcore simulate --help`
-# needs none of it. So what the help shows is written out; a test checks each against
-# its home (tests/cli/test_written_out_defaults.py).
-BACKENDS = ("process", "inline", "ray")
-"""``fedcore.simulation.backends.BACKENDS``."""
-DEFAULT_BACKEND = "process"
-"""``fedcore.simulation.backends.DEFAULT_BACKEND``."""
-DEFAULT_ROUND_TIMEOUT = 600.0
-"""``fedcore.strategy.rounds.DEFAULT_ROUND_TIMEOUT``."""
-MAX_VALUE_LEN = 512 * 1024 * 1024
-"""``fedcore.wire.MAX_VALUE_LEN``: Flower's cap on a message."""
 
 
 @click.command(context_settings={"ignore_unknown_options": True})

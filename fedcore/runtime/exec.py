@@ -1,13 +1,13 @@
 """The exec's composition roots, for an exec in a process of its own: a link's, or a node's.
 
-``fedcore serve --role exec`` comes here. For a link (``--link-exec``),
-:func:`serve_exec` reads the secret it shares with the link, makes first contact
-with the link's exec API (waiting while the link is not up yet; a wrong secret
-ends it at once), runs the ServerApp
-launcher over :class:`~fedcore.transport.http.exec.HttpExecClient`, writes the ready
-file and serves until cancelled. Leaving ends the ServerApp processes it started.
-For a node (``--exec-socket``), :func:`serve_node_exec` starts the node's ClientApp
-processes when the node asks on a Unix socket (:mod:`fedcore.transport.spawn`).
+``fedcore serve --role exec`` comes here (through :mod:`fedcore.runtime.serve`). For a
+link (``--link-exec``), :func:`serve_exec` reads the secret it shares with the link,
+makes first contact with the link's exec API (waiting while the link is not up yet; a
+wrong secret ends it at once), runs the ServerApp launcher over
+:class:`~fedcore.transport.http.exec.HttpExecClient`, writes the ready file and serves
+until cancelled. Leaving ends the ServerApp processes it started. For a node
+(``--exec-socket``), :func:`serve_node_exec` starts the node's ClientApp processes when
+the node asks on a Unix socket (:mod:`fedcore.transport.spawn`).
 
 The secret it shares with the link is in a file both read
 (:func:`fedcore.auth.secret_files.read_secret`).

@@ -1,13 +1,13 @@
 """The link's composition root: state, its APIs, and the ServerApp launcher.
 
-``fedcore serve --role link`` comes here. :func:`serve_link` opens the LinkState
-(SQLite on disk by default, ``:memory:`` for tests), serves the fleet API (gRPC),
-the control API and the runtime API (HTTP) — and the exec API (HTTP, signed with a
-shared secret) when given an exec address, for execs started on their own
-(:mod:`fedcore.runtime.exec`) — starts the exec's launcher in the same process
-unless told not to, writes the ready file, and serves until cancelled. Each piece is
-one ``enter_async_context``; leaving unwinds them in reverse, so the launcher stops
-its ServerApps before the APIs close and the state is closed last.
+``fedcore serve --role link`` comes here (through :mod:`fedcore.runtime.serve`).
+:func:`serve_link` opens the LinkState (SQLite on disk by default, ``:memory:`` for
+tests), serves the fleet API (gRPC), the control API and the runtime API (HTTP) — and
+the exec API (HTTP, signed with a shared secret) when given an exec address, for execs
+started on their own (:mod:`fedcore.runtime.exec`) — starts the exec's launcher in the
+same process unless told not to, writes the ready file, and serves until cancelled. Each
+piece is one ``enter_async_context``; leaving unwinds them in reverse, so the launcher
+stops its ServerApps before the APIs close and the state is closed last.
 """
 
 from __future__ import annotations

@@ -68,6 +68,7 @@ from fedcore.clock import Clock, SystemClock
 from fedcore.domain import SERVER_NODE_ID, Context, RecordDict, Run, RunStatus
 from fedcore.domain.run import CHECKPOINT_ARTIFACT, MODEL_ARTIFACT
 from fedcore.errors import FedcoreError, NotFoundError, RunFinishedError, first_error
+from fedcore.event_loop import run_loop
 from fedcore.non_dumpable import make_non_dumpable
 from fedcore.results.directory import final_model
 from fedcore.results.metrics import round_row, run_header
@@ -351,7 +352,7 @@ def main() -> None:
         )
         sys.exit(2)
     try:
-        code = anyio.run(
+        code = run_loop(
             partial(
                 serve_run,
                 restart=restart,
@@ -364,7 +365,6 @@ def main() -> None:
             app_dir,
             heartbeat,
             SystemClock(),
-            backend_options={"use_uvloop": True},
         )
     except FedcoreError as exc:
         print(f"error: {exc}", file=sys.stderr)

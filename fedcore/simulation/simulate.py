@@ -6,7 +6,7 @@ an in-memory LinkState seeded for reproducible ids, a backend, and the engine.
 ``run_simulation`` is the blocking form for scripts (and ``fedcore simulate``);
 inside a running loop it refuses with a pointer to ``await fedcore.simulate(...)``
 rather than failing obscurely. Owning its event loop, it also owns the process's
-ending signals (:mod:`fedcore.signals`): Ctrl-C, SIGTERM and SIGHUP stop the run
+ending signals (:mod:`fedcore.event_loop`): Ctrl-C, SIGTERM and SIGHUP stop the run
 cleanly, a second one exits at once.
 """
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import importlib.util
 import logging
 import os
 import secrets
@@ -25,18 +24,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import anyio
-import anyio.to_thread
-
 from fedcore.apps.app import App
 from fedcore.apps.loading import load_app
 from fedcore.apps.run_config import RunConfig, resolve_run_config
 from fedcore.clock import Clock, SystemClock, using_clock
 from fedcore.errors import UsageError
+from fedcore.event_loop import run_until_ended
 from fedcore.results.resume import Resumption, open_resumption
 from fedcore.results.run_record import results_record
 from fedcore.results.trackers import create_trackers
-from fedcore.signals import Ending
 from fedcore.simulation.backends import DEFAULT_BACKEND, create_backend
 from fedcore.simulation.backends.shared_memory import remove_process_segments
 from fedcore.simulation.backends.worker import WORKER_ENV
@@ -313,25 +309,13 @@ def run_simulation(app: App | str | Path, **options: Any) -> SimulationResult:
             "run_simulation() blocks, so it cannot run inside a running event loop "
             "(Jupyter, async code); use `await fedcore.simulate(...)` there"
         )
-    uvloop = importlib.util.find_spec("uvloop") is not None
-    with Ending("the simulation", abandon=_release_shared_memory) as ending:
-        result = anyio.run(
-            functools.partial(_until_ended, ending, app, options),
-            backend="asyncio",
-            backend_options={"use_uvloop": uvloop},
-        )
-    ending.end_as_received()
+    result = run_until_ended(
+        functools.partial(simulate, app, **options),
+        "the simulation",
+        abandon=_release_shared_memory,
+    )
     assert result is not None, "only an ending signal cancels the run"
     return result
-
-
-async def _until_ended(
-    ending: Ending, app: App | str | Path, options: dict[str, Any]
-) -> SimulationResult | None:
-    """The simulation, or ``None`` once an ending signal has stopped it."""
-    with anyio.CancelScope() as scope, ending.cancelling(scope):
-        return await simulate(app, **options)
-    return None
 
 
 def _release_shared_memory() -> None:

@@ -16,14 +16,17 @@ from click.testing import CliRunner
 import fedcore.runtime.exec
 import fedcore.runtime.link
 import fedcore.runtime.node
+import fedcore.runtime.serve as serve_runtime
 from fedcore.cli import cli
-from fedcore.cli import serve as serve_cli
 from fedcore.wire import MAX_VALUE_LEN
 
 
+@pytest.mark.parametrize("role", ["link", "node", "exec"])
 @pytest.mark.parametrize("value", ["0", "-1", "1.5", "lots", ""])
-def test_a_cap_that_is_not_a_positive_integer_is_a_one_line_usage_error(value: str) -> None:
-    result = CliRunner().invoke(cli, ["serve", "--role", "link", "--max-value-bytes", value])
+def test_a_cap_that_is_not_a_positive_integer_is_a_one_line_usage_error(
+    value: str, role: str
+) -> None:
+    result = CliRunner().invoke(cli, ["serve", "--role", role, "--max-value-bytes", value])
     assert result.exit_code == 2
     error = [line for line in result.output.splitlines() if line.startswith("Error:")]
     assert len(error) == 1, result.output
@@ -31,8 +34,10 @@ def test_a_cap_that_is_not_a_positive_integer_is_a_one_line_usage_error(value: s
     assert "Traceback" not in result.output
 
 
-def test_help_says_what_the_cap_bounds_and_its_default() -> None:
-    result = CliRunner().invoke(cli, ["serve", "--help"], terminal_width=2000)
+@pytest.mark.parametrize("role", [None, "link", "node", "exec"])
+def test_help_says_what_the_cap_bounds_and_its_default(role: str | None) -> None:
+    chosen = [] if role is None else ["--role", role]
+    result = CliRunner().invoke(cli, ["serve", *chosen, "--help"], terminal_width=2000)
     assert result.exit_code == 0
     (text,) = [line for line in result.output.splitlines() if "--max-value-bytes" in line]
     assert "str or bytes value of a record" in text
@@ -52,10 +57,12 @@ class _Served:
             monkeypatch.setattr(module, name, self._keep)
         # What the command does to its own process (the umask, the spool directory,
         # serving until a signal) is not for the test's process.
-        monkeypatch.setattr(serve_cli.os, "umask", lambda mask: mask)
-        monkeypatch.setattr(serve_cli.logging, "basicConfig", lambda **kwargs: None)
-        monkeypatch.setattr(serve_cli, "_spool_in", lambda directory: None)
-        monkeypatch.setattr(serve_cli, "_serve_until_signal", lambda serve_role: serve_role())
+        monkeypatch.setattr(serve_runtime.os, "umask", lambda mask: mask)
+        monkeypatch.setattr(serve_runtime.logging, "basicConfig", lambda **kwargs: None)
+        monkeypatch.setattr(serve_runtime, "_spool_in", lambda directory: None)
+        monkeypatch.setattr(
+            serve_runtime, "run_until_ended", lambda serve_role, *args, **kwargs: serve_role()
+        )
         self._work_dir = tmp_path
 
     def _keep(self, options: Any) -> None:

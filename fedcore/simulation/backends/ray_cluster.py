@@ -17,7 +17,7 @@ seconds (:data:`START_TIMEOUT` for a Ray started here) is a
 :class:`~fedcore.errors.ClusterUnavailableError` naming the address. The thread is a
 daemon's: an ``init`` that never returns does not hold the process at exit. Running
 ``init`` outside the main thread also keeps Ray's own SIGTERM handler out of a
-process whose signals :mod:`fedcore.signals` owns.
+process whose signals :mod:`fedcore.event_loop` owns.
 
 Size. :func:`plan_actors` counts, node by node, the actors of a ClientApp's
 :class:`~fedcore.simulation.resources.Resources` that fit — CPUs and GPUs as

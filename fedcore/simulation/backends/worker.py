@@ -11,7 +11,7 @@ the outcome. Async handlers run on one event loop that lives as long as the work
 
 A worker never outlives the engine: on Linux it asks the kernel to kill it when
 its parent dies, and everywhere it exits when its channel reaches end-of-file. It
-ignores the signals that end a run (:data:`fedcore.signals.ENDING_SIGNALS`), which a
+ignores the signals that end a run (:data:`fedcore.event_loop.ENDING_SIGNALS`), which a
 terminal (Ctrl-C, a hangup), ``docker stop`` or systemd may send to the whole process
 group: stopping is the engine's decision — it stops its workers, then unlinks their
 segments — so a Ctrl-C never litters the screen with worker tracebacks, and no worker
@@ -46,8 +46,8 @@ from fedcore.clock import Clock, SystemClock
 from fedcore.domain import Context, Error, ErrorCode, Message, RecordDict
 from fedcore.domain.message import mark_delivered
 from fedcore.errors import AppLoadError
+from fedcore.event_loop import ENDING_SIGNALS
 from fedcore.non_dumpable import make_non_dumpable
-from fedcore.signals import ENDING_SIGNALS
 from fedcore.simulation.backends.shared_memory import SegmentSpace, map_segment, write_segment
 from fedcore.wire import DecodeLimits, Parts, parts_size, unpack_recorddict
 from fedcore.wire.records import check_value_sizes

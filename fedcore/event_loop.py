@@ -1,39 +1,34 @@
-"""Ending a blocking run on a signal: Ctrl-C, SIGTERM and SIGHUP alike.
+"""The event loop of a blocking run: which loop it runs on, and the signals that end it.
 
-A run holds what the operating system does not take back when its process dies:
-shared-memory segments in ``/dev/shm`` outlive their creator. So a signal that ends
-the process must let the run clean up first, as Ctrl-C does — and SIGTERM (``kill``,
-``docker stop``, a batch scheduler's time limit) and SIGHUP (a closed terminal or SSH
-session) are how runs left overnight usually end.
+The blocking runs fedcore starts (``run_simulation``, ``fedcore serve``, a ServerApp
+process) start their loop here: on uvloop where it is installed, asyncio's own loop
+elsewhere (Windows).
 
-Inside :class:`Ending`, the first of these signals cancels the run — its backends
-stop their workers and unlink their segments — and :meth:`Ending.end_as_received`
-then ends the caller as the signal asks: ``KeyboardInterrupt`` for SIGINT (status
-130 at the top), ``SystemExit(128 + N)`` for the others (143 for SIGTERM, 129 for
-SIGHUP: what a shell reports for a process the signal killed), so the caller's own
-``finally`` blocks still run. A second signal while the cleanup runs ends the process
-at once with the same kind of status, after the ``abandon`` callback: the cleanup may
-wait for good on a thread that never returns (a plain ``def`` handler stuck in a
-loop), and Python's exit would wait on that thread too, then print a ``threading``
-traceback at the next Ctrl-C.
-
-Only signals left at their default disposition are taken — a SIGHUP ignored under
-``nohup``, or a handler the caller installed, is kept — and only in the main thread,
-the one Python delivers signals to.
+A run holds what the operating system does not take back when its process dies
+(shared-memory segments in ``/dev/shm`` outlive their creator), so a signal that ends
+the process must let the run clean up first, as Ctrl-C does; SIGTERM (``kill``,
+``docker stop``, a batch scheduler) and SIGHUP (a closed terminal) are how runs left
+overnight usually end. Inside :class:`Ending` the first of these signals cancels the
+run; a second, while the cleanup runs, exits at once, after the ``abandon`` callback:
+the cleanup may wait for good on a thread that never returns. Only signals left at
+their default disposition are taken (a SIGHUP ignored under ``nohup`` is kept), and
+only in the main thread, the one Python delivers signals to.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import importlib.util
 import logging
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterator
 from types import FrameType, TracebackType
-from typing import Self
+from typing import Self, TypeVar, TypeVarTuple
 
 import anyio
 
@@ -43,6 +38,9 @@ ENDING_SIGNALS = tuple(
     getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
 )
 """The signals that end a run; SIGHUP does not exist on Windows."""
+
+T = TypeVar("T")
+Args = TypeVarTuple("Args")
 
 _Handler = Callable[[int, FrameType | None], object] | int | None
 
@@ -65,21 +63,28 @@ class Ending:
     """The ending signals of one blocking run: the first stops it, a second exits at once.
 
     ``what`` names the run in the log line the first signal writes; ``abandon`` is
-    called before an exit at once, to release at least what it can without waiting.
+    called before an exit at once, to release at least what it can without waiting;
+    ``signals`` are the ones taken (a served role keeps SIGHUP for reloading).
     Enter it before the event loop starts (asyncio takes SIGINT for itself only while
     SIGINT has its default handler) and put the run inside :meth:`cancelling`.
     """
 
-    def __init__(self, what: str, abandon: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        what: str,
+        abandon: Callable[[], None],
+        signals: Collection[int] = ENDING_SIGNALS,
+    ) -> None:
         self.what = what
         self.received: signal.Signals | None = None
         self._abandon = abandon
+        self._signals = tuple(signals)
         self._saved: dict[int, _Handler] = {}
         self._cancel: Callable[[], None] | None = None
 
     def __enter__(self) -> Self:
         if threading.current_thread() is threading.main_thread():
-            for signum in ENDING_SIGNALS:
+            for signum in self._signals:
                 if _at_default(signum):
                     self._saved[signum] = signal.getsignal(signum)
                     signal.signal(signum, self._receive)
@@ -146,3 +151,42 @@ class Ending:
         with contextlib.suppress(OSError):
             os.write(2, f"\n{_label(signum)} again: exiting at once\n".encode())
         os._exit(exit_status(signum))
+
+
+def uvloop_installed() -> bool:
+    """Whether runs here go on uvloop: it is installed everywhere but on Windows."""
+    return importlib.util.find_spec("uvloop") is not None
+
+
+def run_loop(main: Callable[[*Args], Awaitable[T]], *args: *Args) -> T:
+    """Run ``main(*args)`` on a new event loop (uvloop where installed) and return its value."""
+    return anyio.run(
+        main, *args, backend="asyncio", backend_options={"use_uvloop": uvloop_installed()}
+    )
+
+
+def run_until_ended(
+    main: Callable[[], Awaitable[T]],
+    what: str,
+    abandon: Callable[[], None] = lambda: None,
+    signals: Collection[int] = ENDING_SIGNALS,
+    *,
+    end_as_received: bool = True,
+) -> T | None:
+    """Run ``main()`` as :func:`run_loop` does, until it returns or one of ``signals`` ends it.
+
+    An ending signal cancels ``main`` (see :class:`Ending`); then, with ``end_as_received``,
+    this raises what the signal asks for, and without it returns ``None``: a role served
+    until stopped ends well when stopped.
+    """
+    with Ending(what, abandon, signals) as ending:
+        result = run_loop(functools.partial(_until_ended, ending, main))
+    if end_as_received:
+        ending.end_as_received()
+    return result
+
+
+async def _until_ended(ending: Ending, main: Callable[[], Awaitable[T]]) -> T | None:
+    with anyio.CancelScope() as scope, ending.cancelling(scope):
+        return await main()
+    return None
