@@ -12,6 +12,7 @@ CPU each has two actors.
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import select
 import signal
@@ -30,11 +31,13 @@ import fedcore as fc
 from fedcore.domain import ErrorCode
 from fedcore.errors import AppLoadError, UsageError
 from fedcore.simulation.backends import BACKENDS
-from fedcore.simulation.backends import ray as ray_backend
 from fedcore.simulation.backends.threads import THREAD_VARIABLES
 from fedcore.testing.backends import SHARED_CPUS
 
 pytestmark = [pytest.mark.anyio, pytest.mark.ray]
+
+pytest.importorskip("ray", reason="Ray is not installed: pip install 'fedcore[ray]'")
+ray_backend = importlib.import_module("fedcore.simulation.backends.ray")
 
 
 def _app(main: Any, app_client: fc.ClientApp = client) -> fc.App:
