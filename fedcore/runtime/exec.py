@@ -7,7 +7,7 @@ ends it at once), runs the ServerApp
 launcher over :class:`~fedcore.transport.http.exec.HttpExecClient`, writes the ready
 file and serves until cancelled. Leaving ends the ServerApp processes it started.
 For a node (``--exec-socket``), :func:`serve_node_exec` starts the node's ClientApp
-processes when the node asks on a Unix socket (:mod:`fedcore.transport.spawn`).
+processes when the node asks on a Unix socket (:mod:`fedcore.workers.spawn`).
 
 The secret it shares with the link is in a file both read
 (:func:`fedcore.runtime.secret_files.read_secret`).
@@ -30,9 +30,9 @@ from fedcore.roles.exec.launcher import LaunchSettings, ServerAppLauncher, patie
 from fedcore.runtime.addresses import Address
 from fedcore.runtime.ready import write_ready_file
 from fedcore.runtime.secret_files import read_secret
-from fedcore.simulation.backends.process_pool import worker_command
 from fedcore.transport.http.exec import HttpExecClient
-from fedcore.transport.spawn import serve_spawner
+from fedcore.workers.pool import worker_command
+from fedcore.workers.spawn import serve_spawner
 
 log = logging.getLogger(__name__)
 

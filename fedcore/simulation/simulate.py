@@ -43,8 +43,6 @@ from fedcore.results.trackers.base import TrackedRun
 from fedcore.results.trackers.feed import Trackers, TrackingHandler
 from fedcore.signals import Ending
 from fedcore.simulation.backends import DEFAULT_BACKEND, create_backend
-from fedcore.simulation.backends.shared_memory import remove_process_segments
-from fedcore.simulation.backends.worker import WORKER_ENV
 from fedcore.simulation.engine import SimulationEngine, SimulationResult
 from fedcore.simulation.progress import showing_progress, summary
 from fedcore.simulation.resources import Resources
@@ -53,6 +51,8 @@ from fedcore.strategy.arguments import positive
 from fedcore.strategy.checkpoint import RoundCheckpoints, checkpointing
 from fedcore.strategy.result import LastRound, unfinished_reason
 from fedcore.wire import MAX_VALUE_LEN
+from fedcore.workers.shared_memory import remove_process_segments
+from fedcore.workers.worker import WORKER_ENV
 
 log = logging.getLogger(__name__)
 

@@ -68,12 +68,6 @@ from fedcore.apps.environment import without_secrets
 from fedcore.clock import Clock
 from fedcore.domain import Context, Error, ErrorCode, Message, RecordDict
 from fedcore.errors import AppLoadError
-from fedcore.simulation.backends.base import WorkerBackend
-from fedcore.simulation.backends.shared_memory import SegmentSpace, map_segment, remove_stale
-from fedcore.simulation.backends.sizing import PoolPlan
-from fedcore.simulation.backends.threads import thread_defaults
-from fedcore.simulation.backends.worker import WORKER_ENV, WorkerSpec
-from fedcore.transport.spawn import child_environment
 from fedcore.wire import MAX_VALUE_LEN, DecodeLimits, parts_size
 from fedcore.wire.records import bulk_bytes
 from fedcore.wire.worker import (
@@ -88,6 +82,12 @@ from fedcore.wire.worker import (
     pointer_target,
     unpack_outcome,
 )
+from fedcore.workers.base import WorkerBackend
+from fedcore.workers.shared_memory import SegmentSpace, map_segment, remove_stale
+from fedcore.workers.sizing import PoolPlan
+from fedcore.workers.spawn import child_environment
+from fedcore.workers.threads import thread_defaults
+from fedcore.workers.worker import WORKER_ENV, WorkerSpec
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ Linux to kill it when its parent goes (``PR_SET_PDEATHSIG``), and the parent it 
 the *thread* that started it — anyio retires a thread idle for 10 s, which would take a
 healthy worker with it. The backend's threads live until its workers have stopped."""
 
-_WORKER_MAIN = "import sys; from fedcore.simulation.backends.worker import main; main(sys.argv[1])"
+_WORKER_MAIN = "import sys; from fedcore.workers.worker import main; main(sys.argv[1])"
 
 
 class WorkerProcess(Protocol):
@@ -132,11 +132,11 @@ class WorkerProcess(Protocol):
 Spawn = Callable[[socket.socket, dict[str, str], dict[str, str]], WorkerProcess]
 """Starts a worker on its end of the channel, with ``environment`` added to its own and
 ``defaults`` (its thread caps) where its own lacks them
-(:func:`~fedcore.transport.spawn.child_environment`).
+(:func:`~fedcore.workers.spawn.child_environment`).
 
 Blocking: the pool calls it in a thread. :func:`spawn_local` by default; a node
 whose ClientApps an exec starts passes one that asks the exec
-(:func:`fedcore.transport.spawn.spawn_remote`).
+(:func:`fedcore.workers.spawn.spawn_remote`).
 """
 
 

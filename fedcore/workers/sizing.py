@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from fedcore.errors import UsageError
-from fedcore.simulation.backends.threads import thread_count
 from fedcore.simulation.resources import Resources
+from fedcore.workers.threads import thread_count
 
 
 def detect_cpus() -> int:

@@ -16,7 +16,7 @@ exec's minimal one for app processes (:func:`fedcore.apps.environment.app_enviro
 no secrets, plus the ``--app-env`` names the exec was given); a node that starts the
 process itself does the same with its own; a simulation passes its whole one but
 fedcore's secrets — with the ``environment`` the node asks for on top, and
-``defaults`` (the thread caps of :mod:`fedcore.simulation.backends.threads`) only
+``defaults`` (the thread caps of :mod:`fedcore.workers.threads`) only
 where the inherited one lacks them: :func:`child_environment`, the one rule for all.
 
 The conversation, one ``SOCK_SEQPACKET`` connection per process, each message a

@@ -22,8 +22,8 @@ from pool_apps import client
 import fedcore as fc
 from fedcore.domain import ErrorCode
 from fedcore.errors import AppLoadError
-from fedcore.simulation.backends.process_pool import PIPELINE_DEPTH
-from fedcore.simulation.backends.shared_memory import ROOT
+from fedcore.workers.pool import PIPELINE_DEPTH
+from fedcore.workers.shared_memory import ROOT
 
 pytestmark = pytest.mark.anyio
 
@@ -51,7 +51,7 @@ def _workers() -> set[int]:
     found = set()
     for pid in _children():
         try:
-            if b"fedcore.simulation.backends.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if b"fedcore.workers.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 found.add(pid)
         except FileNotFoundError:
             continue

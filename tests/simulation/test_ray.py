@@ -31,8 +31,8 @@ import fedcore as fc
 from fedcore.domain import ErrorCode
 from fedcore.errors import AppLoadError, UsageError
 from fedcore.simulation.backends import BACKENDS
-from fedcore.simulation.backends.threads import THREAD_VARIABLES
 from fedcore.testing.backends import SHARED_CPUS
+from fedcore.workers.threads import THREAD_VARIABLES
 
 pytestmark = [pytest.mark.anyio, pytest.mark.ray]
 

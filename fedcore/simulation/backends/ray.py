@@ -86,7 +86,6 @@ import ray
 from fedcore.clock import Clock
 from fedcore.domain import Context, Error, ErrorCode, Message, RecordDict
 from fedcore.errors import AppLoadError, ResourceError
-from fedcore.simulation.backends.base import WorkerBackend
 from fedcore.simulation.backends.ray_actor import ClientActor
 from fedcore.simulation.backends.ray_cluster import (
     RaySession,
@@ -96,12 +95,13 @@ from fedcore.simulation.backends.ray_cluster import (
     plan_actors,
 )
 from fedcore.simulation.backends.ray_tasks import STORED
-from fedcore.simulation.backends.threads import THREAD_VARIABLES, thread_count
-from fedcore.simulation.backends.worker import WORKER_ENV
 from fedcore.simulation.resources import Resources
 from fedcore.wire import MAX_VALUE_LEN, DecodeLimits, pack_recorddict_parts
 from fedcore.wire.records import bulk_bytes
 from fedcore.wire.worker import pack_task, unpack_outcome, unpack_outcomes
+from fedcore.workers.base import WorkerBackend
+from fedcore.workers.threads import THREAD_VARIABLES, thread_count
+from fedcore.workers.worker import WORKER_ENV
 
 log = logging.getLogger(__name__)
 

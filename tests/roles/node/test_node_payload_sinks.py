@@ -21,14 +21,14 @@ from fedcore.apps.client_app import ClientApp
 from fedcore.domain import ArrayRecord, ConfigRecord, Context, ErrorCode, Message, RecordDict
 from fedcore.errors import DecodeError, ResourceError
 from fedcore.roles.node.payloads import MemoryPayloads, PayloadStore, with_payload
-from fedcore.simulation.backends import shared_memory
-from fedcore.simulation.backends.shared_memory import SegmentSpace
 from fedcore.testing import FakeClock
 from fedcore.testing.fleet import FakeFleet
 from fedcore.transport.fleet import LeasedMessage
 from fedcore.wire import DEFAULT_LIMITS
 from fedcore.wire.chunks import Digest
 from fedcore.wire.fleet import MAX_INLINE_CONTENT, PayloadRef
+from fedcore.workers import shared_memory
+from fedcore.workers.shared_memory import SegmentSpace
 
 pytestmark = pytest.mark.anyio
 
