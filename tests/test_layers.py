@@ -33,6 +33,8 @@ ALLOWED: dict[str, set[str]] = {
     "apps": BASE | {"domain"},
     "mods": {"errors", "domain", "wire", "apps", "privacy"},
     "state": BASE | {"domain", "wire"},
+    # apps: a worker loads its ClientApp, in the environment of app processes.
+    "workers": BASE | {"domain", "wire", "apps"},
     "strategy": BASE | {"domain", "apps", "privacy"},
     "transport": BASE | {"domain", "wire", "state", "apps"},
     "roles": BASE | {"domain", "wire", "state", "transport", "apps"},
@@ -40,21 +42,22 @@ ALLOWED: dict[str, set[str]] = {
     # wire: its round checkpoint is kept in the wire encoding of a RecordDict.
     "results": BASE | {"domain", "strategy", "wire"},
     # strategy: the progress display renders the round driver's RoundReports.
-    "simulation": BASE | {"domain", "wire", "state", "transport", "apps", "strategy", "results"},
+    "simulation": BASE
+    | {"domain", "wire", "state", "transport", "apps", "strategy", "results", "workers"},
     # strategy: the ServerApp process reads its strategy's last RoundReport; results: it
     # reports the run's record in the form of a results directory.
     "runtime": BASE
     | {"domain", "wire", "state", "transport", "apps", "roles", "simulation", "strategy"}
-    | {"results"},
+    | {"results", "workers"},
     # Flower's legacy API, translated onto the Message API: its apps, strategies and
     # start_simulation run on fedcore's own.
     "legacy": BASE | {"domain", "apps", "strategy", "simulation", "results", "privacy"},
     "cli": BASE
     | {"domain", "wire", "state", "transport", "apps", "roles", "simulation", "runtime"}
-    | {"strategy", "mods", "results", "legacy", "__init__"},
+    | {"strategy", "mods", "results", "legacy", "workers", "__init__"},
     "testing": BASE
     | {"domain", "wire", "state", "transport", "apps", "simulation", "strategy", "mods"}
-    | {"runtime", "results", "legacy"},
+    | {"runtime", "results", "legacy", "workers"},
     "__init__": {"apps", "domain", "simulation", "lazy"},
 }
 

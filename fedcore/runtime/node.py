@@ -2,8 +2,8 @@
 
 ``fedcore serve --role node`` comes here. :func:`serve_node` connects to the link's
 fleet API (gRPC, TLS when given), runs the node role with a runner factory that
-gives each run one ClientApp process — the simulation's process pool with a single
-worker, so a crash is answered with code 8 and a replacement starts, and a message
+gives each run one ClientApp process — a process pool (:mod:`fedcore.workers.pool`)
+of a single worker, so a crash is answered with code 8 and a replacement starts, and a message
 past its TTL gets code 3 — writes the ready file once registered, and serves until
 cancelled. With an exec of its own (``exec_socket``: ``fedcore serve --role exec
 --exec-socket``, for process isolation) the pool asks that exec to start each

@@ -1,7 +1,8 @@
-"""Backend: what runs a virtual node's ClientApp for one message.
+"""Backend: what runs a node's ClientApp for one message.
 
-The engine hands a backend one message at a time with the node's
-:class:`~fedcore.domain.Context` and gets back the reply and the context to keep.
+The simulation engine (for each virtual node) and a deployed node (for each run) hand
+a backend one message at a time with the node's :class:`~fedcore.domain.Context`, and
+get back the reply and the context to keep.
 Returning the context (rather than relying on in-place changes) lets a backend run
 the ClientApp in another process and ship ``context.state`` back. A backend is an
 async context manager: entering it starts its workers (and imports the ClientApp
@@ -25,7 +26,7 @@ from fedcore.errors import AppLoadError
 
 
 class Backend(ABC):
-    """Runs ClientApps for the simulation engine."""
+    """Runs ClientApps for the simulation engine or a node."""
 
     @property
     @abstractmethod

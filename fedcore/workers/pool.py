@@ -48,23 +48,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 import anyio
 
-from fedcore.apps.environment import without_secrets
 from fedcore.clock import Clock
 from fedcore.domain import Context, Error, ErrorCode, Message, RecordDict
 from fedcore.errors import AppLoadError
@@ -85,7 +80,7 @@ from fedcore.wire.worker import (
 from fedcore.workers.base import WorkerBackend
 from fedcore.workers.shared_memory import SegmentSpace, map_segment, remove_stale
 from fedcore.workers.sizing import PoolPlan
-from fedcore.workers.spawn import child_environment
+from fedcore.workers.spawn import Spawn, spawn_local
 from fedcore.workers.threads import thread_defaults
 from fedcore.workers.worker import WORKER_ENV, WorkerSpec
 
@@ -112,67 +107,6 @@ SPAWN_THREADS = 8
 Linux to kill it when its parent goes (``PR_SET_PDEATHSIG``), and the parent it means is
 the *thread* that started it — anyio retires a thread idle for 10 s, which would take a
 healthy worker with it. The backend's threads live until its workers have stopped."""
-
-_WORKER_MAIN = "import sys; from fedcore.workers.worker import main; main(sys.argv[1])"
-
-
-class WorkerProcess(Protocol):
-    """A worker process as the pool handles it: a ``subprocess.Popen``, or a look-alike."""
-
-    pid: int
-    returncode: int | None
-
-    def poll(self) -> int | None: ...
-
-    def wait(self, timeout: float | None = None) -> int: ...
-
-    def kill(self) -> None: ...
-
-
-Spawn = Callable[[socket.socket, dict[str, str], dict[str, str]], WorkerProcess]
-"""Starts a worker on its end of the channel, with ``environment`` added to its own and
-``defaults`` (its thread caps) where its own lacks them
-(:func:`~fedcore.workers.spawn.child_environment`).
-
-Blocking: the pool calls it in a thread. :func:`spawn_local` by default; a node
-whose ClientApps an exec starts passes one that asks the exec
-(:func:`fedcore.workers.spawn.spawn_remote`).
-"""
-
-
-def worker_command(channel: int) -> list[str]:
-    """The command line of a worker whose channel is file descriptor ``channel``."""
-    return [sys.executable, "-c", _WORKER_MAIN, str(channel)]
-
-
-def spawn_local(
-    channel: socket.socket,
-    environment: dict[str, str],
-    defaults: dict[str, str],
-    *,
-    inherited: Mapping[str, str] | None = None,
-    user: tuple[int, int] | None = None,
-    cwd: Path | None = None,
-) -> WorkerProcess:
-    """Start a worker as a child of this process.
-
-    It inherits ``inherited``: by default this process's environment but for
-    fedcore's secrets (a simulation's rule, :func:`without_secrets`); a node passes
-    the minimal one of a deployment's app processes. ``user`` (uid, gid) runs it as
-    another user, with that primary group and no other (a node's ``--app-user``;
-    this process must be root), in ``cwd``.
-    """
-    base = without_secrets(os.environ) if inherited is None else inherited
-    uid, gid = user if user is not None else (None, None)
-    return subprocess.Popen(
-        worker_command(channel.fileno()),
-        pass_fds=(channel.fileno(),),
-        env=child_environment(base, environment, defaults),
-        cwd=cwd,
-        user=uid,
-        group=gid,
-        extra_groups=() if user is not None else None,
-    )
 
 
 class WorkerDied(Exception):

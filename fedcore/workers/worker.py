@@ -19,7 +19,7 @@ dies under a task that the engine would then start a replacement for.
 
 Loading the ClientApp (:func:`load_client`) and running one task into a packed outcome
 (:func:`run_task`) are what every kind of worker does; the Ray backend's actors
-(:mod:`.ray_tasks`) call the same two functions.
+(:mod:`fedcore.simulation.backends.ray_tasks`) call the same two functions.
 """
 
 from __future__ import annotations
