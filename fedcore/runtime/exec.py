@@ -31,8 +31,7 @@ from fedcore.runtime.addresses import Address
 from fedcore.runtime.ready import write_ready_file
 from fedcore.runtime.secret_files import read_secret
 from fedcore.transport.http.exec import HttpExecClient
-from fedcore.workers.pool import worker_command
-from fedcore.workers.spawn import serve_spawner
+from fedcore.workers.spawn import serve_spawner, worker_command
 
 log = logging.getLogger(__name__)
 

@@ -59,14 +59,10 @@ from fedcore.runtime.work_dir import hold_work_dir
 from fedcore.transport.grpc.client import GrpcFleetClient
 from fedcore.wire import MAX_VALUE_LEN
 from fedcore.wire.fleet import ConfigValue
-from fedcore.workers.pool import (
-    ProcessPoolBackend,
-    Spawn,
-    spawn_local,
-)
+from fedcore.workers.pool import ProcessPoolBackend
 from fedcore.workers.shared_memory import SegmentSpace
 from fedcore.workers.sizing import PoolPlan, detect_cpus
-from fedcore.workers.spawn import spawn_remote
+from fedcore.workers.spawn import Spawn, spawn_local, spawn_remote
 from fedcore.workers.threads import thread_count
 
 log = logging.getLogger(__name__)
