@@ -16,8 +16,8 @@ from fedcore.errors import UsageError
 if TYPE_CHECKING:
     from fedcore.apps.loading import LoadedApp
     from fedcore.clock import Clock
-    from fedcore.workers.base import Backend
     from fedcore.simulation.resources import Resources
+    from fedcore.workers.base import Backend
 
 BACKENDS = ("process", "inline", "ray")
 DEFAULT_BACKEND = "process"
