@@ -14,14 +14,16 @@ reply (code 2 when the app raised, 8 when its worker crashed).
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import anyio
 from anyio.abc import TaskGroup
 
-from fedcore.domain import Context, Message
+from fedcore.domain import Context, Error, ErrorCode, Message, RecordDict
 from fedcore.errors import AppLoadError
 
 
@@ -49,6 +51,32 @@ class Backend(ABC):
         """Handle ``message`` on the node that ``context`` describes; return reply and context."""
 
 
+@dataclass(eq=False)
+class Job:
+    """One message on its way through a worker, and what came back.
+
+    ``task`` is the message and its node's context in the worker protocol's bytes
+    (:mod:`fedcore.wire.worker`); ``content`` what a backend keeps of the message's
+    content beside them (Ray: its object in the store); ``alone``: it is to run in a
+    call of its own (Ray: it was in a batch that failed as a whole).
+    """
+
+    message: Message
+    task: bytes
+    content: Any = None
+    alone: bool = False
+    done: anyio.Event = field(default_factory=anyio.Event)
+    reply: Message | None = None
+    state: RecordDict | None = None
+
+    def settle(self, reply: Message, state: RecordDict | None = None) -> None:
+        self.reply, self.state = reply, state
+        self.done.set()
+
+    def fail(self, code: ErrorCode, reason: str) -> None:
+        self.settle(Message(error=Error(int(code), reason), reply_to=self.message))
+
+
 class WorkerBackend(Backend):
     """A backend whose ClientApps run in workers it starts on entry and ends on exit.
 
@@ -61,10 +89,25 @@ class WorkerBackend(Backend):
     workers that do not start in time one saying so. Leaving cancels the drivers, then
     ends the workers (:meth:`_stop_workers`) shielded from cancellation, whatever
     ended the run.
+
+    :meth:`run` queues each message as a :class:`Job` (:meth:`_job` makes it) and
+    waits for it to be settled; the workers' drivers take jobs from the queue
+    (:attr:`_jobs_out`) and put back (:attr:`_jobs_in`) those a worker did not run.
+    Once no worker is left, every queued job and every later one is answered with
+    code 8.
     """
 
     start_timeout: float = 300.0
+    worker_name: str = "worker"
+    """What the backend's workers are called in the replies that say none is left."""
     _task_group: TaskGroup | None = None
+
+    def __init__(self) -> None:
+        self._jobs_in, self._jobs_out = anyio.create_memory_object_stream[Job](math.inf)
+
+    @abstractmethod
+    async def _job(self, message: Message, context: Context) -> Job:
+        """``message`` for the node ``context`` describes, as a job for a worker."""
 
     async def _prepare(self) -> None:
         """What comes before the task group (a Ray session, a shared-memory sweep)."""
@@ -119,3 +162,28 @@ class WorkerBackend(Backend):
             self._task_group = None
             with anyio.CancelScope(shield=True):
                 await self._stop_workers(clean=exc_type is None)
+            self._jobs_in.close()
+            self._jobs_out.close()
+
+    async def run(self, message: Message, context: Context) -> tuple[Message, Context]:
+        job = await self._job(message, context)
+        try:
+            self._jobs_in.send_nowait(job)
+        except anyio.ClosedResourceError:
+            job.fail(
+                ErrorCode.CLIENT_APP_CRASHED, f"no {self.worker_name} is left to run the ClientApp"
+            )
+        await job.done.wait()
+        assert job.reply is not None
+        if job.state is not None:
+            context.state = job.state
+        return job.reply, context
+
+    def _abandon_queued(self, reason: str) -> None:
+        """Answer every queued job, and every later one, with code 8: no worker is left."""
+        self._jobs_in.close()
+        while True:
+            try:
+                self._jobs_out.receive_nowait().fail(ErrorCode.CLIENT_APP_CRASHED, reason)
+            except (anyio.WouldBlock, anyio.EndOfStream):
+                return

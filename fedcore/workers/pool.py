@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import signal
 import socket
 import subprocess
@@ -55,13 +54,12 @@ import time
 import weakref
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
 
 from fedcore.clock import Clock
-from fedcore.domain import Context, Error, ErrorCode, Message, RecordDict
+from fedcore.domain import Context, ErrorCode, Message, RecordDict
 from fedcore.errors import AppLoadError
 from fedcore.wire import MAX_VALUE_LEN, DecodeLimits, parts_size
 from fedcore.wire.records import bulk_bytes
@@ -77,7 +75,7 @@ from fedcore.wire.worker import (
     pointer_target,
     unpack_outcome,
 )
-from fedcore.workers.base import WorkerBackend
+from fedcore.workers.base import Job, WorkerBackend
 from fedcore.workers.shared_memory import SegmentSpace, map_segment, remove_stale
 from fedcore.workers.sizing import PoolPlan
 from fedcore.workers.spawn import Spawn, spawn_local
@@ -164,7 +162,7 @@ class _Worker:
         self.index = spec.index
         self.segment_prefix = spec.segment_prefix
         self.releases: deque[str] = deque()
-        self.in_flight: deque[_Job] = deque()
+        self.in_flight: deque[Job] = deque()
         ours, theirs = socket.socketpair()
         environment = {**plan.environment(spec.index), WORKER_ENV: "1"}
         with theirs:
@@ -202,24 +200,6 @@ class _Worker:
         self.channel.close()
 
 
-@dataclass(eq=False)
-class _Job:
-    """One task on its way through a worker, and what came back."""
-
-    message: Message
-    payload: bytes
-    done: anyio.Event = field(default_factory=anyio.Event)
-    reply: Message | None = None
-    state: RecordDict | None = None
-
-    def settle(self, reply: Message, state: RecordDict | None = None) -> None:
-        self.reply, self.state = reply, state
-        self.done.set()
-
-    def fail(self, code: ErrorCode, reason: str) -> None:
-        self.settle(Message(error=Error(int(code), reason), reply_to=self.message))
-
-
 class ProcessPoolBackend(WorkerBackend):
     """Runs a ClientApp, imported by ``client_ref``, in a pool of worker processes.
 
@@ -243,6 +223,7 @@ class ProcessPoolBackend(WorkerBackend):
         max_value_len: int = MAX_VALUE_LEN,
         private_memory: bool = False,
     ) -> None:
+        super().__init__()
         self._client_ref = client_ref
         self._private_memory = private_memory
         self._search_path = search_path
@@ -253,7 +234,6 @@ class ProcessPoolBackend(WorkerBackend):
         self._spawn = spawn
         self._workers: set[_Worker] = set()
         self._retired: set[_Worker] = set()
-        self._jobs_in, self._jobs_out = anyio.create_memory_object_stream[_Job](math.inf)
         self._spawner: ThreadPoolExecutor | None = None
         self._started = 0
         self._limits = DecodeLimits(max_value_len=max_value_len)
@@ -291,21 +271,10 @@ class ProcessPoolBackend(WorkerBackend):
             self._spawner = None
         self._workers.clear()
         self._retired.clear()
-        self._jobs_in.close()
-        self._jobs_out.close()
         self._space.remove_all()
 
-    async def run(self, message: Message, context: Context) -> tuple[Message, Context]:
-        job = _Job(message, self._payload(message, context))
-        try:
-            self._jobs_in.send_nowait(job)
-        except anyio.ClosedResourceError:
-            job.fail(ErrorCode.CLIENT_APP_CRASHED, "no worker is left to run the ClientApp")
-        await job.done.wait()
-        assert job.reply is not None
-        if job.state is not None:
-            context.state = job.state
-        return job.reply, context
+    async def _job(self, message: Message, context: Context) -> Job:
+        return Job(message, self._task(message, context))
 
     # Workers ------------------------------------------------------------------------
 
@@ -389,15 +358,15 @@ class ProcessPoolBackend(WorkerBackend):
             short = (now - started) / len(outcomes) < SHORT_TASK
             depth, started = (PIPELINE_DEPTH if short else 1), now
 
-    async def _send(self, worker: _Worker, in_flight: deque[_Job], job: _Job) -> None:
+    async def _send(self, worker: _Worker, in_flight: deque[Job], job: Job) -> None:
         if job.message.metadata.expires_at <= self._clock.now():
             job.fail(ErrorCode.MESSAGE_UNAVAILABLE, "the message expired before a worker was free")
             return
         in_flight.append(job)
         with contextlib.suppress(OSError):  # a worker that is gone shows in the next receive
-            await worker.send(job.payload)
+            await worker.send(job.task)
 
-    def _settle(self, worker: _Worker, job: _Job, data: bytes) -> None:
+    def _settle(self, worker: _Worker, job: Job, data: bytes) -> None:
         segment = pointer_target(data)
         if segment is None:
             job.settle(*unpack_outcome(data, self._limits))
@@ -407,7 +376,7 @@ class ProcessPoolBackend(WorkerBackend):
         weakref.finalize(mapped, worker.releases.append, segment)
         job.settle(*unpack_outcome(memoryview(mapped), self._limits))
 
-    async def _retire(self, worker: _Worker, unstarted: list[_Job]) -> None:
+    async def _retire(self, worker: _Worker, unstarted: list[Job]) -> None:
         """Replace a worker that died or overran a TTL; its ``unstarted`` jobs go back in line."""
         for job in unstarted:
             self._jobs_in.send_nowait(job)
@@ -425,17 +394,9 @@ class ProcessPoolBackend(WorkerBackend):
             if not self._workers:
                 self._abandon_queued(f"no worker is left to run the ClientApp: {exc}")
 
-    def _abandon_queued(self, reason: str) -> None:
-        self._jobs_in.close()
-        while True:
-            try:
-                self._jobs_out.receive_nowait().fail(ErrorCode.CLIENT_APP_CRASHED, reason)
-            except (anyio.WouldBlock, anyio.EndOfStream):
-                return
-
     # Payloads -----------------------------------------------------------------------
 
-    def _payload(self, message: Message, context: Context) -> bytes:
+    def _task(self, message: Message, context: Context) -> bytes:
         parts = pack_task(message, context, content_segment=self._content_segment(message.content))
         if parts_size(parts) <= self._inline_limit:
             return b"".join(parts)
@@ -451,8 +412,8 @@ class ProcessPoolBackend(WorkerBackend):
         return self._space.write_content(content)
 
 
-def _bytes(jobs: deque[_Job]) -> int:
-    return sum(len(job.payload) for job in jobs)
+def _bytes(jobs: deque[Job]) -> int:
+    return sum(len(job.task) for job in jobs)
 
 
 def _stop(workers: list[_Worker], grace: float) -> None:

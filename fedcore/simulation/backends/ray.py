@@ -69,7 +69,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import sys
 import weakref
@@ -84,7 +83,7 @@ import numpy as np
 import ray
 
 from fedcore.clock import Clock
-from fedcore.domain import Context, Error, ErrorCode, Message, RecordDict
+from fedcore.domain import Context, ErrorCode, Message, RecordDict
 from fedcore.errors import AppLoadError, ResourceError
 from fedcore.simulation.backends.ray_actor import ClientActor
 from fedcore.simulation.backends.ray_cluster import (
@@ -99,7 +98,7 @@ from fedcore.simulation.resources import Resources
 from fedcore.wire import MAX_VALUE_LEN, DecodeLimits, pack_recorddict_parts
 from fedcore.wire.records import bulk_bytes
 from fedcore.wire.worker import pack_task, unpack_outcome, unpack_outcomes
-from fedcore.workers.base import WorkerBackend
+from fedcore.workers.base import Job, WorkerBackend
 from fedcore.workers.threads import THREAD_VARIABLES, thread_count
 from fedcore.workers.worker import WORKER_ENV
 
@@ -123,30 +122,10 @@ _NODES_SHOWN = 8
 
 
 @dataclass(eq=False)
-class _Job:
-    """One task on its way through an actor, and what came back."""
-
-    message: Message
-    task: bytes
-    content: Any  # the ObjectRef of the content in the object store, or None
-    alone: bool = False  # it was in a batch that failed as a whole: it runs in a call of its own
-    done: anyio.Event = field(default_factory=anyio.Event)
-    reply: Message | None = None
-    state: RecordDict | None = None
-
-    def settle(self, reply: Message, state: RecordDict | None = None) -> None:
-        self.reply, self.state = reply, state
-        self.done.set()
-
-    def fail(self, code: ErrorCode, reason: str) -> None:
-        self.settle(Message(error=Error(int(code), reason), reply_to=self.message))
-
-
-@dataclass(eq=False)
 class _Batch:
     """Jobs sent to an actor in one call, and the ObjectRef of their outcomes."""
 
-    jobs: list[_Job]
+    jobs: list[Job]
     ref: Any
 
     @property
@@ -174,6 +153,7 @@ class RayBackend(WorkerBackend):
     """Runs a ClientApp, imported by ``client_ref``, in Ray actors sized by ``resources``."""
 
     start_timeout = START_TIMEOUT
+    worker_name = "Ray actor"
 
     def __init__(
         self,
@@ -187,6 +167,7 @@ class RayBackend(WorkerBackend):
         max_workers: int | None = None,
         max_value_len: int = MAX_VALUE_LEN,
     ) -> None:
+        super().__init__()
         self._client_ref = client_ref
         self._app_dir = app_dir
         self._resources = resources
@@ -202,7 +183,6 @@ class RayBackend(WorkerBackend):
         self._stored: dict[int, _Stored] = {}
         self._ran: Counter[str] = Counter()
         self._names: dict[str, str] = {}
-        self._jobs_in, self._jobs_out = anyio.create_memory_object_stream[_Job](math.inf)
         self._options: dict[str, Any] = {}
         self._arguments: tuple[Any, ...] = ()
 
@@ -243,27 +223,16 @@ class RayBackend(WorkerBackend):
         self._created.clear()
         self._actors.clear()
         self._stored.clear()
-        self._jobs_in.close()
-        self._jobs_out.close()
         if self._ran:
             log.info("ray: %s", self._placement())
         if self._session is not None:
             session, self._session = self._session, None
             await close_session(session)
 
-    async def run(self, message: Message, context: Context) -> tuple[Message, Context]:
+    async def _job(self, message: Message, context: Context) -> Job:
         content = await self._store(message.content)
         parts = pack_task(message, context, content_segment=None if content is None else STORED)
-        job = _Job(message, b"".join(parts), content)
-        try:
-            self._jobs_in.send_nowait(job)
-        except anyio.ClosedResourceError:
-            job.fail(ErrorCode.CLIENT_APP_CRASHED, "no Ray actor is left to run the ClientApp")
-        await job.done.wait()
-        assert job.reply is not None
-        if job.state is not None:
-            context.state = job.state
-        return job.reply, context
+        return Job(message, b"".join(parts), content)
 
     # Actors -------------------------------------------------------------------------
 
@@ -317,7 +286,7 @@ class RayBackend(WorkerBackend):
     async def _drive(self, actor: _Actor) -> None:
         """Feed one actor batches of jobs, sized as its tasks go, and settle them as they return."""
         in_flight = actor.in_flight
-        held: _Job | None = None  # a job to run alone, waiting for the actor to have none
+        held: Job | None = None  # a job to run alone, waiting for the actor to have none
         size = 1
         try:
             while True:
@@ -381,7 +350,7 @@ class RayBackend(WorkerBackend):
             return False
         return len(in_flight) < (PIPELINE_DEPTH if size > 1 else 1)
 
-    def _submit(self, actor: _Actor, in_flight: deque[_Batch], job: _Job, size: int) -> _Job | None:
+    def _submit(self, actor: _Actor, in_flight: deque[_Batch], job: Job, size: int) -> Job | None:
         """Send ``job`` and up to ``size - 1`` more of the queue to ``actor`` in one call.
 
         A job that is to run alone goes in a call of its own, with no other call in
@@ -389,8 +358,8 @@ class RayBackend(WorkerBackend):
         other calls are in flight, it ends the filling and is returned, to be held
         until they are done.
         """
-        jobs: list[_Job] = []
-        held: _Job | None = None
+        jobs: list[Job] = []
+        held: Job | None = None
         while True:
             if job.message.metadata.expires_at <= self._clock.now():
                 job.fail(
@@ -414,7 +383,7 @@ class RayBackend(WorkerBackend):
             self._send(actor, in_flight, jobs)
         return held
 
-    def _send(self, actor: _Actor, in_flight: deque[_Batch], jobs: list[_Job]) -> None:
+    def _send(self, actor: _Actor, in_flight: deque[_Batch], jobs: list[Job]) -> None:
         contents: dict[int, int] = {}  # each distinct object of the store once, by position
         references: list[Any] = []
         places = []
@@ -518,14 +487,6 @@ class RayBackend(WorkerBackend):
             log.error("ray: could not replace an actor: %s", exc or "it was not placed in time")
             if not self._actors:
                 self._abandon_queued(f"no Ray actor is left to run the ClientApp: {exc}")
-
-    def _abandon_queued(self, reason: str) -> None:
-        self._jobs_in.close()
-        while True:
-            try:
-                self._jobs_out.receive_nowait().fail(ErrorCode.CLIENT_APP_CRASHED, reason)
-            except (anyio.WouldBlock, anyio.EndOfStream):
-                return
 
     async def _stop_lifespans(self) -> None:
         """Let each idle actor run its lifespan's teardown, for up to :data:`STOP_GRACE` s.
