@@ -5,33 +5,31 @@ Theory of operation. Entering the backend opens the Ray it runs on
 counts the actors of the ClientApp's ``Resources`` its nodes can place, and creates
 them (:mod:`.ray_actor`), each with ``num_cpus`` and ``num_gpus`` as Ray reserves them
 — a fraction of a GPU shares a device, Ray setting each actor's
-``CUDA_VISIBLE_DEVICES`` — and the thread caps of :mod:`.threads`, which the actor
+``CUDA_VISIBLE_DEVICES`` — and the thread caps of :mod:`fedcore.workers.threads`, which the actor
 sets itself before anything loads numpy (not a ``runtime_env``, which would cost each
 actor a worker process started for it). Each actor imports the ClientApp and runs its
 lifespan's setup once; one that fails to import ends the simulation right there with
 its one line.
 
 :meth:`RayBackend.run` queues each message as a job; each actor has a driver task that
-sends it jobs in batches — several tasks in one actor call, as one Ray call costs about
-a millisecond on two cores (several under load), more than a small ClientApp's whole
-task — and settles each job as its batch's outcomes come back, in order. The batch
-grows as TCP's slow start does: one job after the queue ran dry (a new round, maybe of
-another kind of task), then twice as many after each batch whose tasks the actor
-timed under :data:`SHORT_TASK` each, up to :data:`MAX_BATCH`, with
-:data:`PIPELINE_DEPTH` calls in flight; one job per call again once a task takes
-longer, so that long tasks (real training) spread over the actors one by one. The
-actor ends a batch early when it has run long or its replies grew large
-(:mod:`.ray_tasks`): the jobs it left go back to the queue, and its next batch is as
-large as what it ran. A task is the worker
-protocol's bytes (:mod:`fedcore.wire.worker`); a content whose arrays are large goes
-into the object store once (``ray.put``, off the event loop) and every task that
-carries it — a round's model, sent to every sampled node — refers to that one object,
-passed once per call, which Ray frees once the content is garbage-collected and its
-last task is done. Outcomes come back as one ``uint8`` array of msgpack frames per
+sends it jobs in batches — several tasks in one actor call, as one Ray call costs more
+than a small ClientApp's whole task — and settles each job as its batch's outcomes come
+back, in order. The batch grows as TCP's slow start does: one job after the queue ran
+dry (a new round, maybe of another kind of task), then twice as many after each batch
+whose tasks the actor timed under :data:`SHORT_TASK` each, up to :data:`MAX_BATCH`, with
+:data:`PIPELINE_DEPTH` calls in flight; one job per call again once a task takes longer,
+so that long tasks (real training) spread over the actors one by one. The actor ends a
+batch early when it has run long or its replies grew large (:mod:`.ray_tasks`): the jobs
+it left go back to the queue, and its next batch is as large as what it ran. A task is
+the worker protocol's bytes (:mod:`fedcore.wire.worker`); a content whose arrays are
+large goes into the object store once (``ray.put``, off the event loop) and every task
+that carries it — a round's model, sent to every sampled node — refers to that one
+object, passed once per call, which Ray frees once the content is garbage-collected and
+its last task is done. Outcomes come back as one ``uint8`` array of msgpack frames per
 call: on the driver's node Ray hands a large one over as a view of its shared memory,
-and the replies' arrays are views of that, so replies cost their own size (a batch's
-at most ``BATCH_BYTES`` and one more reply, together), until the strategy has folded
-them in and let them go. Nothing of the app's is pickled either way.
+and the replies' arrays are views of that, so replies cost their own size (a batch's at
+most ``BATCH_BYTES`` and one more reply, together), until the strategy has folded them
+in and let them go. Nothing of the app's is pickled either way.
 
 The app reaches every node. Run on a cluster (an address), an app directory target
 is the Ray job's working directory: Ray ships it to each node (``.gitignore`` and
