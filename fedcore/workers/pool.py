@@ -1,17 +1,12 @@
 """The process-pool backend: ClientApps in long-lived worker processes.
 
-Theory of operation. Entering the backend starts ``N`` workers (see
-:mod:`.sizing`; each with its thread caps, :mod:`.threads`), each importing the
-ClientApp once and saying hello; a ClientApp
-that fails to import ends the simulation right there with one line. Each call to
-:meth:`ProcessPoolBackend.run` packs its task and queues it as a job; every worker
-has a driver task that sends it jobs and settles them as their outcomes come back,
-in order. While the worker's tasks are short, the driver keeps up to
-:data:`PIPELINE_DEPTH` jobs in flight: with the next task already waiting in its
-socket, a worker goes from one task to the next without sleeping, and the engine
-reads several outcomes per wake-up. Once tasks take longer, it sends one job at a
-time, so no job queues behind a slow one while another worker is free. Nothing
-polls: a driver waits for its channel to become readable.
+Entering the backend starts ``N`` workers (:mod:`.sizing`; each with its thread caps,
+:mod:`.threads`), each importing the ClientApp once and saying hello; a ClientApp that
+fails to import ends the simulation right there with one line. The scheduler
+(:mod:`.scheduler`) sends each worker one job per call, pipelined up to
+:data:`PIPELINE_DEPTH` while tasks are short, so that the next task already waits in
+its socket and the engine reads several outcomes per wake-up. Nothing polls: a driver
+waits for its channel to become readable.
 
 The engine's end of each channel is a non-blocking socket read and written on the
 event loop (:class:`_Channel`); only the worker's end is a blocking
@@ -33,10 +28,9 @@ views of that mapping, released with them.
 
 Failures. A ClientApp exception is the worker's business: it answers with an error
 reply (code 2). A worker that dies (a segfault, ``os._exit``, the OOM killer) shows
-as end-of-file on its channel: the job it was running is answered with code 8, the
-jobs queued behind it go back to the queue, and a replacement starts. A job still
-running when its message's TTL runs out gets its worker killed and replaced and is
-answered with code 3. Leaving the backend — after success, an exception, Ctrl-C or
+as end-of-file on its channel, after the outcomes it sent: the job it was running is
+the first in flight, answered with code 8 (the scheduler's exact deaths), and a
+replacement starts. Leaving the backend — after success, an exception, Ctrl-C or
 cancellation — stops every worker (killing at once those still running a task, whose
 reply nobody would read, and the others if they do not finish in time) and unlinks
 every segment. Entering it unlinks the segments of pools whose process is
@@ -59,7 +53,7 @@ from pathlib import Path
 import anyio
 
 from fedcore.clock import Clock
-from fedcore.domain import Context, ErrorCode, Message, RecordDict
+from fedcore.domain import Context, Message, RecordDict
 from fedcore.errors import AppLoadError
 from fedcore.wire import MAX_VALUE_LEN, DecodeLimits, parts_size
 from fedcore.wire.records import bulk_bytes
@@ -75,7 +69,7 @@ from fedcore.wire.worker import (
     pointer_target,
     unpack_outcome,
 )
-from fedcore.workers.base import Job, WorkerBackend
+from fedcore.workers.scheduler import Call, Collected, Job, WorkerBackend, WorkerDied
 from fedcore.workers.shared_memory import SegmentSpace, map_segment, remove_stale
 from fedcore.workers.sizing import PoolPlan
 from fedcore.workers.spawn import Spawn, spawn_local
@@ -105,10 +99,6 @@ SPAWN_THREADS = 8
 Linux to kill it when its parent goes (``PR_SET_PDEATHSIG``), and the parent it means is
 the *thread* that started it — anyio retires a thread idle for 10 s, which would take a
 healthy worker with it. The backend's threads live until its workers have stopped."""
-
-
-class WorkerDied(Exception):
-    """A worker's channel reached end-of-file: the process is gone."""
 
 
 class _Channel:
@@ -162,7 +152,7 @@ class _Worker:
         self.index = spec.index
         self.segment_prefix = spec.segment_prefix
         self.releases: deque[str] = deque()
-        self.in_flight: deque[Job] = deque()
+        self.in_flight: deque[Call] = deque()
         ours, theirs = socket.socketpair()
         environment = {**plan.environment(spec.index), WORKER_ENV: "1"}
         with theirs:
@@ -200,7 +190,7 @@ class _Worker:
         self.channel.close()
 
 
-class ProcessPoolBackend(WorkerBackend):
+class ProcessPoolBackend(WorkerBackend["_Worker"]):
     """Runs a ClientApp, imported by ``client_ref``, in a pool of worker processes.
 
     ``private_memory``: each worker makes itself non-dumpable before it imports the
@@ -209,6 +199,10 @@ class ProcessPoolBackend(WorkerBackend):
     """
 
     start_timeout = START_TIMEOUT
+    pipeline_depth = PIPELINE_DEPTH
+    pipeline_bytes = PIPELINE_BYTES
+    short_task = SHORT_TASK
+    exact_deaths = True  # its outcomes arrive in order, and are read before end-of-file
 
     def __init__(
         self,
@@ -223,12 +217,11 @@ class ProcessPoolBackend(WorkerBackend):
         max_value_len: int = MAX_VALUE_LEN,
         private_memory: bool = False,
     ) -> None:
-        super().__init__()
+        super().__init__(clock)
         self._client_ref = client_ref
         self._private_memory = private_memory
         self._search_path = search_path
         self._plan = plan
-        self._clock = clock
         self._inline_limit = inline_limit
         self._space = SegmentSpace() if space is None else space.subspace()
         self._spawn = spawn
@@ -308,63 +301,22 @@ class ProcessPoolBackend(WorkerBackend):
         assert self._task_group is not None
         self._task_group.start_soon(self._drive, worker, name=f"worker-{index}-driver")
 
-    async def _drive(self, worker: _Worker) -> None:
-        """Feed one worker jobs, keeping its pipeline full, and settle them as they return."""
-        in_flight = worker.in_flight
-        depth = 1
-        while True:
-            if not in_flight:
-                try:
-                    job = await self._jobs_out.receive()
-                except anyio.EndOfStream:
-                    return
-                if worker.process.poll() is not None:
-                    # It died while idle (killed, its exec gone, the OOM killer): the job
-                    # never reached it, and goes to its replacement rather than failing.
-                    log.warning("worker %d died while idle; replacing it", worker.index)
-                    await self._retire(worker, [job])
-                    return
-                await self._send(worker, in_flight, job)
-                del job
-                started = self._clock.now()
-            while len(in_flight) < depth and _bytes(in_flight) < PIPELINE_BYTES:
-                try:
-                    await self._send(worker, in_flight, self._jobs_out.receive_nowait())
-                except anyio.WouldBlock:
-                    break
-            if not in_flight:
-                continue
-            # No local names a job: a settled one, its content and reply, must not stay
-            # alive here until the next job comes (a node's model is hundreds of MB).
-            remaining = in_flight[0].message.metadata.expires_at - self._clock.now()
-            try:
-                with self._clock.move_on_after(remaining) as deadline:
-                    outcomes = await worker.receive()
-            except WorkerDied as died:
-                in_flight[0].fail(ErrorCode.CLIENT_APP_CRASHED, f"the ClientApp crashed: {died}")
-                await self._retire(worker, list(in_flight)[1:])
-                return
-            if deadline.cancelled_caught:
-                reason = (
-                    f"the ClientApp was still running when the message's TTL of "
-                    f"{in_flight[0].message.metadata.ttl:g} s ran out; its worker was stopped"
-                )
-                in_flight[0].fail(ErrorCode.MESSAGE_UNAVAILABLE, reason)
-                await self._retire(worker, list(in_flight)[1:])
-                return
-            for data in outcomes:
-                self._settle(worker, in_flight.popleft(), data)
-            now = self._clock.now()
-            short = (now - started) / len(outcomes) < SHORT_TASK
-            depth, started = (PIPELINE_DEPTH if short else 1), now
+    def _alive(self, worker: _Worker) -> bool:
+        return worker.process.poll() is None
 
-    async def _send(self, worker: _Worker, in_flight: deque[Job], job: Job) -> None:
-        if job.message.metadata.expires_at <= self._clock.now():
-            job.fail(ErrorCode.MESSAGE_UNAVAILABLE, "the message expired before a worker was free")
-            return
-        in_flight.append(job)
+    async def _send(self, worker: _Worker, in_flight: deque[Call], jobs: list[Job]) -> None:
+        in_flight.append(Call(jobs))
         with contextlib.suppress(OSError):  # a worker that is gone shows in the next receive
-            await worker.send(job.task)
+            for job in jobs:
+                await worker.send(job.task)
+
+    async def _collect(self, worker: _Worker, in_flight: deque[Call]) -> Collected:
+        outcomes = await worker.receive()
+        for data in outcomes:
+            (job,) = in_flight.popleft().jobs
+            self._settle(worker, job, data)
+            del job
+        return Collected(len(outcomes))
 
     def _settle(self, worker: _Worker, job: Job, data: bytes) -> None:
         segment = pointer_target(data)
@@ -376,10 +328,7 @@ class ProcessPoolBackend(WorkerBackend):
         weakref.finalize(mapped, worker.releases.append, segment)
         job.settle(*unpack_outcome(memoryview(mapped), self._limits))
 
-    async def _retire(self, worker: _Worker, unstarted: list[Job]) -> None:
-        """Replace a worker that died or overran a TTL; its ``unstarted`` jobs go back in line."""
-        for job in unstarted:
-            self._jobs_in.send_nowait(job)
+    async def _retire(self, worker: _Worker) -> None:
         worker.kill()
         worker.close()
         self._workers.discard(worker)
@@ -410,10 +359,6 @@ class ProcessPoolBackend(WorkerBackend):
         if bulk_bytes(content) <= self._inline_limit // 2:
             return None
         return self._space.write_content(content)
-
-
-def _bytes(jobs: deque[Job]) -> int:
-    return sum(len(job.task) for job in jobs)
 
 
 def _stop(workers: list[_Worker], grace: float) -> None:

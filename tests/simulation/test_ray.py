@@ -82,9 +82,9 @@ def _calls(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
     calls: list[list[int]] = []
     send = ray_backend.RayBackend._send
 
-    def recorded(self: Any, actor: Any, in_flight: Any, jobs: list[Any]) -> None:
+    async def recorded(self: Any, actor: Any, in_flight: Any, jobs: list[Any]) -> None:
         calls.append([job.message.metadata.dst_node_id for job in jobs])
-        send(self, actor, in_flight, jobs)
+        await send(self, actor, in_flight, jobs)
 
     monkeypatch.setattr(ray_backend.RayBackend, "_send", recorded)
     return calls
