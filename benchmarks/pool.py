@@ -11,8 +11,8 @@ from __future__ import annotations
 import multiprocessing
 from multiprocessing.pool import Pool
 
-from fedcore.simulation.backends.sizing import plan_pool
 from fedcore.simulation.resources import Resources
+from fedcore.workers.sizing import plan_pool
 
 
 def spawn_pool() -> Pool:

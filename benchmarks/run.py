@@ -43,7 +43,7 @@ WORKLOADS = {
     "install": "benchmarks.install",
 }
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-"""fedcore's (fedcore.simulation.backends.threads), named here because importing that
+"""fedcore's (fedcore.workers.threads), named here because importing that
 module loads the simulation package, and with it numpy, which reads them; checked
 against fedcore's once it is imported."""
 
@@ -63,7 +63,7 @@ def case(workload: str, variant: str) -> dict[str, Any]:
     module = importlib.import_module(WORKLOADS[workload])
     row: dict[str, Any] = {"workload": workload, "variant": variant}
     if workload.startswith("W4"):
-        from fedcore.simulation.backends import threads
+        from fedcore.workers import threads
 
         assert threads.THREAD_VARIABLES == THREAD_VARIABLES
         row["workers"] = module.workers()

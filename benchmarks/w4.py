@@ -29,10 +29,10 @@ import numpy as np
 from sklearn.datasets import load_digits
 
 import fedcore as fc
-from fedcore.simulation.backends.sizing import plan_pool
 from fedcore.simulation.resources import Resources
 from fedcore.strategy import FedAvg
 from fedcore.testing.deployment import FEDCORE
+from fedcore.workers.sizing import plan_pool
 
 ROOT = Path(__file__).resolve().parent.parent
 NODES, PER_ROUND, ROUNDS, EPOCHS = 100, 20, 10, 2

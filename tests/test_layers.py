@@ -38,6 +38,8 @@ ALLOWED: dict[str, set[str]] = {
     "apps": BASE | {"domain"},
     "mods": {"errors", "domain", "wire", "apps", "privacy"},
     "state": BASE | {"domain", "wire"},
+    # apps: a worker loads its ClientApp, in the environment of app processes.
+    "workers": BASE | {"domain", "wire", "apps"},
     "strategy": BASE | {"domain", "apps", "privacy"},
     "transport": BASE | {"domain", "wire", "auth", "state", "apps"},
     "roles": BASE | {"domain", "wire", "auth", "state", "transport", "apps"},
@@ -45,22 +47,23 @@ ALLOWED: dict[str, set[str]] = {
     # wire: its round checkpoint is kept in the wire encoding of a RecordDict.
     "results": BASE | {"domain", "strategy", "wire"},
     # strategy: the progress display renders the round driver's RoundReports.
-    "simulation": BASE | {"domain", "wire", "state", "transport", "apps", "strategy", "results"},
+    "simulation": BASE
+    | {"domain", "wire", "state", "transport", "apps", "strategy", "results", "workers"},
     # strategy: the ServerApp process reads its strategy's last RoundReport; results: it
     # reports the run's record in the form of a results directory.
     "runtime": BASE
-    | {"domain", "wire", "auth", "state", "transport", "apps", "roles", "simulation", "strategy"}
-    | {"results"},
+    | {"domain", "wire", "auth", "state", "transport", "apps", "roles", "strategy", "results"}
+    | {"workers"},
     # Flower's legacy API, translated onto the Message API: its apps, strategies and
     # start_simulation run on fedcore's own.
     "legacy": BASE | {"domain", "apps", "strategy", "simulation", "results", "privacy"},
     # Not roles nor transport: the runtime wires them (runtime/serve.py, control_client.py).
     "cli": BASE
-    | {"domain", "wire", "auth", "state", "apps", "simulation", "runtime"}
+    | {"domain", "wire", "auth", "state", "apps", "simulation", "runtime", "workers"}
     | {"strategy", "mods", "results", "legacy", "__init__"},
     "testing": BASE
     | {"domain", "wire", "auth", "state", "transport", "apps", "simulation", "strategy", "mods"}
-    | {"runtime", "results", "legacy"},
+    | {"runtime", "results", "legacy", "workers"},
     "__init__": {"apps", "domain", "simulation", "lazy"},
 }
 

@@ -167,7 +167,7 @@ def test_simulate_and_its_workers_import_no_deployment_code(tmp_path: Path) -> N
     )
     # A worker loads its ClientApp, not the engine that drives it.
     engine = ("fedcore.simulation.engine", "fedcore.simulation.simulate", "fedcore.state")
-    engine += ("fedcore.simulation.backends.process_pool", "fedcore.simulation.progress")
+    engine += ("fedcore.workers.pool", "fedcore.simulation.progress")
     assert [offending(worker, engine) for worker in workers] == [[], []]
 
 

@@ -387,7 +387,7 @@ def _resources(
 def _system(cpus: float | None, gpus: float | None) -> Resources | None:
     """The machine's resources with the given overrides, or ``None`` to detect both."""
     from fedcore.simulation import Resources
-    from fedcore.simulation.backends.sizing import detect_cpus, detect_gpus
+    from fedcore.workers.sizing import detect_cpus, detect_gpus
 
     if cpus is None and gpus is None:
         return None

@@ -7,7 +7,7 @@ wrong secret ends it at once), runs the ServerApp launcher over
 :class:`~fedcore.transport.http.exec.HttpExecClient`, writes the ready file and serves
 until cancelled. Leaving ends the ServerApp processes it started. For a node
 (``--exec-socket``), :func:`serve_node_exec` starts the node's ClientApp processes when
-the node asks on a Unix socket (:mod:`fedcore.transport.spawn`).
+the node asks on a Unix socket (:mod:`fedcore.workers.spawn`).
 
 The secret it shares with the link is in a file both read
 (:func:`fedcore.auth.secret_files.read_secret`).
@@ -30,9 +30,8 @@ from fedcore.errors import UsageError
 from fedcore.roles.exec.launcher import LaunchSettings, ServerAppLauncher, patiently
 from fedcore.runtime.addresses import Address
 from fedcore.runtime.ready import write_ready_file
-from fedcore.simulation.backends.process_pool import worker_command
 from fedcore.transport.http.exec import HttpExecClient
-from fedcore.transport.spawn import serve_spawner
+from fedcore.workers.spawn import serve_spawner, worker_command
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ worker, so a crash is answered with code 8 and a replacement starts, and a messa
 past its TTL gets code 3 — writes the ready file once registered, and serves until
 cancelled. With an exec of its own (``exec_socket``: ``fedcore serve --role exec
 --exec-socket``, for process isolation) the pool asks that exec to start each
-ClientApp process (:mod:`fedcore.transport.spawn`) instead of starting it itself.
+ClientApp process (:mod:`fedcore.workers.spawn`) instead of starting it itself.
 Either way a ClientApp process gets the minimal environment of app processes, no
 secret of the node's (:mod:`fedcore.apps.environment`), and makes itself
 non-dumpable (:mod:`fedcore.non_dumpable`) before it imports the ClientApp.
@@ -25,7 +25,7 @@ ClientApp process maps. Each segment goes with its content; whatever is left goe
 when the node stops.
 
 Each ClientApp process runs as many compute threads (BLAS, OpenMP, torch) as it has
-CPUs (:mod:`fedcore.simulation.backends.threads`): ``num_cpus`` if the operator gave
+CPUs (:mod:`fedcore.workers.threads`): ``num_cpus`` if the operator gave
 it, else the CPUs this node may run on shared among the ``max_concurrent`` processes
 that may train at once (at least one thread each). A node alone on its machine
 lets its one ClientApp use every core, and its processes together run no more
@@ -56,17 +56,13 @@ from fedcore.roles.node import ClientAppRunner, Node, RunnerFactory
 from fedcore.runtime.addresses import Address
 from fedcore.runtime.ready import write_ready_file
 from fedcore.runtime.work_dir import hold_work_dir
-from fedcore.simulation.backends.process_pool import (
-    ProcessPoolBackend,
-    Spawn,
-    spawn_local,
-)
-from fedcore.simulation.backends.shared_memory import SegmentSpace
-from fedcore.simulation.backends.sizing import PoolPlan, detect_cpus
-from fedcore.simulation.backends.threads import thread_count
 from fedcore.transport.grpc.client import GrpcFleetClient
-from fedcore.transport.spawn import spawn_remote
 from fedcore.wire import MAX_VALUE_LEN
+from fedcore.workers.pool import ProcessPoolBackend
+from fedcore.workers.shared_memory import SegmentSpace
+from fedcore.workers.sizing import PoolPlan, detect_cpus
+from fedcore.workers.spawn import Spawn, spawn_local, spawn_remote
+from fedcore.workers.threads import thread_count
 
 log = logging.getLogger(__name__)
 

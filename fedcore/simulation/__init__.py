@@ -1,7 +1,7 @@
 """The simulation runtime: one process, many virtual nodes, a pluggable backend.
 
-Each name is imported from its module on first use: a process-pool worker lives in
-this package (:mod:`fedcore.simulation.backends.worker`), and loading its ClientApp
+Each name is imported from its module on first use: a Ray actor imports this
+package (:mod:`fedcore.simulation.backends.ray_tasks`), and loading its ClientApp
 needs none of the engine, the link state or the progress display.
 """
 

@@ -37,11 +37,11 @@ from fedcore.domain import (
     RunStatus,
 )
 from fedcore.errors import CheckpointError, StateError, ValueTooLargeError
-from fedcore.simulation.backends.base import Backend
 from fedcore.state.base import LinkState
 from fedcore.transport.grid import LinkGrid
 from fedcore.wire import MAX_VALUE_LEN
 from fedcore.wire.records import check_value_sizes
+from fedcore.workers.base import Backend
 
 log = logging.getLogger(__name__)
 

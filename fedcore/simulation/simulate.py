@@ -34,14 +34,14 @@ from fedcore.results.resume import Resumption, open_resumption
 from fedcore.results.run_record import results_record
 from fedcore.results.trackers import create_trackers
 from fedcore.simulation.backends import DEFAULT_BACKEND, create_backend
-from fedcore.simulation.backends.shared_memory import remove_process_segments
-from fedcore.simulation.backends.worker import WORKER_ENV
 from fedcore.simulation.engine import SimulationEngine, SimulationResult
 from fedcore.simulation.progress import showing_progress, summary
 from fedcore.simulation.resources import Resources
 from fedcore.state.memory import InMemoryLinkState
 from fedcore.strategy.arguments import positive
 from fedcore.wire import MAX_VALUE_LEN
+from fedcore.workers.shared_memory import remove_process_segments
+from fedcore.workers.worker import WORKER_ENV
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import pytest
 from fedcore.testing.deployment import Deployment, Server, printed_objects
 
 CHAOS_APP = Path(__file__).resolve().parent / "chaos_app"
-WORKER = b"fedcore.simulation.backends.worker"
+WORKER = b"fedcore.workers.worker"
 
 pytestmark = pytest.mark.timeout(180)
 

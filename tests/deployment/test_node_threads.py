@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from fedcore.simulation.backends.sizing import detect_cpus
-from fedcore.simulation.backends.threads import THREAD_VARIABLES, thread_count
 from fedcore.testing.deployment import Deployment
+from fedcore.workers.sizing import detect_cpus
+from fedcore.workers.threads import THREAD_VARIABLES, thread_count
 
 THREADS_APP = Path(__file__).resolve().parent / "threads_app"
 

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from fedcore.domain import ArrayRecord, Context, Message, RecordDict
-from fedcore.simulation.backends.process_pool import ProcessPoolBackend
-from fedcore.simulation.backends.shared_memory import SegmentSpace
-from fedcore.simulation.backends.sizing import PoolPlan
 from fedcore.testing import FakeClock
 from fedcore.wire import pack_recorddict_parts, parts_size
+from fedcore.workers.pool import ProcessPoolBackend
+from fedcore.workers.shared_memory import SegmentSpace
+from fedcore.workers.sizing import PoolPlan
 
 pytestmark = pytest.mark.anyio
 

@@ -23,7 +23,7 @@ import pytest
 from interrupt_apps import client
 
 import fedcore as fc
-from fedcore.simulation.backends.shared_memory import ROOT
+from fedcore.workers.shared_memory import ROOT
 
 HERE = Path(__file__).parent
 FEDCORE = Path(sys.executable).with_name("fedcore")

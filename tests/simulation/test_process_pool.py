@@ -20,10 +20,8 @@ from anyio._backends._asyncio import WorkerThread
 from pool_apps import client
 
 import fedcore as fc
-from fedcore.domain import ErrorCode
-from fedcore.errors import AppLoadError
-from fedcore.simulation.backends.process_pool import PIPELINE_DEPTH
-from fedcore.simulation.backends.shared_memory import ROOT
+from fedcore.workers.pool import PIPELINE_DEPTH
+from fedcore.workers.shared_memory import ROOT
 
 pytestmark = pytest.mark.anyio
 
@@ -51,7 +49,7 @@ def _workers() -> set[int]:
     found = set()
     for pid in _children():
         try:
-            if b"fedcore.simulation.backends.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if b"fedcore.workers.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 found.add(pid)
         except FileNotFoundError:
             continue
@@ -88,59 +86,6 @@ def _ask(message_type: str, **config: float) -> Any:
         return await grid.send_and_receive([fc.Message(content, n, message_type) for n in nodes])
 
     return main
-
-
-async def test_workers_are_warm_and_set_up_once() -> None:
-    replies = (await fc.simulate(_app(_ask("query.whoami")), nodes=40, max_workers=2, seed=0)).value
-    metrics = [reply.content["metrics"] for reply in replies]
-    pids = {m["pid"] for m in metrics}
-    assert len(pids) == 2
-    assert {m["setups"] for m in metrics} == {1}
-
-
-async def test_a_crashed_worker_costs_one_reply_and_is_replaced() -> None:
-    async def main(grid: fc.Grid, context: fc.Context) -> tuple[list[fc.Message], list[fc.Message]]:
-        nodes = await grid.get_node_ids()
-        crash = [fc.Message(fc.RecordDict(), n, "query.crash") for n in nodes]
-        first = await grid.send_and_receive(crash)
-        after = [fc.Message(fc.RecordDict(), n, "query.whoami") for n in nodes]
-        return first, await grid.send_and_receive(after)
-
-    crashed, after = (await fc.simulate(_app(main), nodes=6, max_workers=2, seed=0)).value
-    errors = [reply.error for reply in crashed if reply.has_error()]
-    assert [error.code for error in errors] == [ErrorCode.CLIENT_APP_CRASHED]
-    assert "exited with status 3" in errors[0].reason
-    assert sum(reply.has_content() for reply in crashed) == 5
-    assert all(reply.has_content() for reply in after)
-
-
-async def test_a_worker_killed_mid_round_is_replaced_and_the_round_completes() -> None:
-    """SIGKILL from outside (as the OOM killer would) while a worker runs a task.
-
-    The first task is quick and the others take a second: when the quick reply is in,
-    the other worker is one task into a second's work, however busy the machine."""
-
-    async def main(grid: fc.Grid, context: fc.Context) -> list[fc.Message]:
-        nodes = await grid.get_node_ids()
-        messages = [
-            fc.Message(fc.RecordDict({"config": fc.ConfigRecord({"seconds": 1.0 if i else 0.0})}),
-                       n, "query.slow")
-            for i, n in enumerate(nodes)
-        ]  # fmt: skip
-        ids = await grid.push_messages(messages)
-        replies = []
-        async for reply in grid.receive(ids):
-            if not replies:
-                victim = next(pid for pid in _workers() if pid != reply.content["metrics"]["pid"])
-                os.kill(victim, signal.SIGKILL)
-            replies.append(reply)
-        return replies
-
-    replies = (await fc.simulate(_app(main), nodes=4, max_workers=2, seed=0)).value
-    errors = [reply.error for reply in replies if reply.has_error()]
-    assert len(replies) == 4
-    assert [error.code for error in errors] == [ErrorCode.CLIENT_APP_CRASHED]
-    assert "killed by SIGKILL" in errors[0].reason
 
 
 async def test_a_worker_killed_while_idle_costs_no_reply() -> None:
@@ -185,40 +130,6 @@ async def test_workers_outlive_the_idle_threads_anyio_retires(
     assert {reply.content["metrics"]["pid"] for reply in replies} == first
 
 
-async def test_a_client_app_past_its_ttl_is_stopped_and_answered() -> None:
-    async def main(grid: fc.Grid, context: fc.Context) -> list[fc.Message]:
-        nodes = await grid.get_node_ids()
-        messages = [fc.Message(fc.RecordDict(), n, "query.hang", ttl=1.0) for n in nodes]
-        return await grid.send_and_receive(messages)
-
-    with anyio.fail_after(20):
-        replies = (await fc.simulate(_app(main), nodes=3, max_workers=2, seed=0)).value
-    errors = [reply.error for reply in replies if reply.has_error()]
-    assert [error.code for error in errors] == [ErrorCode.MESSAGE_UNAVAILABLE]
-    assert sum(reply.has_content() for reply in replies) == 2
-
-
-async def test_cancelling_the_simulation_leaves_nothing_behind() -> None:
-    async def main(grid: fc.Grid, context: fc.Context) -> None:
-        nodes = await grid.get_node_ids()
-        await grid.send_and_receive([fc.Message(fc.RecordDict(), n, "query.hang") for n in nodes])
-
-    with anyio.move_on_after(3) as scope:
-        await fc.simulate(_app(main), nodes=2, max_workers=2, seed=0)
-    assert scope.cancelled_caught
-
-
-async def test_a_failing_server_app_leaves_nothing_behind() -> None:
-    async def main(grid: fc.Grid, context: fc.Context) -> None:
-        await grid.send_and_receive(
-            [fc.Message(fc.RecordDict(), n, "query.whoami") for n in await grid.get_node_ids()]
-        )
-        raise RuntimeError("the author's bug")
-
-    with pytest.raises(RuntimeError, match="the author's bug"):
-        await fc.simulate(_app(main), nodes=2, max_workers=2, seed=0)
-
-
 async def test_fractional_gpus_pack_workers_onto_devices() -> None:
     replies = (
         await fc.simulate(
@@ -235,29 +146,6 @@ async def test_fractional_gpus_pack_workers_onto_devices() -> None:
         by_pid.setdefault(metrics["pid"], set()).add(metrics["device"])  # type: ignore[arg-type]
     assert len(by_pid) == 4
     assert sorted(device for devices in by_pid.values() for device in devices) == [0, 0, 1, 1]
-
-
-async def test_a_lifespan_that_fails_is_one_clear_error(tmp_path: Path) -> None:
-    (tmp_path / "failing_lifespan_mod.py").write_text(
-        textwrap.dedent(
-            """\
-            import fedcore as fc
-            client = fc.ClientApp()
-            server = fc.ServerApp()
-
-            @client.lifespan()
-            def lifespan():
-                raise OSError("dataset not found")
-                yield
-            """
-        )
-    )
-    (tmp_path / "pyproject.toml").write_text(
-        '[tool.fedcore.app]\nserver = "failing_lifespan_mod:server"\n'
-        'client = "failing_lifespan_mod:client"\n'
-    )
-    with pytest.raises(AppLoadError, match="lifespan raised OSError: dataset not found"):
-        await fc.simulate(tmp_path, nodes=2, max_workers=1)
 
 
 def test_a_script_must_guard_its_simulation(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 import fedcore as fc
-from fedcore.simulation.backends.threads import THREAD_VARIABLES, thread_count
+from fedcore.workers.threads import THREAD_VARIABLES, thread_count
 
 pytestmark = pytest.mark.anyio
 

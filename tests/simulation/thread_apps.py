@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import fedcore as fc
-from fedcore.simulation.backends.threads import THREAD_VARIABLES
+from fedcore.workers.threads import THREAD_VARIABLES
 
 client = fc.ClientApp()
 

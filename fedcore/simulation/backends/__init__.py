@@ -1,8 +1,9 @@
 """Simulation backends; ``create_backend`` picks one by name.
 
-A backend's module is imported when it is chosen, and the package imports none: the
-process pool's workers live here (:mod:`.worker`), and need neither backend; Ray is
-imported only by the ``ray`` backend, an optional extra.
+A backend's module is imported when it is chosen, and the package imports none: a
+Ray actor imports this package, and Ray is imported only by the ``ray`` backend, an
+optional extra. The process backend is :mod:`fedcore.workers.pool`, which a deployed
+node runs on too.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from fedcore.errors import UsageError
 if TYPE_CHECKING:
     from fedcore.apps.loading import LoadedApp
     from fedcore.clock import Clock
-    from fedcore.simulation.backends.base import Backend
     from fedcore.simulation.resources import Resources
+    from fedcore.workers.base import Backend
 
 BACKENDS = ("process", "inline", "ray")
 DEFAULT_BACKEND = "process"
@@ -60,8 +61,8 @@ def create_backend(
         return _ray_backend(
             app, app.client_ref, resources, clock, system, max_workers, ray_address, max_value_len
         )
-    from fedcore.simulation.backends.process_pool import ProcessPoolBackend
-    from fedcore.simulation.backends.sizing import plan_pool
+    from fedcore.workers.pool import ProcessPoolBackend
+    from fedcore.workers.sizing import plan_pool
 
     plan = plan_pool(resources, system, max_workers)
     return ProcessPoolBackend(

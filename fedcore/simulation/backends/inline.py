@@ -45,7 +45,7 @@ from fedcore.domain import (
     RecordDict,
 )
 from fedcore.domain.message import mark_delivered
-from fedcore.simulation.backends.base import Backend
+from fedcore.workers.base import Backend
 
 log = logging.getLogger(__name__)
 

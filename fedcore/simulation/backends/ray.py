@@ -5,33 +5,27 @@ Theory of operation. Entering the backend opens the Ray it runs on
 counts the actors of the ClientApp's ``Resources`` its nodes can place, and creates
 them (:mod:`.ray_actor`), each with ``num_cpus`` and ``num_gpus`` as Ray reserves them
 — a fraction of a GPU shares a device, Ray setting each actor's
-``CUDA_VISIBLE_DEVICES`` — and the thread caps of :mod:`.threads`, which the actor
+``CUDA_VISIBLE_DEVICES`` — and the thread caps of :mod:`fedcore.workers.threads`, which the actor
 sets itself before anything loads numpy (not a ``runtime_env``, which would cost each
 actor a worker process started for it). Each actor imports the ClientApp and runs its
 lifespan's setup once; one that fails to import ends the simulation right there with
 its one line.
 
-:meth:`RayBackend.run` queues each message as a job; each actor has a driver task that
-sends it jobs in batches — several tasks in one actor call, as one Ray call costs about
-a millisecond on two cores (several under load), more than a small ClientApp's whole
-task — and settles each job as its batch's outcomes come back, in order. The batch
-grows as TCP's slow start does: one job after the queue ran dry (a new round, maybe of
-another kind of task), then twice as many after each batch whose tasks the actor
-timed under :data:`SHORT_TASK` each, up to :data:`MAX_BATCH`, with
-:data:`PIPELINE_DEPTH` calls in flight; one job per call again once a task takes
-longer, so that long tasks (real training) spread over the actors one by one. The
-actor ends a batch early when it has run long or its replies grew large
-(:mod:`.ray_tasks`): the jobs it left go back to the queue, and its next batch is as
-large as what it ran. A task is the worker
-protocol's bytes (:mod:`fedcore.wire.worker`); a content whose arrays are large goes
-into the object store once (``ray.put``, off the event loop) and every task that
-carries it — a round's model, sent to every sampled node — refers to that one object,
-passed once per call, which Ray frees once the content is garbage-collected and its
-last task is done. Outcomes come back as one ``uint8`` array of msgpack frames per
-call: on the driver's node Ray hands a large one over as a view of its shared memory,
-and the replies' arrays are views of that, so replies cost their own size (a batch's
-at most ``BATCH_BYTES`` and one more reply, together), until the strategy has folded
-them in and let them go. Nothing of the app's is pickled either way.
+The scheduler (:mod:`fedcore.workers.scheduler`) sends each actor its jobs in batches —
+several tasks in one actor call, as one Ray call costs more than a small ClientApp's
+whole task — growing up to :data:`MAX_BATCH` jobs, with :data:`PIPELINE_DEPTH` calls in
+flight, while the actor times its tasks under :data:`SHORT_TASK` each; so long tasks
+(real training) spread over the actors one by one. The actor ends a batch early when it
+has run long or its replies grew large (:mod:`.ray_tasks`): the jobs it left go back to
+the queue. A task is the worker protocol's bytes (:mod:`fedcore.wire.worker`); a content
+whose arrays are large goes into the object store once (``ray.put``, off the event loop)
+and every task that carries it — a round's model, sent to every sampled node — refers to
+that one object, passed once per call, which Ray frees once the content is
+garbage-collected and its last task is done. Outcomes come back as one ``uint8`` array
+of msgpack frames per call: on the driver's node Ray hands a large one over as a view of
+its shared memory, and the replies' arrays are views of that, so replies cost their own
+size (a batch's at most ``BATCH_BYTES`` and one more reply, together), until the
+strategy has folded them in and let them go. Nothing of the app's is pickled either way.
 
 The app reaches every node. Run on a cluster (an address), an app directory target
 is the Ray job's working directory: Ray ships it to each node (``.gitignore`` and
@@ -67,14 +61,11 @@ of the run's own stops with its processes.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import math
 import os
 import sys
 import weakref
 from collections import Counter, deque
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,9 +75,8 @@ import numpy as np
 import ray
 
 from fedcore.clock import Clock
-from fedcore.domain import Context, Error, ErrorCode, Message, RecordDict
+from fedcore.domain import Context, Message, RecordDict
 from fedcore.errors import AppLoadError, ResourceError
-from fedcore.simulation.backends.base import WorkerBackend
 from fedcore.simulation.backends.ray_actor import ClientActor
 from fedcore.simulation.backends.ray_cluster import (
     RaySession,
@@ -96,12 +86,20 @@ from fedcore.simulation.backends.ray_cluster import (
     plan_actors,
 )
 from fedcore.simulation.backends.ray_tasks import STORED
-from fedcore.simulation.backends.threads import THREAD_VARIABLES, thread_count
-from fedcore.simulation.backends.worker import WORKER_ENV
 from fedcore.simulation.resources import Resources
 from fedcore.wire import MAX_VALUE_LEN, DecodeLimits, pack_recorddict_parts
 from fedcore.wire.records import bulk_bytes
 from fedcore.wire.worker import pack_task, unpack_outcome, unpack_outcomes
+from fedcore.workers.scheduler import (
+    Call,
+    CallFailed,
+    Collected,
+    Job,
+    WorkerBackend,
+    WorkerDied,
+)
+from fedcore.workers.threads import THREAD_VARIABLES, thread_count
+from fedcore.workers.worker import WORKER_ENV
 
 log = logging.getLogger(__name__)
 
@@ -123,43 +121,11 @@ _NODES_SHOWN = 8
 
 
 @dataclass(eq=False)
-class _Job:
-    """One task on its way through an actor, and what came back."""
-
-    message: Message
-    task: bytes
-    content: Any  # the ObjectRef of the content in the object store, or None
-    alone: bool = False  # it was in a batch that failed as a whole: it runs in a call of its own
-    done: anyio.Event = field(default_factory=anyio.Event)
-    reply: Message | None = None
-    state: RecordDict | None = None
-
-    def settle(self, reply: Message, state: RecordDict | None = None) -> None:
-        self.reply, self.state = reply, state
-        self.done.set()
-
-    def fail(self, code: ErrorCode, reason: str) -> None:
-        self.settle(Message(error=Error(int(code), reason), reply_to=self.message))
-
-
-@dataclass(eq=False)
-class _Batch:
-    """Jobs sent to an actor in one call, and the ObjectRef of their outcomes."""
-
-    jobs: list[_Job]
-    ref: Any
-
-    @property
-    def expires_at(self) -> float:
-        return min(job.message.metadata.expires_at for job in self.jobs)
-
-
-@dataclass(eq=False)
 class _Actor:
     handle: Any
     node_id: str = ""
     pid: int = 0
-    in_flight: deque[_Batch] = field(default_factory=deque)
+    in_flight: deque[Call] = field(default_factory=deque)
 
 
 @dataclass
@@ -170,10 +136,15 @@ class _Stored:
     ref: Any = None
 
 
-class RayBackend(WorkerBackend):
+class RayBackend(WorkerBackend["_Actor"]):
     """Runs a ClientApp, imported by ``client_ref``, in Ray actors sized by ``resources``."""
 
     start_timeout = START_TIMEOUT
+    worker_name = "Ray actor"
+    worker_word = "actor"
+    max_batch = MAX_BATCH
+    pipeline_depth = PIPELINE_DEPTH
+    short_task = SHORT_TASK
 
     def __init__(
         self,
@@ -187,10 +158,10 @@ class RayBackend(WorkerBackend):
         max_workers: int | None = None,
         max_value_len: int = MAX_VALUE_LEN,
     ) -> None:
+        super().__init__(clock)
         self._client_ref = client_ref
         self._app_dir = app_dir
         self._resources = resources
-        self._clock = clock
         self._address = address
         self._system = system
         self._max_workers = max_workers
@@ -202,7 +173,6 @@ class RayBackend(WorkerBackend):
         self._stored: dict[int, _Stored] = {}
         self._ran: Counter[str] = Counter()
         self._names: dict[str, str] = {}
-        self._jobs_in, self._jobs_out = anyio.create_memory_object_stream[_Job](math.inf)
         self._options: dict[str, Any] = {}
         self._arguments: tuple[Any, ...] = ()
 
@@ -243,27 +213,16 @@ class RayBackend(WorkerBackend):
         self._created.clear()
         self._actors.clear()
         self._stored.clear()
-        self._jobs_in.close()
-        self._jobs_out.close()
         if self._ran:
             log.info("ray: %s", self._placement())
         if self._session is not None:
             session, self._session = self._session, None
             await close_session(session)
 
-    async def run(self, message: Message, context: Context) -> tuple[Message, Context]:
+    async def _job(self, message: Message, context: Context) -> Job:
         content = await self._store(message.content)
         parts = pack_task(message, context, content_segment=None if content is None else STORED)
-        job = _Job(message, b"".join(parts), content)
-        try:
-            self._jobs_in.send_nowait(job)
-        except anyio.ClosedResourceError:
-            job.fail(ErrorCode.CLIENT_APP_CRASHED, "no Ray actor is left to run the ClientApp")
-        await job.done.wait()
-        assert job.reply is not None
-        if job.state is not None:
-            context.state = job.state
-        return job.reply, context
+        return Job(message, b"".join(parts), content)
 
     # Actors -------------------------------------------------------------------------
 
@@ -314,107 +273,7 @@ class RayBackend(WorkerBackend):
         assert self._task_group is not None
         self._task_group.start_soon(self._drive, actor, name=f"ray-actor-{pid}-driver")
 
-    async def _drive(self, actor: _Actor) -> None:
-        """Feed one actor batches of jobs, sized as its tasks go, and settle them as they return."""
-        in_flight = actor.in_flight
-        held: _Job | None = None  # a job to run alone, waiting for the actor to have none
-        size = 1
-        try:
-            while True:
-                if not in_flight:
-                    job, held = held, None
-                    if job is None:
-                        try:
-                            job = self._jobs_out.receive_nowait()
-                        except anyio.WouldBlock:
-                            try:
-                                job = await self._jobs_out.receive()
-                            except anyio.EndOfStream:
-                                return
-                            size = 1  # the queue ran dry: what comes may be another kind of task
-                        except anyio.EndOfStream:
-                            return
-                    held = self._submit(actor, in_flight, job, size)
-                    del job
-                while held is None and self._may_add(in_flight, size):
-                    try:
-                        job = self._jobs_out.receive_nowait()
-                    except (anyio.WouldBlock, anyio.EndOfStream):
-                        break
-                    held = self._submit(actor, in_flight, job, size)
-                    del job
-                if not in_flight:
-                    continue
-                # No local names a batch once it is settled: its jobs, their contents and
-                # replies, must not stay alive here until the next job comes (a model can
-                # be hundreds of MB).
-                remaining = in_flight[0].expires_at - self._clock.now()
-                try:
-                    with self._clock.move_on_after(remaining) as deadline:
-                        outcome = await in_flight[0].ref
-                except ray.exceptions.RayTaskError as exc:  # fedcore's side of the actor failed
-                    reason = f"the task failed: {_first(exc)}"
-                    self._failed(in_flight.popleft(), reason)
-                    continue
-                except ray.exceptions.RayError as exc:
-                    self._died(in_flight, f"the ClientApp crashed: {_first(exc)}")
-                    await self._retire(actor)
-                    return
-                if deadline.cancelled_caught:
-                    self._overran(in_flight.popleft())
-                    self._requeue(in_flight)  # behind a call still running: not started
-                    in_flight.clear()
-                    await self._retire(actor)
-                    return
-                size = self._settle(actor, in_flight.popleft(), outcome, size)
-                del outcome
-        finally:
-            if held is not None:  # the actor is gone, or the run ends: it goes back in line
-                with contextlib.suppress(anyio.ClosedResourceError):
-                    self._jobs_in.send_nowait(held)
-
-    @staticmethod
-    def _may_add(in_flight: deque[_Batch], size: int) -> bool:
-        """Whether another call may go behind those ``in_flight``: while tasks are short,
-        up to :data:`PIPELINE_DEPTH`, and never behind a job running alone."""
-        if in_flight and in_flight[-1].jobs[0].alone:
-            return False
-        return len(in_flight) < (PIPELINE_DEPTH if size > 1 else 1)
-
-    def _submit(self, actor: _Actor, in_flight: deque[_Batch], job: _Job, size: int) -> _Job | None:
-        """Send ``job`` and up to ``size - 1`` more of the queue to ``actor`` in one call.
-
-        A job that is to run alone goes in a call of its own, with no other call in
-        flight on the actor: then a death while it runs is its doing. Met while
-        other calls are in flight, it ends the filling and is returned, to be held
-        until they are done.
-        """
-        jobs: list[_Job] = []
-        held: _Job | None = None
-        while True:
-            if job.message.metadata.expires_at <= self._clock.now():
-                job.fail(
-                    ErrorCode.MESSAGE_UNAVAILABLE, "the message expired before an actor was free"
-                )
-            elif job.alone:
-                if jobs or in_flight:
-                    held = job
-                else:
-                    self._send(actor, in_flight, [job])
-                break
-            else:
-                jobs.append(job)
-                if len(jobs) >= size:
-                    break
-            try:
-                job = self._jobs_out.receive_nowait()
-            except (anyio.WouldBlock, anyio.EndOfStream):
-                break
-        if jobs:
-            self._send(actor, in_flight, jobs)
-        return held
-
-    def _send(self, actor: _Actor, in_flight: deque[_Batch], jobs: list[_Job]) -> None:
+    async def _send(self, actor: _Actor, in_flight: deque[Call], jobs: list[Job]) -> None:
         contents: dict[int, int] = {}  # each distinct object of the store once, by position
         references: list[Any] = []
         places = []
@@ -427,15 +286,19 @@ class RayBackend(WorkerBackend):
                 references.append(job.content)
             places.append(place)
         tasks = [job.task for job in jobs]
-        in_flight.append(_Batch(jobs, actor.handle.run.remote(tasks, places, *references)))
+        in_flight.append(Call(jobs, actor.handle.run.remote(tasks, places, *references)))
 
-    def _settle(self, actor: _Actor, batch: _Batch, outcome: Any, size: int) -> int:
-        """Settle the jobs of ``batch`` that ran, in order, and queue again those the actor
-        left unrun; return the size of the actor's next batch, after one of ``size``.
-
-        Twice as large after a batch of short tasks that ran whole; as large as what ran
-        of one the actor ended early, tasks short all the same; one after long tasks.
-        """
+    async def _collect(self, actor: _Actor, in_flight: deque[Call]) -> Collected:
+        """Settle the jobs of the first call that ran, in order, and queue again those
+        the actor left unrun (it ends a batch early when it ran long or its replies grew
+        large)."""
+        try:
+            outcome = await in_flight[0].ref
+        except ray.exceptions.RayTaskError as exc:  # fedcore's side of the actor failed
+            raise CallFailed(_first(exc)) from None
+        except ray.exceptions.RayError as exc:
+            raise WorkerDied(_first(exc)) from None
+        batch = in_flight.popleft()
         views, seconds = unpack_outcomes(outcome.data)
         ran = min(len(views), len(batch.jobs))
         for job, view in zip(batch.jobs[:ran], views[:ran], strict=True):
@@ -445,66 +308,7 @@ class RayBackend(WorkerBackend):
         for job in batch.jobs[ran:]:
             self._jobs_in.send_nowait(job)
         self._ran[actor.node_id] += ran
-        if seconds >= SHORT_TASK * ran:
-            return 1
-        return min(size * 2, MAX_BATCH) if ran == len(batch.jobs) else max(ran, 1)
-
-    def _failed(self, batch: _Batch, reason: str) -> None:
-        """Answer a call that raised on fedcore's side of the actor: its one job with code
-        2; a batch's jobs go back to the queue to run alone, so the one that raises is found."""
-        if len(batch.jobs) == 1:
-            batch.jobs[0].fail(ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason)
-            return
-        log.warning("ray: %s, in a batch of %d tasks; they run again, one per call", reason,
-                    len(batch.jobs))  # fmt: skip
-        self._requeue([batch], alone=True)
-
-    def _died(self, in_flight: deque[_Batch], reason: str) -> None:
-        """Answer the calls in flight on an actor that died (see the module's docstring).
-
-        One job alone in flight is the one the actor was running: code 8. Otherwise the
-        death says nothing of which job it was running — nor even of which call: a call
-        that finished may have lost its reply with the process, when the next one ended
-        it — so every job in flight goes back to the queue, to run alone.
-        """
-        if len(in_flight) == 1 and len(in_flight[0].jobs) == 1:
-            in_flight.popleft().jobs[0].fail(ErrorCode.CLIENT_APP_CRASHED, reason)
-            return
-        count = sum(len(batch.jobs) for batch in in_flight)
-        log.warning("ray: %s, with %d tasks in flight; they run again, one per call", reason,
-                    count)  # fmt: skip
-        self._requeue(in_flight, alone=True)
-        in_flight.clear()
-
-    def _overran(self, batch: _Batch) -> None:
-        """Answer the jobs of a call still running when a TTL ran out: those past their
-        TTL with code 3; the others of a batch go back to the queue to run alone."""
-        first = batch.jobs[0].message.metadata
-        if len(batch.jobs) == 1:
-            reason = (
-                f"the ClientApp was still running when the message's TTL of {first.ttl:g} s "
-                "ran out; its actor was stopped"
-            )
-            batch.jobs[0].fail(ErrorCode.MESSAGE_UNAVAILABLE, reason)
-            return
-        now = self._clock.now()
-        for job in batch.jobs:
-            metadata = job.message.metadata
-            if metadata.expires_at <= now:
-                reason = (
-                    f"the message's TTL of {metadata.ttl:g} s ran out while its actor ran a "
-                    f"batch of {len(batch.jobs)} tasks; the actor was stopped"
-                )
-                job.fail(ErrorCode.MESSAGE_UNAVAILABLE, reason)
-            else:
-                self._requeue([_Batch([job], None)], alone=True)
-
-    def _requeue(self, batches: Iterable[_Batch], *, alone: bool = False) -> None:
-        """Put the jobs of ``batches`` back in line, to run alone if ``alone``."""
-        for batch in batches:
-            for job in batch.jobs:
-                job.alone = job.alone or alone
-                self._jobs_in.send_nowait(job)
+        return Collected(ran, whole=ran == len(batch.jobs), seconds=seconds)
 
     async def _retire(self, actor: _Actor) -> None:
         """Replace an actor that died or overran a TTL."""
@@ -518,14 +322,6 @@ class RayBackend(WorkerBackend):
             log.error("ray: could not replace an actor: %s", exc or "it was not placed in time")
             if not self._actors:
                 self._abandon_queued(f"no Ray actor is left to run the ClientApp: {exc}")
-
-    def _abandon_queued(self, reason: str) -> None:
-        self._jobs_in.close()
-        while True:
-            try:
-                self._jobs_out.receive_nowait().fail(ErrorCode.CLIENT_APP_CRASHED, reason)
-            except (anyio.WouldBlock, anyio.EndOfStream):
-                return
 
     async def _stop_lifespans(self) -> None:
         """Let each idle actor run its lifespan's teardown, for up to :data:`STOP_GRACE` s.

@@ -6,16 +6,16 @@ fedcore installed (``pip install 'fedcore[ray]'``) — the app itself travels wi
 run (:mod:`.ray`).
 
 The environment comes first. The backend hands each actor its variables — the thread
-caps of :mod:`.threads`, ``FEDCORE_WORKER`` — as arguments, and ``__init__`` sets them
-before anything in the process has loaded numpy, torch or a BLAS, which read their
-caps once, as they load: Ray's worker loads none of them, and neither does this
-module nor the packages above it, so the caps hold for the ClientApp's imports, which
-come after (``test_the_thread_variables_reach_the_actor_s_blas`` checks). Ray's
-``runtime_env`` would set them before Python starts, but an actor with a
+caps of :mod:`fedcore.workers.threads`, ``FEDCORE_WORKER`` — as arguments, and
+``__init__`` sets them before anything in the process has loaded numpy, torch or a BLAS,
+which read their caps once, as they load: Ray's worker loads none of them, and neither
+does this module nor the packages above it, so the caps hold for the ClientApp's
+imports, which come after (``test_the_thread_variables_reach_the_actor_s_blas`` checks).
+Ray's ``runtime_env`` would set them before Python starts, but an actor with a
 ``runtime_env`` of its own needs a worker process started for it through Ray's
-runtime-env agent, where one without takes a worker Ray started in advance: about 2 s
-against 0.4 s for two actors on two cores. Only then does ``__init__`` import
-:mod:`.ray_tasks`, which loads the ClientApp and runs the tasks.
+runtime-env agent, where one without takes a worker Ray started in advance, several
+times quicker. Only then does ``__init__`` import :mod:`.ray_tasks`, which loads the
+ClientApp and runs the tasks.
 """
 
 from __future__ import annotations

@@ -43,8 +43,8 @@ import anyio
 import ray
 
 from fedcore.errors import ClusterUnavailableError, UsageError
-from fedcore.simulation.backends.sizing import detect_cpus, detect_gpus, fit, gpu_slots
 from fedcore.simulation.resources import Resources
+from fedcore.workers.sizing import detect_cpus, detect_gpus, fit, gpu_slots
 
 log = logging.getLogger(__name__)
 

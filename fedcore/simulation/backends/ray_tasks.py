@@ -35,14 +35,14 @@ from fedcore.apps.environment import without_secrets
 from fedcore.clock import SystemClock
 from fedcore.domain import RecordDict
 from fedcore.errors import DecodeError
-from fedcore.simulation.backends.worker import (
+from fedcore.wire import DecodeLimits, Parts, parts_size, unpack_recorddict
+from fedcore.wire.worker import pack_outcomes, unpack_task
+from fedcore.workers.worker import (
     adopt_sys_path,
     load_client,
     load_failure,
     run_task,
 )
-from fedcore.wire import DecodeLimits, Parts, parts_size, unpack_recorddict
-from fedcore.wire.worker import pack_outcomes, unpack_task
 
 STORED = "object-store"
 """The segment name a task gives when its content is one of the objects passed along."""

@@ -22,12 +22,12 @@ from fedcore.domain import ArrayRecord, ConfigRecord, Context, ErrorCode, Messag
 from fedcore.domain.fleet import Digest, LeasedMessage, PayloadRef
 from fedcore.errors import DecodeError, ResourceError
 from fedcore.roles.node.payloads import MemoryPayloads, PayloadStore, with_payload
-from fedcore.simulation.backends import shared_memory
-from fedcore.simulation.backends.shared_memory import SegmentSpace
 from fedcore.testing import FakeClock
 from fedcore.testing.fleet import FakeFleet
 from fedcore.wire import DEFAULT_LIMITS
 from fedcore.wire.fleet import MAX_INLINE_CONTENT
+from fedcore.workers import shared_memory
+from fedcore.workers.shared_memory import SegmentSpace
 
 pytestmark = pytest.mark.anyio
 

@@ -14,15 +14,15 @@ import pytest
 
 from fedcore.domain import Array, ArrayRecord, ConfigRecord, RecordDict
 from fedcore.domain.array import SerializedArray
-from fedcore.simulation.backends import shared_memory
-from fedcore.simulation.backends.shared_memory import (
+from fedcore.wire import Parts, pack_recorddict_parts, parts_size, unpack_recorddict
+from fedcore.wire.worker import check_segment_name
+from fedcore.workers import shared_memory
+from fedcore.workers.shared_memory import (
     ROOT,
     SegmentSpace,
     map_segment,
     write_segment,
 )
-from fedcore.wire import Parts, pack_recorddict_parts, parts_size, unpack_recorddict
-from fedcore.wire.worker import check_segment_name
 
 
 def joined(parts: Sequence[bytes | memoryview]) -> bytes:

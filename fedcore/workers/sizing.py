@@ -1,7 +1,7 @@
 """How many workers a process pool runs, and which GPUs each one sees.
 
 The machine offers ``cpus`` and ``gpus`` (detected, or given as a system
-:class:`~fedcore.simulation.resources.Resources`); each ClientApp asks for
+:class:`Share`, such as the simulation's ``Resources``); each ClientApp asks for
 ``num_cpus`` and ``num_gpus``. The pool runs
 
     N = min(floor(cpus / num_cpus), floor(gpus / num_gpus))     (GPU term only when num_gpus > 0)
@@ -26,10 +26,21 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Protocol
 
 from fedcore.errors import UsageError
-from fedcore.simulation.backends.threads import thread_count
-from fedcore.simulation.resources import Resources
+from fedcore.workers.threads import thread_count
+
+
+class Share(Protocol):
+    """CPUs and GPUs: what one ClientApp asks for, or what a machine offers
+    (:class:`fedcore.Resources` is one)."""
+
+    @property
+    def num_cpus(self) -> float: ...
+
+    @property
+    def num_gpus(self) -> float: ...
 
 
 def detect_cpus() -> int:
@@ -91,7 +102,7 @@ class PoolPlan:
 
 
 def plan_pool(
-    request: Resources, system: Resources | None = None, max_workers: int | None = None
+    request: Share, system: Share | None = None, max_workers: int | None = None
 ) -> PoolPlan:
     """Size a pool for ClientApps that each need ``request`` on a machine offering ``system``."""
     if max_workers is not None and (isinstance(max_workers, bool) or max_workers < 1):
@@ -129,7 +140,7 @@ def fit(available: float, each: float) -> int:
     return math.floor(Fraction(str(available)) / Fraction(str(each)))
 
 
-def _system_devices(system: Resources) -> list[str]:
+def _system_devices(system: Share) -> list[str]:
     """The first ``system.num_gpus`` of the devices this process may use."""
     count = math.floor(system.num_gpus)
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedcore.errors import UsageError
-from fedcore.simulation.backends import sizing
-from fedcore.simulation.backends.sizing import PoolPlan, detect_cpus, detect_gpus, plan_pool
 from fedcore.simulation.resources import Resources
+from fedcore.workers import sizing
+from fedcore.workers.sizing import PoolPlan, detect_cpus, detect_gpus, plan_pool
 
 
 def machine(cpus: float, gpus: float = 0) -> Resources:

@@ -1,17 +1,12 @@
 """The process-pool backend: ClientApps in long-lived worker processes.
 
-Theory of operation. Entering the backend starts ``N`` workers (see
-:mod:`.sizing`; each with its thread caps, :mod:`.threads`), each importing the
-ClientApp once and saying hello; a ClientApp
-that fails to import ends the simulation right there with one line. Each call to
-:meth:`ProcessPoolBackend.run` packs its task and queues it as a job; every worker
-has a driver task that sends it jobs and settles them as their outcomes come back,
-in order. While the worker's tasks are short, the driver keeps up to
-:data:`PIPELINE_DEPTH` jobs in flight: with the next task already waiting in its
-socket, a worker goes from one task to the next without sleeping, and the engine
-reads several outcomes per wake-up. Once tasks take longer, it sends one job at a
-time, so no job queues behind a slow one while another worker is free. Nothing
-polls: a driver waits for its channel to become readable.
+Entering the backend starts ``N`` workers (:mod:`.sizing`; each with its thread caps,
+:mod:`.threads`), each importing the ClientApp once and saying hello; a ClientApp that
+fails to import ends the simulation right there with one line. The scheduler
+(:mod:`.scheduler`) sends each worker one job per call, pipelined up to
+:data:`PIPELINE_DEPTH` while tasks are short, so that the next task already waits in
+its socket and the engine reads several outcomes per wake-up. Nothing polls: a driver
+waits for its channel to become readable.
 
 The engine's end of each channel is a non-blocking socket read and written on the
 event loop (:class:`_Channel`); only the worker's end is a blocking
@@ -33,10 +28,9 @@ views of that mapping, released with them.
 
 Failures. A ClientApp exception is the worker's business: it answers with an error
 reply (code 2). A worker that dies (a segfault, ``os._exit``, the OOM killer) shows
-as end-of-file on its channel: the job it was running is answered with code 8, the
-jobs queued behind it go back to the queue, and a replacement starts. A job still
-running when its message's TTL runs out gets its worker killed and replaced and is
-answered with code 3. Leaving the backend — after success, an exception, Ctrl-C or
+as end-of-file on its channel, after the outcomes it sent: the job it was running is
+the first in flight, answered with code 8 (the scheduler's exact deaths), and a
+replacement starts. Leaving the backend — after success, an exception, Ctrl-C or
 cancellation — stops every worker (killing at once those still running a task, whose
 reply nobody would read, and the others if they do not finish in time) and unlinks
 every segment. Entering it unlinks the segments of pools whose process is
@@ -47,33 +41,20 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
-import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 import anyio
 
-from fedcore.apps.environment import without_secrets
 from fedcore.clock import Clock
-from fedcore.domain import Context, Error, ErrorCode, Message, RecordDict
+from fedcore.domain import Context, Message, RecordDict
 from fedcore.errors import AppLoadError
-from fedcore.simulation.backends.base import WorkerBackend
-from fedcore.simulation.backends.shared_memory import SegmentSpace, map_segment, remove_stale
-from fedcore.simulation.backends.sizing import PoolPlan
-from fedcore.simulation.backends.threads import thread_defaults
-from fedcore.simulation.backends.worker import WORKER_ENV, WorkerSpec
-from fedcore.transport.spawn import child_environment
 from fedcore.wire import MAX_VALUE_LEN, DecodeLimits, parts_size
 from fedcore.wire.records import bulk_bytes
 from fedcore.wire.worker import (
@@ -88,6 +69,12 @@ from fedcore.wire.worker import (
     pointer_target,
     unpack_outcome,
 )
+from fedcore.workers.scheduler import Call, Collected, Job, WorkerBackend, WorkerDied
+from fedcore.workers.shared_memory import SegmentSpace, map_segment, remove_stale
+from fedcore.workers.sizing import PoolPlan
+from fedcore.workers.spawn import Spawn, spawn_local
+from fedcore.workers.threads import thread_defaults
+from fedcore.workers.worker import WORKER_ENV, WorkerSpec
 
 log = logging.getLogger(__name__)
 
@@ -112,71 +99,6 @@ SPAWN_THREADS = 8
 Linux to kill it when its parent goes (``PR_SET_PDEATHSIG``), and the parent it means is
 the *thread* that started it — anyio retires a thread idle for 10 s, which would take a
 healthy worker with it. The backend's threads live until its workers have stopped."""
-
-_WORKER_MAIN = "import sys; from fedcore.simulation.backends.worker import main; main(sys.argv[1])"
-
-
-class WorkerProcess(Protocol):
-    """A worker process as the pool handles it: a ``subprocess.Popen``, or a look-alike."""
-
-    pid: int
-    returncode: int | None
-
-    def poll(self) -> int | None: ...
-
-    def wait(self, timeout: float | None = None) -> int: ...
-
-    def kill(self) -> None: ...
-
-
-Spawn = Callable[[socket.socket, dict[str, str], dict[str, str]], WorkerProcess]
-"""Starts a worker on its end of the channel, with ``environment`` added to its own and
-``defaults`` (its thread caps) where its own lacks them
-(:func:`~fedcore.transport.spawn.child_environment`).
-
-Blocking: the pool calls it in a thread. :func:`spawn_local` by default; a node
-whose ClientApps an exec starts passes one that asks the exec
-(:func:`fedcore.transport.spawn.spawn_remote`).
-"""
-
-
-def worker_command(channel: int) -> list[str]:
-    """The command line of a worker whose channel is file descriptor ``channel``."""
-    return [sys.executable, "-c", _WORKER_MAIN, str(channel)]
-
-
-def spawn_local(
-    channel: socket.socket,
-    environment: dict[str, str],
-    defaults: dict[str, str],
-    *,
-    inherited: Mapping[str, str] | None = None,
-    user: tuple[int, int] | None = None,
-    cwd: Path | None = None,
-) -> WorkerProcess:
-    """Start a worker as a child of this process.
-
-    It inherits ``inherited``: by default this process's environment but for
-    fedcore's secrets (a simulation's rule, :func:`without_secrets`); a node passes
-    the minimal one of a deployment's app processes. ``user`` (uid, gid) runs it as
-    another user, with that primary group and no other (a node's ``--app-user``;
-    this process must be root), in ``cwd``.
-    """
-    base = without_secrets(os.environ) if inherited is None else inherited
-    uid, gid = user if user is not None else (None, None)
-    return subprocess.Popen(
-        worker_command(channel.fileno()),
-        pass_fds=(channel.fileno(),),
-        env=child_environment(base, environment, defaults),
-        cwd=cwd,
-        user=uid,
-        group=gid,
-        extra_groups=() if user is not None else None,
-    )
-
-
-class WorkerDied(Exception):
-    """A worker's channel reached end-of-file: the process is gone."""
 
 
 class _Channel:
@@ -230,7 +152,7 @@ class _Worker:
         self.index = spec.index
         self.segment_prefix = spec.segment_prefix
         self.releases: deque[str] = deque()
-        self.in_flight: deque[_Job] = deque()
+        self.in_flight: deque[Call] = deque()
         ours, theirs = socket.socketpair()
         environment = {**plan.environment(spec.index), WORKER_ENV: "1"}
         with theirs:
@@ -268,25 +190,7 @@ class _Worker:
         self.channel.close()
 
 
-@dataclass(eq=False)
-class _Job:
-    """One task on its way through a worker, and what came back."""
-
-    message: Message
-    payload: bytes
-    done: anyio.Event = field(default_factory=anyio.Event)
-    reply: Message | None = None
-    state: RecordDict | None = None
-
-    def settle(self, reply: Message, state: RecordDict | None = None) -> None:
-        self.reply, self.state = reply, state
-        self.done.set()
-
-    def fail(self, code: ErrorCode, reason: str) -> None:
-        self.settle(Message(error=Error(int(code), reason), reply_to=self.message))
-
-
-class ProcessPoolBackend(WorkerBackend):
+class ProcessPoolBackend(WorkerBackend["_Worker"]):
     """Runs a ClientApp, imported by ``client_ref``, in a pool of worker processes.
 
     ``private_memory``: each worker makes itself non-dumpable before it imports the
@@ -295,6 +199,10 @@ class ProcessPoolBackend(WorkerBackend):
     """
 
     start_timeout = START_TIMEOUT
+    pipeline_depth = PIPELINE_DEPTH
+    pipeline_bytes = PIPELINE_BYTES
+    short_task = SHORT_TASK
+    exact_deaths = True  # its outcomes arrive in order, and are read before end-of-file
 
     def __init__(
         self,
@@ -309,17 +217,16 @@ class ProcessPoolBackend(WorkerBackend):
         max_value_len: int = MAX_VALUE_LEN,
         private_memory: bool = False,
     ) -> None:
+        super().__init__(clock)
         self._client_ref = client_ref
         self._private_memory = private_memory
         self._search_path = search_path
         self._plan = plan
-        self._clock = clock
         self._inline_limit = inline_limit
         self._space = SegmentSpace() if space is None else space.subspace()
         self._spawn = spawn
         self._workers: set[_Worker] = set()
         self._retired: set[_Worker] = set()
-        self._jobs_in, self._jobs_out = anyio.create_memory_object_stream[_Job](math.inf)
         self._spawner: ThreadPoolExecutor | None = None
         self._started = 0
         self._limits = DecodeLimits(max_value_len=max_value_len)
@@ -357,21 +264,10 @@ class ProcessPoolBackend(WorkerBackend):
             self._spawner = None
         self._workers.clear()
         self._retired.clear()
-        self._jobs_in.close()
-        self._jobs_out.close()
         self._space.remove_all()
 
-    async def run(self, message: Message, context: Context) -> tuple[Message, Context]:
-        job = _Job(message, self._payload(message, context))
-        try:
-            self._jobs_in.send_nowait(job)
-        except anyio.ClosedResourceError:
-            job.fail(ErrorCode.CLIENT_APP_CRASHED, "no worker is left to run the ClientApp")
-        await job.done.wait()
-        assert job.reply is not None
-        if job.state is not None:
-            context.state = job.state
-        return job.reply, context
+    async def _job(self, message: Message, context: Context) -> Job:
+        return Job(message, self._task(message, context))
 
     # Workers ------------------------------------------------------------------------
 
@@ -405,65 +301,24 @@ class ProcessPoolBackend(WorkerBackend):
         assert self._task_group is not None
         self._task_group.start_soon(self._drive, worker, name=f"worker-{index}-driver")
 
-    async def _drive(self, worker: _Worker) -> None:
-        """Feed one worker jobs, keeping its pipeline full, and settle them as they return."""
-        in_flight = worker.in_flight
-        depth = 1
-        while True:
-            if not in_flight:
-                try:
-                    job = await self._jobs_out.receive()
-                except anyio.EndOfStream:
-                    return
-                if worker.process.poll() is not None:
-                    # It died while idle (killed, its exec gone, the OOM killer): the job
-                    # never reached it, and goes to its replacement rather than failing.
-                    log.warning("worker %d died while idle; replacing it", worker.index)
-                    await self._retire(worker, [job])
-                    return
-                await self._send(worker, in_flight, job)
-                del job
-                started = self._clock.now()
-            while len(in_flight) < depth and _bytes(in_flight) < PIPELINE_BYTES:
-                try:
-                    await self._send(worker, in_flight, self._jobs_out.receive_nowait())
-                except anyio.WouldBlock:
-                    break
-            if not in_flight:
-                continue
-            # No local names a job: a settled one, its content and reply, must not stay
-            # alive here until the next job comes (a node's model is hundreds of MB).
-            remaining = in_flight[0].message.metadata.expires_at - self._clock.now()
-            try:
-                with self._clock.move_on_after(remaining) as deadline:
-                    outcomes = await worker.receive()
-            except WorkerDied as died:
-                in_flight[0].fail(ErrorCode.CLIENT_APP_CRASHED, f"the ClientApp crashed: {died}")
-                await self._retire(worker, list(in_flight)[1:])
-                return
-            if deadline.cancelled_caught:
-                reason = (
-                    f"the ClientApp was still running when the message's TTL of "
-                    f"{in_flight[0].message.metadata.ttl:g} s ran out; its worker was stopped"
-                )
-                in_flight[0].fail(ErrorCode.MESSAGE_UNAVAILABLE, reason)
-                await self._retire(worker, list(in_flight)[1:])
-                return
-            for data in outcomes:
-                self._settle(worker, in_flight.popleft(), data)
-            now = self._clock.now()
-            short = (now - started) / len(outcomes) < SHORT_TASK
-            depth, started = (PIPELINE_DEPTH if short else 1), now
+    def _alive(self, worker: _Worker) -> bool:
+        return worker.process.poll() is None
 
-    async def _send(self, worker: _Worker, in_flight: deque[_Job], job: _Job) -> None:
-        if job.message.metadata.expires_at <= self._clock.now():
-            job.fail(ErrorCode.MESSAGE_UNAVAILABLE, "the message expired before a worker was free")
-            return
-        in_flight.append(job)
+    async def _send(self, worker: _Worker, in_flight: deque[Call], jobs: list[Job]) -> None:
+        in_flight.append(Call(jobs))
         with contextlib.suppress(OSError):  # a worker that is gone shows in the next receive
-            await worker.send(job.payload)
+            for job in jobs:
+                await worker.send(job.task)
 
-    def _settle(self, worker: _Worker, job: _Job, data: bytes) -> None:
+    async def _collect(self, worker: _Worker, in_flight: deque[Call]) -> Collected:
+        outcomes = await worker.receive()
+        for data in outcomes:
+            (job,) = in_flight.popleft().jobs
+            self._settle(worker, job, data)
+            del job
+        return Collected(len(outcomes))
+
+    def _settle(self, worker: _Worker, job: Job, data: bytes) -> None:
         segment = pointer_target(data)
         if segment is None:
             job.settle(*unpack_outcome(data, self._limits))
@@ -473,10 +328,7 @@ class ProcessPoolBackend(WorkerBackend):
         weakref.finalize(mapped, worker.releases.append, segment)
         job.settle(*unpack_outcome(memoryview(mapped), self._limits))
 
-    async def _retire(self, worker: _Worker, unstarted: list[_Job]) -> None:
-        """Replace a worker that died or overran a TTL; its ``unstarted`` jobs go back in line."""
-        for job in unstarted:
-            self._jobs_in.send_nowait(job)
+    async def _retire(self, worker: _Worker) -> None:
         worker.kill()
         worker.close()
         self._workers.discard(worker)
@@ -491,17 +343,9 @@ class ProcessPoolBackend(WorkerBackend):
             if not self._workers:
                 self._abandon_queued(f"no worker is left to run the ClientApp: {exc}")
 
-    def _abandon_queued(self, reason: str) -> None:
-        self._jobs_in.close()
-        while True:
-            try:
-                self._jobs_out.receive_nowait().fail(ErrorCode.CLIENT_APP_CRASHED, reason)
-            except (anyio.WouldBlock, anyio.EndOfStream):
-                return
-
     # Payloads -----------------------------------------------------------------------
 
-    def _payload(self, message: Message, context: Context) -> bytes:
+    def _task(self, message: Message, context: Context) -> bytes:
         parts = pack_task(message, context, content_segment=self._content_segment(message.content))
         if parts_size(parts) <= self._inline_limit:
             return b"".join(parts)
@@ -515,10 +359,6 @@ class ProcessPoolBackend(WorkerBackend):
         if bulk_bytes(content) <= self._inline_limit // 2:
             return None
         return self._space.write_content(content)
-
-
-def _bytes(jobs: deque[_Job]) -> int:
-    return sum(len(job.payload) for job in jobs)
 
 
 def _stop(workers: list[_Worker], grace: float) -> None:

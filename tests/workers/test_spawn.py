@@ -20,8 +20,8 @@ import anyio.to_thread
 import pytest
 
 from fedcore.errors import AppLoadError
-from fedcore.transport import spawn
-from fedcore.transport.spawn import serve_spawner, spawn_remote
+from fedcore.workers import spawn
+from fedcore.workers.spawn import serve_spawner, spawn_remote
 
 pytestmark = pytest.mark.anyio
 

@@ -19,7 +19,7 @@ dies under a task that the engine would then start a replacement for.
 
 Loading the ClientApp (:func:`load_client`) and running one task into a packed outcome
 (:func:`run_task`) are what every kind of worker does; the Ray backend's actors
-(:mod:`.ray_tasks`) call the same two functions.
+(:mod:`fedcore.simulation.backends.ray_tasks`) call the same two functions.
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ from fedcore.domain.message import mark_delivered
 from fedcore.errors import AppLoadError
 from fedcore.event_loop import ENDING_SIGNALS
 from fedcore.non_dumpable import make_non_dumpable
-from fedcore.simulation.backends.shared_memory import SegmentSpace, map_segment, write_segment
 from fedcore.wire import DecodeLimits, Parts, parts_size, unpack_recorddict
 from fedcore.wire.records import check_value_sizes
 from fedcore.wire.worker import (
@@ -61,6 +60,7 @@ from fedcore.wire.worker import (
     unpack_spec,
     unpack_task,
 )
+from fedcore.workers.shared_memory import SegmentSpace, map_segment, write_segment
 
 WORKER_ENV = "FEDCORE_WORKER"
 """Set in every worker's environment; a simulation refuses to start where it is set."""

@@ -1,23 +1,21 @@
-"""Spawning a node's ClientApp processes through an exec of its own, over a Unix socket.
+"""Starting worker processes: as children of this process, or through an exec.
 
-By default a node starts its ClientApp processes itself. For process isolation —
-the ClientApp under another user, in another cgroup or container — the node leaves
-that to an exec (``fedcore serve --role exec --for-node SOCKET``): the exec listens
-on a Unix socket, and the node asks it for each ClientApp process it needs. The
-process is the same worker the node would have started (the simulation's process
-pool worker), talking to the node over the same channel: the node makes a socket
-pair, keeps one end, and hands the other to the exec *as a file descriptor*
-(``SCM_RIGHTS``), which the exec passes on to the child. Nothing of the node's is
-on the child's command line or in its environment but that descriptor's number;
-the channel is the launch token, and only the node holds the other end.
+A worker is a fresh ``python`` running :mod:`fedcore.workers.worker` on one end of a
+socket pair, passed as an inherited file descriptor (:func:`worker_command`).
+:func:`spawn_local` starts it as a child; for process isolation — the ClientApp under
+another user, in another cgroup or container — a node leaves that to an exec
+(``fedcore serve --role exec --for-node SOCKET``) listening on a Unix socket:
+:func:`spawn_remote` hands the exec the channel *as a file descriptor*
+(``SCM_RIGHTS``), which the exec passes on to the child (:func:`serve_spawner`).
+Nothing of the node's is on the child's command line or in its environment but that
+descriptor's number; the channel is the launch token, and only the node holds the
+other end.
 
-The child inherits a part of the environment of whoever starts it — here the
-exec's minimal one for app processes (:func:`fedcore.apps.environment.app_environment`:
-no secrets, plus the ``--app-env`` names the exec was given); a node that starts the
-process itself does the same with its own; a simulation passes its whole one but
-fedcore's secrets — with the ``environment`` the node asks for on top, and
-``defaults`` (the thread caps of :mod:`fedcore.simulation.backends.threads`) only
-where the inherited one lacks them: :func:`child_environment`, the one rule for all.
+The child inherits a part of the environment of whoever starts it — an exec's or a
+node's minimal one for app processes (:func:`fedcore.apps.environment.app_environment`),
+a simulation's whole one but fedcore's secrets — with the ``environment`` asked for on
+top, and ``defaults`` (the thread caps of :mod:`fedcore.workers.threads`) only where
+the inherited one lacks them: :func:`child_environment`, the one rule for all.
 
 The conversation, one ``SOCK_SEQPACKET`` connection per process, each message a
 :func:`~fedcore.wire.worker.pack_spec` document::
@@ -48,17 +46,19 @@ import logging
 import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
+from typing import Protocol
 
 import anyio
 import anyio.abc
 import anyio.to_thread
 
-from fedcore.apps.environment import app_environment
+from fedcore.apps.environment import app_environment, without_secrets
 from fedcore.errors import AppLoadError, DecodeError
 from fedcore.wire.worker import pack_spec, unpack_spec
 
@@ -81,6 +81,70 @@ def child_environment(
     """A ClientApp process's environment: ``inherited`` with ``environment`` on top, and
     each of ``defaults`` only where ``inherited`` does not set it (a user's choice stands)."""
     return {**defaults, **inherited, **environment}
+
+
+# Starting a worker here ---------------------------------------------------------
+
+_WORKER_MAIN = "import sys; from fedcore.workers.worker import main; main(sys.argv[1])"
+
+
+class WorkerProcess(Protocol):
+    """A worker process as the pool handles it: a ``subprocess.Popen``, or a look-alike."""
+
+    pid: int
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def kill(self) -> None: ...
+
+
+Spawn = Callable[[socket.socket, dict[str, str], dict[str, str]], WorkerProcess]
+"""Starts a worker on its end of the channel, with ``environment`` added to its own and
+``defaults`` (its thread caps) where its own lacks them
+(:func:`child_environment`).
+
+Blocking: the pool calls it in a thread. :func:`spawn_local` by default; a node
+whose ClientApps an exec starts passes one that asks the exec
+(:func:`spawn_remote`).
+"""
+
+
+def worker_command(channel: int) -> list[str]:
+    """The command line of a worker whose channel is file descriptor ``channel``."""
+    return [sys.executable, "-c", _WORKER_MAIN, str(channel)]
+
+
+def spawn_local(
+    channel: socket.socket,
+    environment: dict[str, str],
+    defaults: dict[str, str],
+    *,
+    inherited: Mapping[str, str] | None = None,
+    user: tuple[int, int] | None = None,
+    cwd: Path | None = None,
+) -> WorkerProcess:
+    """Start a worker as a child of this process.
+
+    It inherits ``inherited``: by default this process's environment but for
+    fedcore's secrets (a simulation's rule, :func:`without_secrets`); a node passes
+    the minimal one of a deployment's app processes. ``user`` (uid, gid) runs it as
+    another user, with that primary group and no other (a node's ``--app-user``;
+    this process must be root), in ``cwd``.
+    """
+    base = without_secrets(os.environ) if inherited is None else inherited
+    uid, gid = user if user is not None else (None, None)
+    return subprocess.Popen(
+        worker_command(channel.fileno()),
+        pass_fds=(channel.fileno(),),
+        env=child_environment(base, environment, defaults),
+        cwd=cwd,
+        user=uid,
+        group=gid,
+        extra_groups=() if user is not None else None,
+    )
 
 
 # The node's side ------------------------------------------------------------------
