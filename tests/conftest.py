@@ -16,6 +16,8 @@ import pytest
 
 from fedcore.testing.plugin import EVERY_EVENT_LOOP
 
+pytest_plugins = ["pytester"]
+
 ON_EVERY_EVENT_LOOP = {
     "test_spawn.py": "the exec's child processes, their pipes and their ends",
     "test_launcher.py": "ServerApp processes started, watched and ended",

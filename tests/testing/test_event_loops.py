@@ -33,3 +33,30 @@ async def test_a_test_marked_every_event_loop_runs_on_each(
     debug = request.config.getoption("loop_debug")
     assert anyio_backend == ("asyncio", {"debug": debug, "use_uvloop": loop == "uvloop"})
     assert asyncio.get_running_loop().get_debug() is debug
+
+
+BLOCKING = """
+import time
+
+import pytest
+
+
+@pytest.mark.anyio
+async def test_holds_its_loop() -> None:
+    time.sleep(0.6)
+"""
+
+
+@pytest.mark.blocks_loop  # the run inside logs to this process's asyncio logger
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_with_loop_debug_a_test_that_holds_its_loop_fails(
+    pytester: pytest.Pytester, loop: str
+) -> None:
+    pytester.makepyfile(BLOCKING)
+    plugin = ["-p", "fedcore.testing.plugin", "--event-loop", loop]
+
+    pytester.runpytest_inprocess(*plugin).assert_outcomes(passed=1)
+    debugged = pytester.runpytest_inprocess(*plugin, "--loop-debug")
+
+    debugged.assert_outcomes(passed=1, errors=1)
+    debugged.stdout.fnmatch_lines(["*the event loop was blocked*", "*Executing * took 0.6*"])
