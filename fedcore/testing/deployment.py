@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,8 +103,11 @@ class Deployment:
         tb: TracebackType | None,
     ) -> None:
         try:
-            for server in reversed(self.servers):
-                self.stop(server)
+            # The nodes and execs together (none needs another to stop), then the links,
+            # which they may still be telling that they go.
+            links = [server for server in self.servers if server.name == "link"]
+            self.stop_all([server for server in self.servers if server not in links])
+            self.stop_all(links)
             for pid in self.app_pids():
                 _kill_pid(pid)
         finally:
@@ -280,6 +284,18 @@ class Deployment:
             server.process.send_signal(signum)
             try:
                 server.process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self.kill(server)
+
+    def stop_all(self, servers: Iterable[Server], grace: float = 10.0) -> None:
+        """SIGTERM each of ``servers`` at once, then SIGKILL those still up ``grace`` s later."""
+        running = [server for server in servers if server.process.poll() is None]
+        for server in running:
+            server.process.send_signal(signal.SIGTERM)
+        give_up = time.monotonic() + grace
+        for server in running:
+            try:
+                server.process.wait(timeout=max(give_up - time.monotonic(), 0.0))
             except subprocess.TimeoutExpired:
                 self.kill(server)
 
