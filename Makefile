@@ -22,7 +22,7 @@ FLOWER_RELEASE := $(shell sed -n 's/^flwr==\([^ ]*\) .*/\1/p' tests/flower-wheel
 FLOWER_WHEEL   := $(VENV)/flower-wheel/flwr-$(FLOWER_RELEASE)-py3-none-any.whl
 BENCH_ARGS   ?=
 
-.PHONY: demo test test-all lint lock bench bench-flower proto clean
+.PHONY: demo test test-fast test-all lint lock bench bench-flower proto clean
 
 $(DEMO_STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "fedcore needs Python >= 3.11, found " + sys.version.split()[0]'
@@ -40,6 +40,16 @@ demo: $(DEMO_STAMP)  ## 100 simulated nodes learn to read digits: 30 rounds, 10 
 
 test: lint $(FLOWER_WHEEL)  ## lint, type-check and the test suite (what CI runs)
 	FEDCORE_FLOWER_WHEEL=$(CURDIR)/$(FLOWER_WHEEL) $(BIN)/python -m pytest -m "not slow" -q
+
+# The inner loop: make test's unit tests and inline simulations, without lint and without
+# what starts processes of fedcore's own (deployments, CLI runs, the process and ray
+# backends, scripts, the examples' trainings, protoc).
+FAST_SKIP := $(addprefix --ignore=tests/,deployment cli examples test_readme.py \
+	wire/test_proto_current.py simulation/test_interrupts.py \
+	results/test_resume_rounds.py results/test_results_directory.py \
+	$(addprefix legacy/test_,simulate_flower_e2e.py flower_baselines.py legacy_scripts.py))
+test-fast: $(STAMP)  ## unit tests and inline simulations, under 3 minutes: make test less tests/{deployment,cli,examples}, the README's commands, the CLI-run (results, resume, interrupts), Flower-e2e, script and protoc tests, and -k 'process' or 'on_a_link'
+	$(BIN)/python -m pytest -m "not slow and not ray" -k "not process and not on_a_link" $(FAST_SKIP) -q
 
 test-all: lint $(FLOWER_WHEEL)  ## everything, soaks and large scales included
 	FEDCORE_FLOWER_WHEEL=$(CURDIR)/$(FLOWER_WHEEL) $(BIN)/python -m pytest -q

@@ -31,6 +31,7 @@ from typing import Any, Self
 from fedcore.auth.control_token import TOKEN_ENV, link_token_file
 from fedcore.runtime.addresses import Address
 from fedcore.runtime.ready import read_ready_file
+from fedcore.testing.waiting import wait_until
 
 FEDCORE = Path(sys.executable).parent / "fedcore"
 _CLI = "import sys; from fedcore.cli import main; sys.argv[0] = 'fedcore'; main()"
@@ -102,8 +103,11 @@ class Deployment:
         tb: TracebackType | None,
     ) -> None:
         try:
-            for server in reversed(self.servers):
-                self.stop(server)
+            # The nodes and execs together (none needs another to stop), then the links,
+            # which they may still be telling that they go.
+            links = [server for server in self.servers if server.name == "link"]
+            self.stop_all([server for server in self.servers if server not in links])
+            self.stop_all(links)
             for pid in self.app_pids():
                 _kill_pid(pid)
         finally:
@@ -243,24 +247,24 @@ class Deployment:
             )
         server = Server(name, process, output)
         self.servers.append(server)
-        deadline = time.monotonic() + READY_DEADLINE
-        while not ready.exists():
+
+        def started() -> bool:
+            if ready.exists():
+                return True
             if process.poll() is not None:
                 raise RuntimeError(f"{name} exited with {process.returncode}:\n{server.tail()}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{name} not ready in {READY_DEADLINE:g} s:\n{server.tail()}")
-            time.sleep(0.02)
+            return False
+
+        wait_until(
+            started, READY_DEADLINE, lambda: f"{name} ready:\n{server.tail()}", interval=0.02
+        )
         pid, server.listeners = read_ready_file(ready)
         assert pid == process.pid
         return server
 
     def wait_for_file(self, path: Path, deadline: float = READY_DEADLINE) -> None:
         """Wait until ``path`` exists (a marker an app leaves), or raise after ``deadline`` s."""
-        give_up = time.monotonic() + deadline
-        while not path.exists():
-            if time.monotonic() > give_up:
-                raise TimeoutError(f"{path} did not appear in {deadline:g} s")
-            time.sleep(0.01)
+        wait_until(path.exists, deadline, f"{path} to appear", interval=0.01)
 
     def kill(self, server: Server) -> None:
         """SIGKILL ``server`` and wait for it."""
@@ -280,6 +284,18 @@ class Deployment:
             server.process.send_signal(signum)
             try:
                 server.process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self.kill(server)
+
+    def stop_all(self, servers: Iterable[Server], grace: float = 10.0) -> None:
+        """SIGTERM each of ``servers`` at once, then SIGKILL those still up ``grace`` s later."""
+        running = [server for server in servers if server.process.poll() is None]
+        for server in running:
+            server.process.send_signal(signal.SIGTERM)
+        give_up = time.monotonic() + grace
+        for server in running:
+            try:
+                server.process.wait(timeout=max(give_up - time.monotonic(), 0.0))
             except subprocess.TimeoutExpired:
                 self.kill(server)
 

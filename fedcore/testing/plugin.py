@@ -1,10 +1,12 @@
-"""A pytest plugin: anyio on asyncio in debug mode, a fake clock, a blocked-loop check,
-and Ray for the tests marked ``ray``.
+"""A pytest plugin: anyio on uvloop, a fake clock, a blocked-loop check, and Ray for the
+tests marked ``ray``.
 
 Enable it with ``-p fedcore.testing.plugin`` (fedcore's own suite does so in
-pyproject.toml). Async tests run on asyncio with debug mode on, and a test fails if
-the event loop reports a callback that held it for longer than
-``BLOCKING_THRESHOLD`` seconds: code that blocks the loop stalls every node and
+pyproject.toml). Async tests run on the event loop fedcore runs on in production,
+uvloop (``--event-loop asyncio``: the standard library's instead); those marked
+``every_event_loop`` run on both, once each. With ``--loop-debug`` the loops run in
+debug mode, and a test fails if its loop reports a callback that held it for longer
+than ``BLOCKING_THRESHOLD`` seconds: code that blocks the loop stalls every node and
 reply in a simulation, so it is a bug even when the test's assertions pass.
 
 The simulations a test session runs keep their results directories in one
@@ -19,6 +21,7 @@ and the processes it starts.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import signal
@@ -32,11 +35,45 @@ from fedcore.testing import backends
 from fedcore.testing.clock import FakeClock
 
 BLOCKING_THRESHOLD = 0.5
+EVENT_LOOPS = ("uvloop", "asyncio")
+"""The event loops async tests can run on: uvloop (production's), the standard library's."""
+EVERY_EVENT_LOOP = "every_event_loop"
+"""The marker of tests that run on each of :data:`EVENT_LOOPS`."""
 
 
-@pytest.fixture
-def anyio_backend() -> tuple[str, dict[str, Any]]:
-    return "asyncio", {"debug": True}
+def pytest_addoption(parser: pytest.Parser) -> None:
+    installed = importlib.util.find_spec("uvloop") is not None
+    parser.addoption(
+        "--event-loop",
+        choices=EVENT_LOOPS,
+        default=EVENT_LOOPS[0] if installed else "asyncio",
+        help="the event loop async tests run on (uvloop, production's, where installed); "
+        f"tests marked {EVERY_EVENT_LOOP} run on each",
+    )
+    parser.addoption(
+        "--loop-debug",
+        action="store_true",
+        help="run the async tests' loops in debug mode, and fail a test whose loop a callback "
+        f"held for over {BLOCKING_THRESHOLD:g} s",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    marked = metafunc.definition.get_closest_marker(EVERY_EVENT_LOOP) is not None
+    if marked and "anyio_backend" in metafunc.fixturenames:
+        metafunc.parametrize("anyio_backend", EVENT_LOOPS, indirect=True)
+
+
+class _EventLoop:
+    """The ``anyio_backend`` fixture, in a plugin of its own that :func:`pytest_configure`
+    registers: a fixture overrides those of the plugins registered before its own, and
+    anyio's plugin, an entry point, is registered after the ``-p`` ones (this module)."""
+
+    @pytest.fixture
+    def anyio_backend(self, request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+        loop = getattr(request, "param", None) or request.config.getoption("event_loop")
+        debug = request.config.getoption("loop_debug")
+        return "asyncio", {"debug": debug, "use_uvloop": loop == "uvloop"}
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -73,7 +110,8 @@ class _SlowCallbacks(logging.Handler):
 
 @pytest.fixture(autouse=True)
 def _event_loop_never_blocks(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Fail a test during which something held the event loop too long."""
+    """Fail a test during which something held the event loop too long (a loop reports
+    that in debug mode only: ``--loop-debug``)."""
     handler = _SlowCallbacks()
     logger = logging.getLogger("asyncio")
     logger.addHandler(handler)
@@ -101,6 +139,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "blocks_loop: the test knowingly blocks the event loop (skips the check)"
     )
+    config.addinivalue_line(
+        "markers", f"{EVERY_EVENT_LOOP}: an async test that runs on uvloop and on asyncio's loop"
+    )
+    config.pluginmanager.register(_EventLoop(), "fedcore-event-loop")
     config.addinivalue_line("markers", f"{backends.RAY_MARKER}: needs Ray (the [ray] extra)")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     # Started in the background by a shell (`make test &`) or under nohup, this process,

@@ -23,9 +23,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from fedcore.testing.waiting import wait_until
+
 CHROMIUM_ENV = "FEDCORE_CHROMIUM"
 DEADLINE = 30.0
 """Seconds any one DevTools command may take."""
+PAGE_TEXT = "document.body ? document.body.innerText : ''"
+"""What the page says, shown when it does not get where a test waits for it to."""
 
 
 def find_chromium() -> str | None:
@@ -157,15 +161,12 @@ class Chromium:
 
     def wait_for(self, expression: str, deadline: float = DEADLINE) -> Any:
         """Evaluate ``expression`` until it is truthy (then return it), up to ``deadline`` s."""
-        give_up = time.monotonic() + deadline
-        while True:
-            value = self.evaluate(expression)
-            if value:
-                return value
-            if time.monotonic() > give_up:
-                shown = self.evaluate("document.body ? document.body.innerText : ''")
-                raise TimeoutError(f"{expression!r} not true in {deadline:g} s; page:\n{shown}")
-            time.sleep(0.1)
+        return wait_until(
+            lambda: self.evaluate(expression),
+            deadline,
+            lambda: f"{expression!r} true; page:\n{self.evaluate(PAGE_TEXT)}",
+            interval=0.1,
+        )
 
     def screenshot(self, path: Path) -> None:
         """A PNG of the page, for a person to look at when a test fails."""

@@ -6,10 +6,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from fedcore.testing.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -43,10 +44,9 @@ def test_a_sigterm_to_its_holder_ends_every_server_it_started(tmp_path: Path) ->
             assert _alive(link_pid)
             holder.send_signal(signal.SIGTERM)
             assert holder.wait(timeout=60) == 128 + signal.SIGTERM
-            deadline = time.monotonic() + 30
-            while _alive(link_pid) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert not _alive(link_pid), "the link outlived the process that started it"
+            wait_until(
+                lambda: not _alive(link_pid), 30, "the link to end with the process that started it"
+            )
         finally:
             holder.kill()
             if link_pid and _alive(link_pid):

@@ -15,7 +15,6 @@ import json
 import re
 import sqlite3
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -26,6 +25,7 @@ from grpclib.exceptions import GRPCError
 
 from fedcore.testing.deployment import Deployment, printed_objects
 from fedcore.testing.stranger import register_stranger
+from fedcore.testing.waiting import wait_until
 
 RECORD_APP = Path(__file__).resolve().parent / "record_app"
 FAKES = 50
@@ -61,16 +61,6 @@ def _registered(
         return outcomes
 
     return anyio.run(register)
-
-
-def _wait_for(condition: Callable[[], bool], what: str, deadline: float = DEADLINE) -> float:
-    """Wait until ``condition()``; the seconds it took. Raise after ``deadline``."""
-    start = time.monotonic()
-    while not condition():
-        if time.monotonic() - start > deadline:
-            raise TimeoutError(f"{what}: not within {deadline:g} s")
-        time.sleep(0.1)
-    return time.monotonic() - start
 
 
 def _online(deployment: Deployment) -> int:
@@ -115,12 +105,14 @@ def test_fakes_go_offline_within_the_bound_are_retired_and_a_run_beside_them_com
         assert at_bound == [None] * FAKES
         registered = time.monotonic()
         nodes = [deployment.start_node(f"partition-id={index}") for index in range(2)]
-        _wait_for(lambda: _online(deployment) == 2, "the fakes offline, the real nodes online")
+        wait_until(
+            lambda: _online(deployment) == 2, DEADLINE, "the fakes offline, the real nodes online"
+        )
         assert time.monotonic() - registered < PATIENCE * BOUND + DEADLINE
         took = _run_completes(deployment, nodes=2)
         assert took < RUN_DEADLINE
         database = tmp_path / "link.db"
-        _wait_for(lambda: _rows(database) == 2, "the fakes retired from the database")
+        wait_until(lambda: _rows(database) == 2, DEADLINE, "the fakes retired from the database")
         retired = re.findall(r"retired (\d+) nodes offline", link.output.read_text())
         assert sum(map(int, retired)) == FAKES, retired
         for node in nodes:
@@ -144,7 +136,7 @@ def test_a_registration_flood_from_one_address_is_limited_and_real_nodes_still_r
         assert all(f"{FLOODER} is over its registration rate" in (e.message or "") for e in refused)
         nodes = [deployment.start_node(f"partition-id={index}") for index in range(2)]
         # The flood's fakes never beat (offline 2 s after), the real nodes do.
-        _wait_for(lambda: _online(deployment) == 2, "the real nodes registered, online")
+        wait_until(lambda: _online(deployment) == 2, DEADLINE, "the real nodes registered, online")
         for node in nodes:
             assert "registered with the link as node" in node.output.read_text(), node.tail()
             assert "RESOURCE_EXHAUSTED" not in node.output.read_text(), node.tail()

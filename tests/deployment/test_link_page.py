@@ -14,7 +14,6 @@ or ``$FEDCORE_CHROMIUM``): CI installs it.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import pytest
 from chromium import Chromium, find_chromium
 
 from fedcore.testing.deployment import Deployment
+from fedcore.testing.waiting import wait_until
 
 RECORD_APP = Path(__file__).resolve().parent / "record_app"
 ROUNDS = 5
@@ -60,15 +60,19 @@ def chromium(tmp_path: Path) -> Iterator[Chromium]:
         yield browser
 
 
-def wait_until(
+def page_once(
     look: Callable[[], dict[str, Any]], wanted: Callable[[dict[str, Any]], bool]
 ) -> dict[str, Any]:
-    give_up = time.monotonic() + DEADLINE
-    while not wanted(state := look()):
-        if time.monotonic() > give_up:
-            raise TimeoutError(f"the page did not get there in {DEADLINE:g} s: {state}")
-        time.sleep(0.1)
-    return state
+    """What the page shows once ``wanted`` holds of it; a timeout shows what it showed last."""
+    shown: list[dict[str, Any]] = [{}]
+
+    def condition() -> dict[str, Any] | None:
+        shown[0] = look()
+        return shown[0] if wanted(shown[0]) else None
+
+    return wait_until(
+        condition, DEADLINE, lambda: f"the page to get there: {shown[0]}", interval=0.1
+    )
 
 
 def test_the_page_shows_a_deployed_run_as_it_goes(tmp_path: Path, chromium: Chromium) -> None:
@@ -93,17 +97,17 @@ def test_the_page_shows_a_deployed_run_as_it_goes(tmp_path: Path, chromium: Chro
                 return {"listed": False, "asking": False, "points": 0, "status": None}
             return state
 
-        listed = wait_until(look, lambda state: state["listed"])
+        listed = page_once(look, lambda state: state["listed"])
         assert not listed["asking"]
         assert chromium.evaluate("location.href") == address  # the token left the address
         # While the run goes, its chart gains points as its rounds finish.
-        first = wait_until(look, lambda state: state["points"] >= 1)
+        first = page_once(look, lambda state: state["points"] >= 1)
         assert first["status"] == "running", first
-        later = wait_until(look, lambda state: state["points"] > first["points"])
+        later = page_once(look, lambda state: state["points"] > first["points"])
         assert later["circles"] == later["points"]
         assert later["progress"] == f"round {later['points']}/{ROUNDS}"
-        done = wait_until(look, lambda state: state["status"] == "finished:completed")
-        done = wait_until(look, lambda state: state["points"] == ROUNDS)
+        done = page_once(look, lambda state: state["status"] == "finished:completed")
+        done = page_once(look, lambda state: state["points"] == ROUNDS)
         assert done["circles"] == ROUNDS
         assert done["progress"] == f"round {ROUNDS}/{ROUNDS}"
         assert done["nodes"] == "2"
@@ -117,7 +121,7 @@ def test_the_page_shows_a_deployed_run_as_it_goes(tmp_path: Path, chromium: Chro
         # A token the link refuses: the page asks for one again.
         chromium.open("about:blank")
         chromium.open(f"{address}#token=not-the-token")
-        refused = wait_until(look, lambda state: state["asking"])
+        refused = page_once(look, lambda state: state["asking"])
         assert not refused["listed"]
         error = chromium.evaluate("document.getElementById('login-error').textContent")
         assert error.startswith("The link refused the token")

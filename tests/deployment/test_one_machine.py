@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fedcore.testing.deployment import Deployment
+from fedcore.testing.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "quickstart-numpy"
@@ -73,14 +73,15 @@ def _progress(federation: Deployment, run_id: str) -> tuple[dict[str, Any], int]
 def _wait_past_round(federation: Deployment, run_id: str, after: int) -> None:
     """Wait until the run's log names a round past ``after``, or the run completed; fail
     at once if it finished otherwise."""
-    give_up = time.monotonic() + 60
-    while True:
+
+    def past() -> bool:
         run, reached = _progress(federation, run_id)
         if run["status"] == "finished:completed" or reached > after:
-            return
+            return True
         assert not run["status"].startswith("finished:"), run
-        assert time.monotonic() < give_up, f"no round past {after} in 60 s"
-        time.sleep(0.2)
+        return False
+
+    wait_until(past, 60, f"a round past {after}", interval=0.2)
 
 
 def test_the_readmes_link_interrupted_then_killed_mid_run_and_restarted_completes_it(

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from fedcore.testing.deployment import FEDCORE, Deployment, Server, run_config_text
+from fedcore.testing.waiting import wait_until
 
 CHAOS_APP = Path(__file__).resolve().parent / "chaos_app"
 RESUME_APP = Path(__file__).resolve().parents[1] / "results" / "resume_app"
@@ -159,11 +160,11 @@ def test_with_max_restarts_a_killed_serverapp_is_started_again_then_fails_at_onc
         os.kill(first, signal.SIGKILL)
         # The link's exec starts it again ...
         federation.wait_for_file(federation.link_work_dir / "runs" / f"{run_id}-1-restart1.pid")
-        deadline = time.monotonic() + 30.0
-        while not (again := [pid for pid in federation.app_pids() if pid != first]):
-            assert time.monotonic() < deadline, "no second ServerApp process"
-            time.sleep(0.05)
-        (second,) = again
+        (second,) = wait_until(
+            lambda: [pid for pid in federation.app_pids() if pid != first],
+            30,
+            "a second ServerApp process",
+        )
         # ... and the second kill, with no restart left, ends the run.
         killed_at = time.monotonic()
         os.kill(second, signal.SIGKILL)
@@ -201,10 +202,7 @@ def test_a_stopped_run_ends_its_serverapp_and_its_stream_with_status_3(
             streaming.communicate()
     assert streaming.returncode == 3, err
     assert json.loads(out.splitlines()[-1])["status"] == "finished:stopped"
-    give_up = time.monotonic() + 30.0
-    while federation.app_pids():
-        assert time.monotonic() < give_up, "the ServerApp outlived its stopped run"
-        time.sleep(0.05)
+    wait_until(lambda: not federation.app_pids(), 30, "the ServerApp to end with its stopped run")
 
 
 @pytest.mark.slow  # three stops in a row; one stop stays in CI (the test above)
@@ -223,10 +221,10 @@ def test_three_stops_in_a_row_each_end_their_run_stopped_and_say_so_last(
         federation.wait_for_file(markers / "round-2")
         stopped = federation.fedcore("stop", run_id, "--json")
         assert stopped.returncode == 0, stopped.stderr
-        give_up = time.monotonic() + 30.0
-        while federation.app_pids():  # its last words are in once its process is gone
-            assert time.monotonic() < give_up, "the ServerApp outlived its stopped run"
-            time.sleep(0.05)
+        # Its last words are in once its process is gone.
+        wait_until(
+            lambda: not federation.app_pids(), 30, "the ServerApp to end with its stopped run"
+        )
         (run,) = [
             r
             for r in json.loads(federation.fedcore("ls", "--json").stdout)
@@ -265,10 +263,11 @@ def test_a_finished_runs_clientapp_processes_end_within_a_few_heartbeats(
     final, _ = federation.follow_printed(run_id)
     assert final["status"] == "finished:completed", final
     # A node asks about its runs every heartbeat (1 s here), not after the 600 s idle timeout.
-    give_up = time.monotonic() + 10 * HEARTBEAT
-    while any(_clientapp_pids(node) for node in nodes):
-        assert time.monotonic() < give_up, [_clientapp_pids(node) for node in nodes]
-        time.sleep(0.05)
+    wait_until(
+        lambda: not any(_clientapp_pids(node) for node in nodes),
+        10 * HEARTBEAT,
+        lambda: f"the ClientApp processes to end: {[_clientapp_pids(node) for node in nodes]}",
+    )
 
 
 def test_the_link_killed_and_restarted_on_its_database_loses_no_reply(

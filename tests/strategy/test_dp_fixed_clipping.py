@@ -11,12 +11,12 @@ import pytest
 import fedcore as fc
 from fedcore import ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
 from fedcore.mods import fixedclipping_mod, message_stats_mod
-from fedcore.simulation.backends import BACKENDS
 from fedcore.strategy import FedAvg, FedBuff, Result, Strategy
 from fedcore.strategy.dp_fixed_clipping import (
     DifferentialPrivacyClientSideFixedClipping,
     DifferentialPrivacyServerSideFixedClipping,
 )
+from fedcore.testing.backends import backend_params
 
 SENT = ArrayRecord({"w": np.zeros(2)})
 Wrapper = (
@@ -335,7 +335,7 @@ def _fedavg(nodes: int) -> FedAvg:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", backend_params())
 async def test_simulation_with_client_side_clipping_respects_the_bound(backend: str) -> None:
     """Inline: the mods run in a worker thread; process: in ``handle_blocking``."""
     strategy = DifferentialPrivacyClientSideFixedClipping(_fedavg(4), 0.0, 1.0, 4)

@@ -14,10 +14,10 @@ import pytest
 import fedcore as fc
 from fedcore.domain import Run
 from fedcore.errors import NotEnoughNodesError
-from fedcore.simulation.backends import BACKENDS
 from fedcore.strategy import FedAvg, Result
 from fedcore.strategy.rounds import HELD_REPLIES, _InOrder, sampling_seed, shuffled
 from fedcore.testing import FakeClock, round_reports
+from fedcore.testing.backends import backend_params
 
 pytestmark = pytest.mark.anyio
 
@@ -89,7 +89,7 @@ async def _run(seed: int, *, client: fc.ClientApp = PLAIN, backend: str = "inlin
     return result
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", backend_params())
 async def test_same_seed_same_cohorts_and_model_bit_for_bit(backend: str) -> None:
     """Replies arrive in a different order every run (jitter); the model must not notice.
 
