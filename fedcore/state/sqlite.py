@@ -515,7 +515,9 @@ class SqliteLinkState(LinkState):
 
     def _push_reply(self, node_id: int, reply: Message, now: float) -> str:
         row = self._db.row("message_and_reply", message_id=reply.metadata.reply_to_message_id)
-        message = ledger.check_reply(node_id, None if row is None else _sent(row), reply)
+        message = ledger.check_reply(
+            node_id, None if row is None else _message_metadata(row, "message_"), reply
+        )
         assert row is not None
         if row["reply_id"] is not None:
             answered = row["error_reason"] if row["generated"] else None
@@ -578,30 +580,17 @@ class SqliteLinkState(LinkState):
         return self._node_topic.subscribe(callback)
 
 
-def _message_metadata(row: sqlite3.Row) -> Metadata:
-    """The metadata of a stored message, from its columns."""
+def _message_metadata(row: sqlite3.Row, prefix: str = "") -> Metadata:
+    """The metadata of a stored message, from its columns (``prefix``: ``message_`` in a
+    ``message_and_reply`` row, whose ``created_at`` and ``ttl`` are the reply's too)."""
     return Metadata(
         run_id=row["run_id"],
         message_id=row["message_id"],
         src_node_id=SERVER_NODE_ID,
         dst_node_id=row["dst_node_id"],
         group_id=row["group_id"],
-        created_at=row["created_at"],
-        ttl=row["ttl"],
-        message_type=row["message_type"],
-    )
-
-
-def _sent(row: sqlite3.Row) -> Metadata:
-    """The metadata of the message of a ``message_and_reply`` row."""
-    return Metadata(
-        run_id=row["run_id"],
-        message_id=row["message_id"],
-        src_node_id=SERVER_NODE_ID,
-        dst_node_id=row["dst_node_id"],
-        group_id=row["group_id"],
-        created_at=row["message_created_at"],
-        ttl=row["message_ttl"],
+        created_at=row[f"{prefix}created_at"],
+        ttl=row[f"{prefix}ttl"],
         message_type=row["message_type"],
     )
 

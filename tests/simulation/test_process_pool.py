@@ -20,34 +20,17 @@ from anyio._backends._asyncio import WorkerThread
 from pool_apps import client
 
 import fedcore as fc
+from fedcore.testing.backend import live_children
 from fedcore.workers.pool import PIPELINE_DEPTH
 from fedcore.workers.shared_memory import ROOT
 
 pytestmark = pytest.mark.anyio
 
 
-def _children() -> set[int]:
-    """Live child processes of this one (zombies excluded)."""
-    found = set()
-    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
-        try:  # threads (and so their task entries) come and go meanwhile
-            pids = (task / "children").read_text().split()
-        except FileNotFoundError:
-            continue
-        for pid in pids:
-            try:
-                state = Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0]
-            except (FileNotFoundError, IndexError):
-                continue
-            if state != "Z":
-                found.add(int(pid))
-    return found
-
-
 def _workers() -> set[int]:
     """This process's live children that are pool workers: not, say, a shared Ray's."""
     found = set()
-    for pid in _children():
+    for pid in live_children():
         try:
             if b"fedcore.workers.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 found.add(pid)
@@ -67,9 +50,9 @@ def _segments() -> set[str]:
 
 @pytest.fixture(autouse=True)
 def _nothing_left_behind() -> Iterator[None]:
-    before_children, before_segments = _children(), _segments()
+    before_children, before_segments = live_children(), _segments()
     yield
-    assert _children() <= before_children, "worker processes outlived the simulation"
+    assert live_children() <= before_children, "worker processes outlived the simulation"
     assert _segments() <= before_segments, "shared-memory segments were not unlinked"
 
 
