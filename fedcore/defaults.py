@@ -1,8 +1,9 @@
-"""The defaults ``fedcore serve`` and ``fedcore simulate`` show in their help.
+"""The defaults ``fedcore serve`` and ``fedcore simulate`` show in their help, and use.
 
-Written out here, importing nothing, so that ``--help`` needs neither the runtime nor the
-simulation; each value names its home in the library, and a test holds the two equal
-(tests/cli/test_written_out_defaults.py).
+One home, importing nothing: ``--help`` reads them without loading the runtime or the
+simulation, and the library's settings take their defaults from here (each value
+names where). tests/cli/test_written_out_defaults.py holds the commands' options to
+the flags their roles take.
 """
 
 from __future__ import annotations

@@ -29,7 +29,8 @@ ALLOWED: dict[str, set[str]] = {
     "non_dumpable": set(),
     # clock: Message(...) stamps its creation time from the context's clock, as Flower's.
     "domain": {"errors", "lazy", "clock"},
-    "wire": {"errors", "domain"},
+    # defaults: the cap on a value that fedcore serve and simulate show (MAX_VALUE_LEN).
+    "wire": {"errors", "domain", "defaults"},
     # wire: the frame a signature covers is a wire Buffer.
     "auth": BASE | {"wire"},
     "data": set(),

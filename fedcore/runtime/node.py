@@ -49,6 +49,7 @@ import anyio.abc
 from fedcore.apps.environment import app_environment
 from fedcore.auth.secret_files import read_node_key, read_secret
 from fedcore.clock import Clock, SystemClock
+from fedcore.defaults import HEARTBEAT_INTERVAL, MAX_CONCURRENT
 from fedcore.domain import Context, Message, Run, UserConfigValue
 from fedcore.errors import UsageError
 from fedcore.roles.exec.app_user import AppUser, remove_copy, same_user_warning
@@ -78,8 +79,8 @@ class NodeOptions:
     link: Address
     node_config: dict[str, UserConfigValue]
     work_dir: Path = Path(".fedcore-node")
-    heartbeat_interval: float = 5.0
-    max_concurrent: int = 1
+    heartbeat_interval: float = HEARTBEAT_INTERVAL
+    max_concurrent: int = MAX_CONCURRENT
     ssl: _ssl.SSLContext | None = None
     ready_file: Path | None = None
     exec_socket: Path | None = None

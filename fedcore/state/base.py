@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
+from fedcore.defaults import HEARTBEAT_PATIENCE
 from fedcore.domain import LogLine, Message, MetricsLine, RecordDict, Run, RunStatus
 from fedcore.state.notify import Subscription
 
-DEFAULT_HEARTBEAT_PATIENCE = 3.0
+DEFAULT_HEARTBEAT_PATIENCE = HEARTBEAT_PATIENCE
 """A node is offline once ``patience × heartbeat_interval`` passes without a heartbeat.
 
 The same patience applies to a running run's ServerApp and its ``heartbeat_run``.

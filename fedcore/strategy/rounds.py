@@ -47,6 +47,7 @@ from typing import Any
 import anyio.to_thread
 import numpy as np
 
+import fedcore.defaults as defaults
 from fedcore.apps.grid import Grid
 from fedcore.domain import ArrayRecord, ConfigRecord, Message, MetricRecord, Run
 from fedcore.errors import RefusedReplyError
@@ -91,7 +92,7 @@ DEFAULT_TIMEOUT = 3600.0
 (Flower's default); also the bound of a configure method's wait when it is given a
 Grid (:func:`fedcore.strategy.sampling.candidates`)."""
 
-DEFAULT_ROUND_TIMEOUT = 600.0
+DEFAULT_ROUND_TIMEOUT = defaults.DEFAULT_ROUND_TIMEOUT
 """Seconds a round phase waits for replies when neither the strategy nor the run says
 (:func:`round_limit`): ten minutes, far under a message's default TTL of twelve hours,
 so a hung ClientApp costs a round some minutes, not the run its night."""

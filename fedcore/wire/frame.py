@@ -38,6 +38,7 @@ from typing import Any, NoReturn
 
 import msgpack
 
+import fedcore.defaults as defaults
 from fedcore.errors import DecodeError
 
 FORMAT_VERSION = 1
@@ -62,7 +63,7 @@ _KIND_NAMES = {
 _PREFIX_LEN = 8
 _MAX_HEADER = 2**32 - 1
 MAX_DETAIL = 300
-MAX_VALUE_LEN = 512 * 1024 * 1024
+MAX_VALUE_LEN = defaults.MAX_VALUE_LEN
 """Bytes one str or bytes value in a record may take by default: Flower's cap on a
 message (gRPC's, as Flower sets it), so what Flower carries, fedcore carries."""
 """Characters of detail an error on the wire (or about a payload) carries at most."""

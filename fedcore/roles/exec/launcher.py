@@ -70,6 +70,7 @@ from fedcore.apps.bundle import bundle_dir, unpack_bundle
 from fedcore.apps.environment import app_environment
 from fedcore.backoff import Backoff, BackoffPolicy
 from fedcore.clock import Clock
+from fedcore.defaults import CLAIM_LEASE, HEARTBEAT_INTERVAL, MAX_RESTARTS, MAX_RUNS
 from fedcore.domain import Run
 from fedcore.errors import (
     ClaimLostError,
@@ -133,15 +134,15 @@ class LaunchSettings:
     call) and go on with it when it is back.
     """
 
-    claim_lease: float = 10.0
-    app_heartbeat: float = 5.0
-    max_runs: int = 8
+    claim_lease: float = CLAIM_LEASE
+    app_heartbeat: float = HEARTBEAT_INTERVAL
+    max_runs: int = MAX_RUNS
     stop_grace: float = 5.0
     poll_seconds: float = 30.0
     command: tuple[str, ...] = (sys.executable, "-m", "fedcore.runtime.serverapp")
     app_env: tuple[str, ...] = ()
     app_user: AppUser | None = None
-    max_restarts: int = 1
+    max_restarts: int = MAX_RESTARTS
     max_value_len: int = MAX_VALUE_LEN
     leave_apps_running: bool = False
 

@@ -32,6 +32,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Seq
 from contextlib import asynccontextmanager
 from functools import partial
 
+import fedcore.defaults as defaults
 from fedcore.clock import Clock
 from fedcore.domain import Message, Run, UserConfigValue
 from fedcore.domain.fleet import Digest, LeasedMessage, PayloadRef, PulledMessages, PushedReply
@@ -50,7 +51,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LEASE = 30.0
 """Seconds a pulled message stays leased when the node does not say (heartbeats renew it)."""
-MAX_HEARTBEAT_INTERVAL = 300.0
+MAX_HEARTBEAT_INTERVAL = defaults.MAX_HEARTBEAT_INTERVAL
 """The longest heartbeat interval a node may declare: with the default patience, a node
 that stops beating is offline within 15 minutes (a fake that never beats, too)."""
 

@@ -14,12 +14,13 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import NoReturn, Protocol
 
+import fedcore.defaults as defaults
 from fedcore.clock import Clock
 from fedcore.state.base import LinkState
 
 log = logging.getLogger(__name__)
 
-RETIRE_NODES_AFTER = 86_400.0
+RETIRE_NODES_AFTER = defaults.RETIRE_NODES_AFTER
 """Seconds a node with a key may stay offline before the link deletes it: a day."""
 MAX_SWEEP_PERIOD = 60.0
 """The longest wait between two looks for nodes to retire."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import fedcore.defaults as defaults
 from fedcore.errors import UsageError
 
 if TYPE_CHECKING:
@@ -19,8 +20,8 @@ if TYPE_CHECKING:
     from fedcore.simulation.resources import Resources
     from fedcore.workers.base import Backend
 
-BACKENDS = ("process", "inline", "ray")
-DEFAULT_BACKEND = "process"
+BACKENDS = defaults.BACKENDS
+DEFAULT_BACKEND = defaults.DEFAULT_BACKEND
 RAY_EXTRA = "pip install 'fedcore[ray]'"
 """What installs the ``ray`` backend's Ray."""
 

@@ -27,6 +27,17 @@ from typing import Any, cast
 import grpclib.server
 from grpclib.protocol import H2Protocol
 
+from fedcore.defaults import (
+    FLEET_BODY_TIMEOUT,
+    FLEET_CONNECTIONS_PER_PEER,
+    FLEET_IDLE_TIMEOUT,
+    FLEET_MAX_CONNECTIONS,
+    FLEET_REGISTRATION_BURST,
+    FLEET_REGISTRATIONS_PER_SECOND,
+    FLEET_REGISTRATIONS_PER_SECOND_TOTAL,
+    FLEET_REQUESTS_PER_SECOND,
+    FLEET_REQUESTS_PER_SECOND_PER_KEY,
+)
 from fedcore.transport.connections import ConnectionGuard, FloodLog
 
 
@@ -37,30 +48,30 @@ class FleetLimits:
     The defaults let a thousand nodes share one address (behind NAT) with room to spare.
     """
 
-    idle_timeout: float = 300.0
+    idle_timeout: float = FLEET_IDLE_TIMEOUT
     """Seconds a connection with no call in progress may stay silent before it is closed."""
-    body_timeout: float = 60.0
+    body_timeout: float = FLEET_BODY_TIMEOUT
     """Seconds one request frame may take to arrive once its call has begun."""
-    connections_per_peer: int = 2048
-    max_connections: int = 8192
+    connections_per_peer: int = FLEET_CONNECTIONS_PER_PEER
+    max_connections: int = FLEET_MAX_CONNECTIONS
     """All connections at once (and all listeners' together are kept
     :data:`~fedcore.transport.connections.FD_RESERVE` under the fd limit)."""
-    requests_per_second: float = 2000.0
+    requests_per_second: float = FLEET_REQUESTS_PER_SECOND
     """Calls per second one peer address may start, on average."""
     request_burst: int = 4000
     """Calls one peer address may start at once, above its rate (the CLI: twice the rate)."""
-    requests_per_second_per_key: float = 100.0
+    requests_per_second_per_key: float = FLEET_REQUESTS_PER_SECOND_PER_KEY
     """Calls one node key may make per second, on average, once its signature is checked:
     a node heartbeats every few seconds and makes a handful of calls per message, so a
     key over this is a registered node flooding the link, whatever its address."""
     request_burst_per_key: int = 200
-    registrations_per_second: float = 10.0
+    registrations_per_second: float = FLEET_REGISTRATIONS_PER_SECOND
     """Registrations one peer address may make per second, on average, after a burst of
     :attr:`registration_burst`: each new key costs the link a row and a log line."""
-    registration_burst: int = 1000
+    registration_burst: int = FLEET_REGISTRATION_BURST
     """Registrations one peer address may make at once: a thousand nodes behind one NAT
     starting together."""
-    registrations_per_second_total: float = 100.0
+    registrations_per_second_total: float = FLEET_REGISTRATIONS_PER_SECOND_TOTAL
     """Registrations per second over all peer addresses, on average."""
     registration_burst_total: int = 2000
 

@@ -31,6 +31,13 @@ from typing import cast
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from fedcore.defaults import (
+    HTTP_BODY_TIMEOUT,
+    HTTP_CONNECTIONS_PER_PEER,
+    HTTP_HEADER_TIMEOUT,
+    HTTP_IDLE_TIMEOUT,
+    HTTP_MAX_CONNECTIONS,
+)
 from fedcore.transport.connections import ConnectionGuard
 
 
@@ -42,15 +49,15 @@ class HttpLimits:
     connection, so that a client never reuses one the server is closing.
     """
 
-    header_timeout: float = 20.0
+    header_timeout: float = HTTP_HEADER_TIMEOUT
     """Seconds a request's headers may take to arrive, from its first byte."""
-    body_timeout: float = 120.0
+    body_timeout: float = HTTP_BODY_TIMEOUT
     """Seconds a request's body may take to arrive, from the end of its headers."""
-    idle_timeout: float = 75.0
+    idle_timeout: float = HTTP_IDLE_TIMEOUT
     """Seconds a connection between requests may stay silent before it is closed."""
-    connections_per_peer: int = 1024
+    connections_per_peer: int = HTTP_CONNECTIONS_PER_PEER
     """Connections one peer address may hold open; more are refused on arrival."""
-    max_connections: int = 4096
+    max_connections: int = HTTP_MAX_CONNECTIONS
     """All connections of one API at once (and all listeners' together are kept
     :data:`~fedcore.transport.connections.FD_RESERVE` under the fd limit)."""
 
