@@ -28,20 +28,10 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
 from fedcore.domain import Message, Run, UserConfigValue
-from fedcore.domain.fleet import Digest, LeasedMessage, PayloadRef, PulledMessages, PushedReply
+from fedcore.domain.fleet import Digest, PayloadRef, PulledMessages, PushedReply
 from fedcore.wire.frame import Buffer, slices
 
-__all__ = [
-    "Buffer",
-    "FleetService",
-    "LeasedMessage",
-    "PayloadRef",
-    "PulledMessages",
-    "PushedReply",
-    "Transfer",
-    "each_chunk",
-    "sliced",
-]
+__all__ = ["Buffer", "FleetService", "Transfer", "each_chunk", "sliced"]
 
 
 @dataclass(frozen=True, slots=True)
